@@ -1,0 +1,199 @@
+"""The thin communication layer: the only module of prbmrm that imports mpi4py.
+
+Every other module is serial code handed a communicator. Two communicators
+share one interface:
+
+- :class:`SerialComm` for a single process (no MPI at all);
+- :class:`MPIComm` wrapping an ``mpi4py`` communicator.
+
+The hot path (broadcast of ``w``, the Allreduce of risk and gradient, the
+gather/scatter of per-example scalars) uses mpi4py's upper-case, buffer-based
+calls on contiguous float64 arrays: no pickling. Only the rare control
+messages (an error text, a configuration) travel as Python objects.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+from .errors import CollectiveError
+
+
+class SerialComm:
+    """Communicator of a single process; every collective is the identity.
+
+    Attributes
+    ----------
+    rank : int
+        Always 0.
+    size : int
+        Always 1.
+    """
+
+    rank = 0
+    size = 1
+
+    @property
+    def is_root(self):
+        """bool: True on rank 0, the rank that holds the bundle and prints."""
+        return self.rank == 0
+
+    def bcast_array(self, buf, root=0):
+        """Broadcast the float64 array `buf` in place from `root`."""
+        return buf
+
+    def allreduce_sum(self, buf):
+        """Sum the float64 array `buf` over all ranks, in place."""
+        return buf
+
+    def allreduce_max(self, values):
+        """Return the element-wise maximum over ranks of a small float64 array."""
+        return np.array(values, dtype=np.float64)
+
+    def allreduce_min(self, values):
+        """Return the element-wise minimum over ranks of a small float64 array."""
+        return np.array(values, dtype=np.float64)
+
+    def gather_counts(self, n_local):
+        """Return the number of local items of every rank (on every rank)."""
+        return np.array([n_local], dtype=np.int64)
+
+    def gather_scalars(self, local, root=0):
+        """Gather per-example float64 scalars to `root` in rank order.
+
+        Returns the concatenated array on `root` and None elsewhere.
+        """
+        return np.ascontiguousarray(local, dtype=np.float64).copy()
+
+    def scatter_scalars(self, full, counts, root=0):
+        """Scatter the float64 array `full` (on `root`) back in blocks of `counts`."""
+        return np.ascontiguousarray(full, dtype=np.float64).copy()
+
+    def bcast_object(self, obj, root=0):
+        """Broadcast a small picklable object (control messages only)."""
+        return obj
+
+    def check(self, error=None):
+        """Collective error check: every rank calls it, every rank raises together.
+
+        Parameters
+        ----------
+        error : Exception or None
+            The error this rank found while validating its own input, if any.
+
+        Raises
+        ------
+        CollectiveError
+            On every rank, with the message of the lowest-numbered failing
+            rank, if any rank passed an error.
+        """
+        if error is not None:
+            raise CollectiveError(str(error)) from error
+
+    def barrier(self):
+        """Wait for every rank."""
+
+    def abort(self, status=1):
+        """End the whole job at once with exit status `status`."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+class MPIComm(SerialComm):
+    """Communicator over an ``mpi4py`` communicator (COMM_WORLD by default)."""
+
+    def __init__(self, mpi_comm=None):
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+
+    def bcast_array(self, buf, root=0):
+        self.comm.Bcast([buf, self._MPI.DOUBLE], root=root)
+        return buf
+
+    def allreduce_sum(self, buf):
+        self.comm.Allreduce(self._MPI.IN_PLACE, [buf, self._MPI.DOUBLE], op=self._MPI.SUM)
+        return buf
+
+    def allreduce_max(self, values):
+        buf = np.array(values, dtype=np.float64)
+        self.comm.Allreduce(self._MPI.IN_PLACE, [buf, self._MPI.DOUBLE], op=self._MPI.MAX)
+        return buf
+
+    def allreduce_min(self, values):
+        buf = np.array(values, dtype=np.float64)
+        self.comm.Allreduce(self._MPI.IN_PLACE, [buf, self._MPI.DOUBLE], op=self._MPI.MIN)
+        return buf
+
+    def gather_counts(self, n_local):
+        counts = np.empty(self.size, dtype=np.int64)
+        self.comm.Allgather([np.array([n_local], dtype=np.int64), self._MPI.INT64_T],
+                            [counts, self._MPI.INT64_T])
+        return counts
+
+    def gather_scalars(self, local, root=0):
+        local = np.ascontiguousarray(local, dtype=np.float64)
+        counts = self.gather_counts(local.size)
+        full = np.empty(int(counts.sum()), dtype=np.float64) if self.rank == root else None
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        self.comm.Gatherv([local, self._MPI.DOUBLE],
+                          [full, (counts, displs), self._MPI.DOUBLE], root=root)
+        return full
+
+    def scatter_scalars(self, full, counts, root=0):
+        counts = np.asarray(counts, dtype=np.int64)
+        local = np.empty(int(counts[self.rank]), dtype=np.float64)
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        send = None
+        if self.rank == root:
+            send = [np.ascontiguousarray(full, dtype=np.float64), (counts, displs),
+                    self._MPI.DOUBLE]
+        self.comm.Scatterv(send, [local, self._MPI.DOUBLE], root=root)
+        return local
+
+    def bcast_object(self, obj, root=0):
+        return self.comm.bcast(obj, root=root)
+
+    def check(self, error=None):
+        # One Allreduce finds the lowest failing rank; only then does a
+        # message travel, so the error-free path costs a single collective.
+        failed = np.array([self.rank if error is not None else self.size], dtype=np.float64)
+        first = int(self.allreduce_min(failed)[0])
+        if first == self.size:
+            return
+        message = self.comm.bcast(str(error) if error is not None else None, root=first)
+        if error is not None:
+            raise CollectiveError(message) from error
+        raise CollectiveError(message)
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def abort(self, status=1):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.comm.Abort(status)
+
+
+def get_comm():
+    """Return the communicator of this process.
+
+    An :class:`MPIComm` over ``COMM_WORLD`` when the process was started by an
+    MPI launcher with more than one rank, a :class:`SerialComm` otherwise (a
+    plain ``python -m prbmrm.train`` never needs MPI to be initialised, but
+    works the same if it is).
+
+    Returns
+    -------
+    SerialComm or MPIComm
+    """
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.Get_size() == 1:
+        return SerialComm()
+    return MPIComm(MPI.COMM_WORLD)

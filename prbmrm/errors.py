@@ -1,0 +1,26 @@
+"""Exceptions with messages meant for the user, not for a traceback.
+
+Every message names the thing that is wrong (a file, an option, a label set)
+and the problem, in one line.
+"""
+
+
+class PrbmrmError(Exception):
+    """Base class of every error prbmrm reports to its user."""
+
+
+class InputError(PrbmrmError):
+    """Bad input: a malformed or inconsistent data file, a bad option value.
+
+    Raised on the rank that found the problem; the entry points turn it into
+    a collective error (see :meth:`prbmrm.comm.SerialComm.check`) so that every
+    rank stops with the same message.
+    """
+
+
+class CollectiveError(PrbmrmError):
+    """An error that every rank raises together, with the same message.
+
+    Raised by :meth:`prbmrm.comm.SerialComm.check` after one Allreduce of an
+    error flag, so no rank is left blocked in a collective call.
+    """

@@ -24,3 +24,11 @@ class CollectiveError(PrbmrmError):
     Raised by :meth:`prbmrm.comm.SerialComm.check` after one Allreduce of an
     error flag, so no rank is left blocked in a collective call.
     """
+
+
+class UsageError(PrbmrmError):
+    """A bad option or option value, found identically on every rank.
+
+    Every rank parses the same command line, so every rank raises it
+    together without any communication.
+    """

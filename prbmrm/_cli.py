@@ -1,0 +1,71 @@
+"""What the command-line entry points share: argument errors and exit handling.
+
+Every rank parses the same argv and validates options the same way, so those
+errors are collective by construction; file problems go through
+``comm.check``. Only rank 0 prints an error; every rank exits non-zero. An
+unexpected exception on one rank aborts the whole job (MPI_Abort) instead of
+leaving the others blocked in a collective call.
+"""
+
+import argparse
+import sys
+import traceback
+
+from .errors import CollectiveError, PrbmrmError, UsageError
+
+EXIT_INPUT = 2
+EXIT_BUG = 1
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An argparse parser whose errors become :class:`UsageError` (no usage dump per rank)."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def run(main, prog, argv=None):
+    """Run ``main(argv, comm)`` and turn its errors into one message and an exit status.
+
+    Parameters
+    ----------
+    main : callable
+        ``main(argv, comm) -> int``.
+    prog : str
+        Program name for messages, e.g. ``"prbmrm.train"``.
+    argv : list of str, optional
+
+    Returns
+    -------
+    int
+        The exit status (0 on success).
+    """
+    from .comm import get_comm
+
+    comm = get_comm()
+    try:
+        return main(argv, comm)
+    except (CollectiveError, UsageError) as error:
+        # Raised on every rank together: rank 0 speaks for all.
+        if comm.is_root:
+            print(f"{prog}: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_INPUT
+    except PrbmrmError as error:
+        # Found by this rank alone: the others may be waiting in a collective.
+        where = f" (rank {comm.rank})" if comm.size > 1 else ""
+        print(f"{prog}: error{where}: {error}", file=sys.stderr, flush=True)
+        if comm.size > 1:
+            comm.abort(EXIT_INPUT)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        if comm.is_root:
+            print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        if comm.size > 1:
+            comm.abort(130)
+        return 130
+    except Exception:
+        print(f"{prog}: internal error on rank {comm.rank}:", file=sys.stderr)
+        traceback.print_exc()
+        if comm.size > 1:
+            comm.abort(EXIT_BUG)
+        return EXIT_BUG

@@ -1,0 +1,132 @@
+"""Model files: HDF5 with ``/w``, the training summary as attributes and ``/history``.
+
+Written atomically (a temporary file in the same directory, fsync, rename), so
+a failed or interrupted run never leaves a partial model behind.
+"""
+
+import json
+import os
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from . import __version__
+from .errors import InputError
+
+MODEL_FORMAT = "prbmrm-model"
+
+
+@dataclass
+class Model:
+    """A trained model as read from a model file.
+
+    Attributes
+    ----------
+    w : ndarray
+        Weights, shape (d,) (or (d, k) for multi-output losses).
+    bias : float
+        The learned offset (0 when trained without ``--bias``).
+    attrs : dict
+        Every attribute of the file: objective, lower_bound, gap, iterations,
+        lam, loss, options, version, ...
+    history : dict of str to ndarray
+        The progress table, one array per column.
+    """
+
+    w: np.ndarray
+    bias: float
+    attrs: dict
+    history: dict
+
+    def decision_function(self, X):
+        """Return the scores ``X @ w + bias`` of the rows of `X`."""
+        return np.asarray(X @ self.w) + self.bias
+
+
+def check_writable(path):
+    """Raise InputError unless a file can be created next to `path`.
+
+    Called once before training, so a run never spends hours only to fail
+    when it writes its model.
+    """
+    probe = _temporary_name(path)
+    try:
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        raise InputError(f"{path}: output path not writable: {error.strerror or error}") from None
+    if os.path.isdir(path):
+        raise InputError(f"{path}: output path is a directory; give a file name such as model.h5")
+
+
+def save_model(path, w, bias, attrs, history):
+    """Write a model file atomically.
+
+    Parameters
+    ----------
+    path : str
+        The model file to create or replace.
+    w : ndarray
+        Weights without the bias.
+    bias : float
+    attrs : dict
+        Scalars and strings stored as root attributes; dicts and lists are
+        stored as JSON text.
+    history : dict of str to array_like
+        Stored as one dataset per key under ``/history``.
+    """
+    temporary = _temporary_name(path)
+    try:
+        with h5py.File(temporary, "w") as f:
+            f.attrs["format"] = MODEL_FORMAT
+            f.attrs["version"] = __version__
+            f.attrs["bias"] = float(bias)
+            for key, value in attrs.items():
+                if value is None:
+                    continue
+                f.attrs[key] = json.dumps(value) if isinstance(value, (dict, list, tuple)) else value
+            f.create_dataset("w", data=np.asarray(w, dtype=np.float64))
+            group = f.create_group("history")
+            for key, values in history.items():
+                group.create_dataset(key, data=np.asarray(values))
+            f.flush()
+            os.fsync(f.id.get_vfd_handle())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def load_model(path):
+    """Read a model file written by :func:`save_model`.
+
+    Raises
+    ------
+    InputError
+        If the file is missing, unreadable or not a prbmrm model.
+    """
+    try:
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("format") != MODEL_FORMAT:
+                raise InputError(f"{path}: not a prbmrm model file")
+            attrs = {key: _plain(value) for key, value in f.attrs.items()}
+            history = {key: f["history"][key][()] for key in f["history"]}
+            return Model(w=f["w"][()], bias=float(attrs["bias"]), attrs=attrs, history=history)
+    except OSError as error:
+        raise InputError(f"{path}: cannot read model file: {error}") from None
+
+
+def _temporary_name(path):
+    directory, name = os.path.split(os.path.abspath(path))
+    return os.path.join(directory, f".{name}.tmp-{os.getpid()}")
+
+
+def _plain(value):
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

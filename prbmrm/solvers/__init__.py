@@ -1,0 +1,48 @@
+"""Solvers: every one drives one risk oracle ``risk(w) -> (R_emp, a)`` and returns a Result.
+
+Dispatch by name, as scipy.optimize.minimize does::
+
+    result = minimize(risk, w0, lam, method="bmrm", reg="l2", rel_epsilon=1e-3)
+"""
+
+from ..errors import InputError
+from ..regularizers import get_regularizer
+from ._base import HISTORY_COLUMNS, Bundle, Progress, Result
+from .bmrm import minimize_bmrm
+
+SOLVERS = {"bmrm": minimize_bmrm}
+"""Registry of solvers by name: the values of ``--solver``."""
+
+
+def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
+    """Minimize ``lam * Omega(w) + R_emp(w)`` with the solver named `method`.
+
+    Parameters
+    ----------
+    risk : callable
+        ``risk(w) -> (R_emp(w), subgradient)``, e.g. a
+        :class:`prbmrm.risk.DistributedRisk` on rank 0.
+    w0 : ndarray
+        Starting point.
+    lam : float
+        Regularization constant, > 0.
+    method : str
+        A key of :data:`SOLVERS`.
+    reg : str
+        A key of :data:`prbmrm.regularizers.REGULARIZERS`.
+    **options
+        Passed to the solver (``epsilon``, ``rel_epsilon``, ``max_iter``,
+        ``idle_age``, ``callback``, ...).
+
+    Returns
+    -------
+    Result
+    """
+    try:
+        solver = SOLVERS[method]
+    except KeyError:
+        raise InputError(f"unknown solver {method!r}; known solvers: {', '.join(sorted(SOLVERS))}") from None
+    return solver(risk, w0, lam, get_regularizer(reg), **options)
+
+
+__all__ = ["HISTORY_COLUMNS", "SOLVERS", "Bundle", "Progress", "Result", "minimize"]

@@ -1,0 +1,151 @@
+"""What every solver shares: the bundle of cutting planes and the result type."""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+HISTORY_COLUMNS = ("iteration", "objective", "best_objective", "lower_bound", "gap", "planes",
+                   "seconds_risk", "seconds_subproblem", "seconds_comm", "seconds_total")
+"""The progress-table columns, also the datasets of a model file's ``/history``."""
+
+
+class Bundle:
+    """Cutting planes ``R_emp(w) >= <a_i, w> + b_i`` with their Gram matrix kept up to date.
+
+    Rows of :attr:`A` are the subgradients a_i. Adding a plane costs one
+    product ``A @ a`` (O(t d)) to extend the Gram matrix; storage grows by
+    doubling so the hot path does not reallocate every iteration.
+
+    Parameters
+    ----------
+    dim : int
+        Length of the subgradients.
+    """
+
+    def __init__(self, dim):
+        self._A = np.empty((8, dim))
+        self._b = np.empty(8)
+        self._gram = np.empty((8, 8))
+        self._idle = np.empty(8, dtype=np.int64)
+        self.size = 0
+
+    @property
+    def A(self):
+        """ndarray of shape (t, dim): the subgradients, one per row."""
+        return self._A[:self.size]
+
+    @property
+    def b(self):
+        """ndarray of shape (t,): the offsets."""
+        return self._b[:self.size]
+
+    @property
+    def gram(self):
+        """ndarray of shape (t, t): ``A @ A.T``."""
+        return self._gram[:self.size, :self.size]
+
+    def add(self, a, b):
+        """Append the plane (a, b)."""
+        t = self.size
+        if t == len(self._b):
+            self._grow(2 * t)
+        self._A[t] = a
+        self._b[t] = b
+        row = self._A[:t + 1] @ a
+        self._gram[t, :t + 1] = row
+        self._gram[:t + 1, t] = row
+        self._idle[t] = 0
+        self.size = t + 1
+
+    def _grow(self, capacity):
+        t = self.size
+        A, b, gram, idle = self._A, self._b, self._gram, self._idle
+        self._A = np.empty((capacity, A.shape[1]))
+        self._A[:t] = A[:t]
+        self._b = np.empty(capacity)
+        self._b[:t] = b[:t]
+        self._gram = np.empty((capacity, capacity))
+        self._gram[:t, :t] = gram[:t, :t]
+        self._idle = np.empty(capacity, dtype=np.int64)
+        self._idle[:t] = idle[:t]
+
+    def update_idle(self, alpha):
+        """Count, per plane, the consecutive iterations its multiplier has been zero."""
+        idle = self._idle[:self.size]
+        idle[:] = np.where(alpha > 0, 0, idle + 1)
+
+    def prune(self, idle_age, alpha):
+        """Drop the planes idle for `idle_age` iterations or more; return the kept multipliers.
+
+        Dropped planes have zero multipliers, so the subproblem's optimum, and
+        the lower bound, are unchanged.
+        """
+        keep = self._idle[:self.size] < idle_age
+        if keep.all():
+            return alpha
+        index = np.flatnonzero(keep)
+        n = len(index)
+        self._A[:n] = self._A[index]
+        self._b[:n] = self._b[index]
+        self._gram[:n, :n] = self._gram[np.ix_(index, index)]
+        self._idle[:n] = self._idle[index]
+        self.size = n
+        return alpha[index]
+
+
+@dataclass
+class Result:
+    """The outcome of a solver, in the manner of scipy's ``OptimizeResult``.
+
+    Attributes
+    ----------
+    w : ndarray
+        The best iterate: argmin of J over the evaluated iterates.
+    fun : float
+        J(w), the best objective.
+    lower_bound : float
+        A certified lower bound of min J.
+    gap : float
+        ``fun - lower_bound``, the paper's epsilon_t.
+    nit : int
+        Iterations, i.e. risk evaluations.
+    status : int
+        0: gap <= epsilon; 1: gap <= rel_epsilon * fun; 2: max_iter reached;
+        3: stopped by the callback.
+    message : str
+    w_last : ndarray
+        The last iterate (the minimizer of the last model J_t).
+    history : dict of str to ndarray
+        One array per column of :data:`HISTORY_COLUMNS`.
+    """
+
+    w: np.ndarray
+    fun: float
+    lower_bound: float
+    gap: float
+    nit: int
+    status: int
+    message: str
+    w_last: np.ndarray
+    history: dict = field(default_factory=dict)
+
+    @property
+    def success(self):
+        """bool: True if the solver stopped on its gap criterion."""
+        return self.status in (0, 1)
+
+
+@dataclass
+class Progress:
+    """One row of the progress table, handed to ``callback`` after every iteration."""
+
+    iteration: int
+    objective: float
+    best_objective: float
+    lower_bound: float
+    gap: float
+    planes: int
+    seconds_risk: float
+    seconds_subproblem: float
+    seconds_comm: float
+    seconds_total: float

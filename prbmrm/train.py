@@ -1,0 +1,231 @@
+"""Train a model: ``python -m prbmrm.train`` and the Python function :func:`fit`.
+
+Run plainly for one process, or under ``mpiexec -n P`` (or ``python -m mpi4py
+-m prbmrm.train``) for P ranks, each reading its own block of shard files.
+Without ``--data`` it trains on a small real data set shipped in the package.
+"""
+
+import json
+import math
+import sys
+import time
+
+import numpy as np
+
+from . import __version__
+from ._cli import ArgumentParser, run
+from .data import load_local, split_local
+from .errors import UsageError
+from .losses import LOSSES, get_loss
+from .model import check_writable, save_model
+from .regularizers import REGULARIZERS
+from .risk import DistributedRisk, run_distributed
+from .solvers import SOLVERS, minimize
+
+DEMO_NAME = "embedded demo: Wisconsin breast cancer (569 x 30, standardized)"
+
+
+def load_demo():
+    """Return ``(X, y)`` of the embedded demo data set.
+
+    The Wisconsin diagnostic breast cancer data (UCI, CC BY 4.0; 569 examples,
+    30 features standardized to zero mean and unit variance, labels +1
+    malignant / -1 benign), as shipped with scikit-learn.
+    """
+    from importlib.resources import files
+
+    with files("prbmrm").joinpath("_data/breast_cancer.npz").open("rb") as f:
+        archive = np.load(f)
+        return archive["X"], archive["y"]
+
+
+def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age):
+    """Raise UsageError for option values no run can use."""
+    if not (math.isfinite(lam) and lam > 0):
+        raise UsageError(f"--lam must be a positive number, got {lam:g}")
+    for name, value in (("--epsilon", epsilon), ("--rel-epsilon", rel_epsilon)):
+        if not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{name} must be >= 0, got {value:g}")
+    if max_iter < 1:
+        raise UsageError(f"--max-iter must be >= 1, got {max_iter}")
+    if idle_age < 0:
+        raise UsageError(f"--idle-age must be >= 0 (0 keeps every plane), got {idle_age}")
+
+
+def fit(data=None, *, loss="hinge", lam=1e-4, bias=False, solver="bmrm", reg="l2", epsilon=0.0,
+        rel_epsilon=1e-3, max_iter=10000, idle_age=10, callback=None, comm=None):
+    """Train a linear model with a bundle method on this process's share of the data.
+
+    Call it on every rank with the same arguments.
+
+    Parameters
+    ----------
+    data : str, list of str, tuple (X, y) or None
+        A shard directory, glob or list of shard files (each rank opens only
+        its own block), or in-memory arrays ``(X, y)`` present on every rank
+        (each rank keeps its block of rows). None: the embedded demo data.
+    loss : str
+        A key of :data:`prbmrm.losses.LOSSES`.
+    lam : float
+        Regularization constant, > 0.
+    bias : bool
+        Append a constant feature whose weight is the (regularized) offset.
+    solver, reg : str
+        Keys of :data:`prbmrm.solvers.SOLVERS` and
+        :data:`prbmrm.regularizers.REGULARIZERS`.
+    epsilon, rel_epsilon : float
+        Stop when the gap is at most `epsilon`, or at most `rel_epsilon` times
+        the best objective (0 disables either).
+    max_iter : int
+    idle_age : int
+        Drop planes idle this many iterations (0: never).
+    callback : callable, optional
+        Called on rank 0 with a :class:`prbmrm.solvers.Progress` per iteration.
+    comm : prbmrm.comm.SerialComm or MPIComm, optional
+        Defaults to :func:`prbmrm.comm.get_comm`.
+
+    Returns
+    -------
+    result : prbmrm.solvers.Result or None
+        On rank 0; None on the other ranks.
+    local : prbmrm.data.LocalData
+        This rank's data, as loaded.
+    """
+    from .comm import get_comm
+
+    comm = get_comm() if comm is None else comm
+    check_options(lam, epsilon, rel_epsilon, max_iter, idle_age)
+    loss_object = get_loss(loss)
+    if solver not in SOLVERS:
+        raise UsageError(f"unknown solver {solver!r}; known solvers: {', '.join(sorted(SOLVERS))}")
+    if reg not in REGULARIZERS:
+        raise UsageError(f"unknown regularizer {reg!r}; known: {', '.join(sorted(REGULARIZERS))}")
+    if data is None:
+        X, y = load_demo()
+        local = split_local(X, y, comm, bias=bias, source=DEMO_NAME)
+    elif isinstance(data, tuple):
+        local = split_local(data[0], data[1], comm, bias=bias, source="arrays")
+    else:
+        local = load_local(data, comm, bias=bias)
+    problem = loss_object.check_labels(local.classes, local.label_kind)
+    if problem is not None:
+        where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
+        raise UsageError(f"{where}: {problem}")
+    oracle = DistributedRisk(loss_object, local.X, local.y, local.n_examples_total, comm)
+    w0 = np.zeros(oracle.dim)
+    result = run_distributed(oracle, lambda risk: minimize(
+        risk, w0, lam, method=solver, reg=reg, epsilon=epsilon, rel_epsilon=rel_epsilon,
+        max_iter=max_iter, idle_age=idle_age, callback=callback))
+    return result, local
+
+
+class ProgressTable:
+    """Prints the progress table on rank 0: every iteration at first, then sparser.
+
+    Parameters
+    ----------
+    every : int
+        Print every this many iterations; 0 chooses 1 up to iteration 10, 10
+        up to 100, then 100.
+    stream : file
+    """
+
+    HEADER = (f"{'iter':>6} {'objective':>13} {'best':>13} {'lower bound':>13} {'gap':>10} "
+              f"{'planes':>6} {'risk s':>8} {'sub s':>8} {'comm s':>8}")
+
+    def __init__(self, every=0, stream=sys.stdout):
+        self.every = every
+        self.stream = stream
+        self.last = None
+
+    def __call__(self, row):
+        if row.iteration == 1:
+            print(self.HEADER, file=self.stream)
+        every = self.every or (1 if row.iteration <= 10 else 10 if row.iteration <= 100 else 100)
+        self.last = row
+        if row.iteration % every == 0 or row.iteration == 1:
+            self.print_row(row)
+
+    def print_row(self, row):
+        """Print one row of the table."""
+        print(f"{row.iteration:6d} {row.objective:13.6e} {row.best_objective:13.6e} "
+              f"{row.lower_bound:13.6e} {row.gap:10.3e} {row.planes:6d} {row.seconds_risk:8.4f} "
+              f"{row.seconds_subproblem:8.4f} {row.seconds_comm:8.4f}", file=self.stream, flush=True)
+
+
+def build_parser():
+    """Return the argument parser of ``python -m prbmrm.train``."""
+    parser = ArgumentParser(prog="prbmrm.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", help="shard directory or glob of shard files "
+                        "(python -m prbmrm.shard makes them); default: the embedded demo data")
+    parser.add_argument("--loss", default="hinge", help=f"loss: {', '.join(LOSSES)} (default hinge)")
+    parser.add_argument("--lam", type=float, default=1e-4, help="regularization constant > 0 (default 1e-4)")
+    parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join(SOLVERS)} (default bmrm)")
+    parser.add_argument("--reg", default="l2", help=f"regularizer: {', '.join(REGULARIZERS)} (default l2)")
+    parser.add_argument("--epsilon", type=float, default=0.0,
+                        help="stop when the gap (best objective - lower bound) <= this (default 0: off)")
+    parser.add_argument("--rel-epsilon", type=float, default=1e-3,
+                        help="stop when the gap <= this times the best objective (default 1e-3)")
+    parser.add_argument("--max-iter", type=int, default=10000, help="maximum iterations (default 10000)")
+    parser.add_argument("--idle-age", type=int, default=10,
+                        help="drop planes whose multiplier stayed 0 this many iterations (default 10; 0: never)")
+    parser.add_argument("--bias", action="store_true", help="learn an offset (a constant feature, regularized)")
+    parser.add_argument("--out", default="model.h5", help="model file to write (default model.h5)")
+    parser.add_argument("--print-every", type=int, default=0,
+                        help="progress row every N iterations (default 0: 1 to 10 by 1, to 100 by 10, then by 100)")
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    parser.add_argument("--version", action="version", version=f"prbmrm {__version__}")
+    return parser
+
+
+def main(argv, comm):
+    """Entry point of ``python -m prbmrm.train``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    check_options(args.lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age)
+    get_loss(args.loss)
+    error = None
+    if comm.is_root:
+        try:
+            check_writable(args.out)
+        except Exception as problem:
+            error = problem
+    comm.check(error)
+    verbose = comm.is_root and not args.quiet
+    table = ProgressTable(args.print_every) if verbose else None
+    started = time.perf_counter()
+    result, local = fit(args.data, loss=args.loss, lam=args.lam, bias=args.bias, solver=args.solver,
+                        reg=args.reg, epsilon=args.epsilon, rel_epsilon=args.rel_epsilon,
+                        max_iter=args.max_iter, idle_age=args.idle_age, callback=table, comm=comm)
+    if not comm.is_root:
+        return 0
+    seconds = time.perf_counter() - started
+    w = result.w[:-1] if args.bias else result.w
+    bias = float(result.w[-1]) if args.bias else 0.0
+    options = {key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")}
+    attrs = {"objective": result.fun, "lower_bound": result.lower_bound, "gap": result.gap,
+             "iterations": result.nit, "status": result.status, "message": result.message,
+             "lam": args.lam, "loss": args.loss, "solver": args.solver, "reg": args.reg,
+             "has_bias": bool(args.bias), "n_features": local.n_features,
+             "n_examples": local.n_examples_total, "ranks": comm.size,
+             "data": args.data or DEMO_NAME, "label_kind": local.label_kind,
+             "options": json.dumps(options), "seconds": seconds}
+    if local.classes is not None:
+        attrs["classes"] = np.asarray(local.classes, dtype=np.float64)
+    save_model(args.out, w, bias, attrs, result.history)
+    if verbose:
+        if table.last is not None and table.last.iteration != result.nit:
+            table.print_row(table.last)
+        totals = {name: float(np.sum(result.history[name]))
+                  for name in ("seconds_risk", "seconds_subproblem", "seconds_comm")}
+        print(f"{'converged' if result.success else 'stopped'} after {result.nit} iterations "
+              f"({result.message}): objective {result.fun:.8g}, lower bound {result.lower_bound:.8g}, "
+              f"gap {result.gap:.3g}\n"
+              f"seconds: risk {totals['seconds_risk']:.3f}, subproblem {totals['seconds_subproblem']:.3f}, "
+              f"comm {totals['seconds_comm']:.3f}, total {seconds:.3f} on {comm.size} rank(s); "
+              f"{local.n_examples_total} examples x {local.n_features} features"
+              f"{' + bias' if args.bias else ''}\nmodel written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main, "prbmrm.train"))

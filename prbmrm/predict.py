@@ -1,0 +1,96 @@
+"""Apply a model: ``python -m prbmrm.predict --model MODEL.h5 --data DIR_OR_FILE [--out FILE]``.
+
+Writes one decision value per example (in data order) and prints the loss's
+natural measures (accuracy and error rate for classification, RMSE and MAE for
+regression). Under ``mpiexec`` each rank scores its own shards and rank 0
+gathers the scores: only scalars cross rank boundaries.
+"""
+
+import glob
+import os
+import sys
+
+import numpy as np
+
+from ._cli import ArgumentParser, run
+from .data import load_local, read_input, split_local
+from .errors import CollectiveError, InputError
+from .losses import get_loss
+from .model import check_writable, load_model
+
+
+def _is_shard_spec(path):
+    return os.path.isdir(path) or path.endswith(".h5") or glob.has_magic(path)
+
+
+def load_for_prediction(path, n_features, comm):
+    """Return this rank's rows of `path` (shards or an SVMlight / npz / csv file).
+
+    Parameters
+    ----------
+    path : str
+    n_features : int
+        The model's number of features, so that a text file whose highest
+        feature index is lower still parses to the model's width.
+    comm : prbmrm.comm.SerialComm or MPIComm
+
+    Returns
+    -------
+    prbmrm.data.LocalData
+    """
+    if _is_shard_spec(path):
+        return load_local(path, comm)
+    error, arrays = None, None
+    try:
+        arrays = read_input(path, n_features=n_features)
+    except InputError as problem:
+        error = problem
+    comm.check(error)
+    X, y, qid = arrays
+    return split_local(X, y, comm, qid=qid, source=path)
+
+
+def main(argv, comm):
+    """Entry point of ``python -m prbmrm.predict``; returns the exit status."""
+    parser = ArgumentParser(prog="prbmrm.predict", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="model file written by prbmrm.train")
+    parser.add_argument("--data", required=True,
+                        help="shard directory, shard file(s) or glob, or an SVMlight/LIBSVM, .npz or .csv file")
+    parser.add_argument("--out", help="write the decision values here, one per line")
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    args = parser.parse_args(argv)
+    error, model = None, None
+    try:
+        model = load_model(args.model)
+        if comm.is_root and args.out:
+            check_writable(args.out)
+    except InputError as problem:
+        error = problem
+    comm.check(error)
+    loss = get_loss(model.attrs["loss"])
+    n_model = model.w.shape[0]
+    local = load_for_prediction(args.data, n_model, comm)
+    if local.n_features > n_model:
+        # Every rank sees the same global n_features, so every rank raises this.
+        raise CollectiveError(f"{args.data}: data has {local.n_features} features, the model "
+                         f"{args.model} only {n_model}")
+    X = local.X[:, :n_model] if local.X.shape[1] > n_model else local.X
+    w = model.w[:X.shape[1]]
+    scores = comm.gather_scalars(loss.decision_function(w, X) + model.bias)
+    labels = comm.gather_scalars(local.y)
+    if not comm.is_root:
+        return 0
+    if args.out:
+        temporary = args.out + f".tmp-{os.getpid()}"
+        np.savetxt(temporary, scores, fmt="%.17g")
+        os.replace(temporary, args.out)
+    if not args.quiet:
+        measures = ", ".join(f"{name} {value:.6g}" for name, value in loss.metrics(scores, labels).items())
+        print(f"{len(scores)} examples from {args.data}: {measures}")
+        if args.out:
+            print(f"decision values written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main, "prbmrm.predict"))

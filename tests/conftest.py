@@ -1,0 +1,78 @@
+"""Shared fixtures: the real data sets of ../shared/data, the communicator, mpiexec runs."""
+
+import functools
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.environ.get("PRBMRM_DATA", os.path.join(REPO, "..", "shared", "data"))
+
+
+def data_path(name):
+    """Path of a file of the shared data sets, read in place."""
+    return os.path.join(DATA, name)
+
+
+@functools.lru_cache(maxsize=None)
+def load_svmlight(name, n_features=None):
+    """(X as CSR, y) of a shared SVMlight file, parsed once per test session."""
+    from sklearn.datasets import load_svmlight_file
+
+    with lzma.open(data_path(name)) as f:
+        X, y = load_svmlight_file(f, n_features=n_features)
+    return X.tocsr(), y
+
+
+@pytest.fixture
+def comm():
+    """The communicator of this process: serial under plain pytest, MPI under mpiexec."""
+    from prbmrm.comm import get_comm
+
+    return get_comm()
+
+
+def mpiexec():
+    """The mpiexec that comes with the installed mpich wheel (or the one on PATH)."""
+    candidate = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return candidate if os.path.exists(candidate) else shutil.which("mpiexec")
+
+
+def run_ranks(ranks, args, timeout=60, cwd=None):
+    """Run ``python ARGS`` on `ranks` ranks (plainly for 1) and return (CompletedProcess, seconds).
+
+    A deadlock fails the calling test through the timeout instead of hanging.
+    """
+    command = [sys.executable, *args]
+    if ranks > 1:
+        command = [mpiexec(), "-n", str(ranks), *command]
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    started = time.monotonic()
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                               cwd=cwd or REPO, env=env, stdin=subprocess.DEVNULL)
+    return completed, time.monotonic() - started
+
+
+def hinge_objective(X, y, w, lam):
+    """J(w) for the hinge loss, written out independently of prbmrm."""
+    return 0.5 * lam * w @ w + np.mean(np.maximum(0.0, 1.0 - y * (X @ w)))
+
+
+def logistic_objective(X, y, w, lam):
+    """J(w) for the logistic loss, written out independently of prbmrm."""
+    return 0.5 * lam * w @ w + np.mean(np.logaddexp(0.0, -y * (X @ w)))
+
+
+def least_squares_objective(X, y, w, lam):
+    """J(w) for least mean squares, written out independently of prbmrm."""
+    return 0.5 * lam * w @ w + 0.5 * np.mean((X @ w - y) ** 2)
+
+
+OBJECTIVES = {"hinge": hinge_objective, "logistic": logistic_objective,
+              "least_squares": least_squares_objective}

@@ -137,6 +137,7 @@ class ProgressTable:
         self.every = every
         self.stream = stream
         self.last = None
+        self.printed = 0
 
     def __call__(self, row):
         if row.iteration == 1:
@@ -146,8 +147,14 @@ class ProgressTable:
         if row.iteration % every == 0 or row.iteration == 1:
             self.print_row(row)
 
+    def finish(self):
+        """Print the last row if it was skipped."""
+        if self.last is not None and self.printed != self.last.iteration:
+            self.print_row(self.last)
+
     def print_row(self, row):
         """Print one row of the table."""
+        self.printed = row.iteration
         print(f"{row.iteration:6d} {row.objective:13.6e} {row.best_objective:13.6e} "
               f"{row.lower_bound:13.6e} {row.gap:10.3e} {row.planes:6d} {row.seconds_risk:8.4f} "
               f"{row.seconds_subproblem:8.4f} {row.seconds_comm:8.4f}", file=self.stream, flush=True)
@@ -213,8 +220,7 @@ def main(argv, comm):
         attrs["classes"] = np.asarray(local.classes, dtype=np.float64)
     save_model(args.out, w, bias, attrs, result.history)
     if verbose:
-        if table.last is not None and table.last.iteration != result.nit:
-            table.print_row(table.last)
+        table.finish()
         totals = {name: float(np.sum(result.history[name]))
                   for name in ("seconds_risk", "seconds_subproblem", "seconds_comm")}
         print(f"{'converged' if result.success else 'stopped'} after {result.nit} iterations "

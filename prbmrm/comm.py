@@ -44,7 +44,7 @@ class SerialComm:
         return buf
 
     def allreduce_sum(self, buf):
-        """Sum the float64 array `buf` over all ranks, in place."""
+        """Sum the float64 or int64 array `buf` over all ranks, in place."""
         return buf
 
     def allreduce_max(self, values):
@@ -54,6 +54,41 @@ class SerialComm:
     def allreduce_min(self, values):
         """Return the element-wise minimum over ranks of a small float64 array."""
         return np.array(values, dtype=np.float64)
+
+    def reproducible_sum(self, partials, n_parts):
+        """Sum float64 vectors over all ranks with a result independent of the rank count.
+
+        Floating-point addition is not associative, so a plain Allreduce gives
+        results that depend on how the rows were split over ranks, and BMRM
+        amplifies such round-off differences from iteration to iteration.
+        Here every partial sum is rounded once to a fixed-point integer on a
+        per-component scale common to all ranks (one Allreduce-max), and the
+        integers are added exactly (one Allreduce-sum of int64). The result is
+        the same for any split of the same partials over any number of ranks,
+        and as accurate as a floating-point sum: each partial keeps
+        ``62 - log2(n_parts)`` bits relative to the largest one.
+
+        Parameters
+        ----------
+        partials : ndarray of shape (k, n)
+            This rank's partial sums, one row per canonical block of data.
+        n_parts : int
+            Number of partial sums over all ranks (bounds the integer sum).
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            The sum, or all NaN if any partial is not finite.
+        """
+        largest = self.allreduce_max(np.max(np.abs(partials), axis=0, initial=0.0))
+        if not np.all(np.isfinite(largest)):
+            return np.full(partials.shape[1], np.nan)
+        # Scale so that every |partial| < 2**bits and the sum of n_parts of them fits in int64.
+        bits = 62 - int(np.ceil(np.log2(n_parts + 1)))
+        shift = bits - np.frexp(largest)[1]
+        fixed = np.rint(np.ldexp(partials, shift)).astype(np.int64).sum(axis=0)
+        self.allreduce_sum(fixed)
+        return np.ldexp(fixed.astype(np.float64), -shift)
 
     def gather_counts(self, n_local):
         """Return the number of local items of every rank (on every rank)."""
@@ -117,17 +152,18 @@ class MPIComm(SerialComm):
         return buf
 
     def allreduce_sum(self, buf):
-        self.comm.Allreduce(self._MPI.IN_PLACE, [buf, self._MPI.DOUBLE], op=self._MPI.SUM)
+        # mpi4py takes the MPI datatype from the array's buffer format.
+        self.comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM)
         return buf
 
     def allreduce_max(self, values):
         buf = np.array(values, dtype=np.float64)
-        self.comm.Allreduce(self._MPI.IN_PLACE, [buf, self._MPI.DOUBLE], op=self._MPI.MAX)
+        self.comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MAX)
         return buf
 
     def allreduce_min(self, values):
         buf = np.array(values, dtype=np.float64)
-        self.comm.Allreduce(self._MPI.IN_PLACE, [buf, self._MPI.DOUBLE], op=self._MPI.MIN)
+        self.comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MIN)
         return buf
 
     def gather_counts(self, n_local):

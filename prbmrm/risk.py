@@ -4,15 +4,20 @@ Rank 0 runs the solver and calls the oracle; every other rank sits in
 :meth:`DistributedRisk.serve`. One evaluation is::
 
     rank 0:   [w, flag]  --Bcast-->  every rank
-    every rank: (risk_sum, grad_sum) on its own shard
-              <--Allreduce (d + 1 float64)-->  R = risk_sum / m,  a = grad_sum / m
+    every rank: (risk_sum, grad_sum) of each of its blocks (shard files)
+              <--reproducible Allreduce (d + 1 values)-->  R = risk_sum / m,  a = grad_sum / m
 
 The flag rides with ``w`` so no extra message is needed to stop the workers.
+Sums are formed per canonical block of rows (one per shard file) and added
+with :meth:`prbmrm.comm.SerialComm.reproducible_sum`, so 1, 2 or 3 ranks
+holding the same shards compute bitwise the same R and a, and BMRM takes the
+same path on any number of ranks.
 """
 
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 from .errors import CollectiveError, PrbmrmError
 
@@ -34,6 +39,9 @@ class DistributedRisk:
         Number of examples over all ranks: R_emp is the sum divided by it.
     comm : prbmrm.comm.SerialComm or MPIComm
         The communicator.
+    blocks : sequence of int, optional
+        Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical
+        blocks (:attr:`prbmrm.data.LocalData.blocks`); one block by default.
 
     Attributes
     ----------
@@ -47,15 +55,17 @@ class DistributedRisk:
         Number of evaluations so far.
     """
 
-    def __init__(self, loss, X, y, n_total, comm):
+    def __init__(self, loss, X, y, n_total, comm, blocks=None):
         self.loss = loss
-        self.X = X
-        self.y = y
         self.n_total = int(n_total)
         self.comm = comm
         self.dim = X.shape[1]
+        bounds = [0, X.shape[0]] if blocks is None else list(blocks)
+        self._blocks = [(_row_block(X, a, b), y[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        self._n_parts = int(comm.allreduce_sum(np.array([len(self._blocks)], dtype=np.int64))[0])
         self._message = np.zeros(self.dim + 1)  # w, then the control flag
-        self._sums = np.zeros(self.dim + 1)  # gradient sum, then the risk sum
+        self._partials = np.empty((len(self._blocks), self.dim + 1))  # per block: gradient, risk
+        self._sums = np.zeros(self.dim + 1)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
         self.evaluations = 0
 
@@ -77,11 +87,11 @@ class DistributedRisk:
 
     def _evaluate(self, bcast_seconds):
         started = time.perf_counter()
-        risk_sum, grad_sum = self.loss.loss_gradient(self._message[:-1], self.X, self.y)
+        w = self._message[:-1]
+        for partial, (X, y) in zip(self._partials, self._blocks):
+            partial[-1], partial[:-1] = self.loss.loss_gradient(w, X, y)
         computed = time.perf_counter()
-        self._sums[:-1] = grad_sum
-        self._sums[-1] = risk_sum
-        self.comm.allreduce_sum(self._sums)
+        self._sums = self.comm.reproducible_sum(self._partials, self._n_parts)
         self.last_seconds = {"risk": computed - started,
                              "comm": bcast_seconds + time.perf_counter() - computed}
         self.evaluations += 1
@@ -110,6 +120,15 @@ class DistributedRisk:
         self.comm.bcast_array(self._message)
         if error is not None:
             self.comm.bcast_object(str(error))
+
+
+def _row_block(X, start, stop):
+    """Rows start:stop of X without copying the large arrays."""
+    if not sp.issparse(X):
+        return X[start:stop]
+    indptr = X.indptr[start:stop + 1]
+    return sp.csr_matrix((X.data[indptr[0]:indptr[-1]], X.indices[indptr[0]:indptr[-1]],
+                          indptr - indptr[0]), shape=(stop - start, X.shape[1]), copy=False)
 
 
 def run_distributed(oracle, solve):

@@ -4,6 +4,7 @@ import time
 
 import numpy as np
 
+from ..errors import InputError
 from ._base import HISTORY_COLUMNS, Bundle, Progress, Result
 
 _MESSAGES = {0: "gap <= epsilon", 1: "gap <= rel_epsilon * objective",
@@ -58,6 +59,9 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     status = 2
     for t in range(1, max_iter + 1):
         r, a = risk(w)
+        if not (np.isfinite(r) and np.all(np.isfinite(a))):
+            raise InputError(f"the empirical risk or its subgradient is not finite at iteration {t} "
+                             "(overflow in the loss? try a larger --lam or scaled features)")
         objective = lam * regularizer.value(w) + r
         if objective < best_objective:
             best_objective, best_w = objective, w

@@ -1,0 +1,134 @@
+"""Convert SVMlight/LIBSVM, .npz or .csv input into HDF5 shard files.
+
+Usage::
+
+    python -m prbmrm.shard INPUT [INPUT ...] --parts P --out DIR
+        [--multilabel] [--n-features D] [--positive LABEL] [--dense | --sparse]
+        [--label-column K] [--overwrite] [--quiet]
+
+Runs on one process. Several inputs are concatenated. The rows are cut into
+P contiguous blocks balanced by nonzeros, never inside a query, and written
+as ``DIR/part-00000.h5`` ... (see :mod:`prbmrm.data` for the format). On any
+error it prints one line ``prbmrm.shard: error: ...`` to stderr, leaves no
+partial output and exits with status 2.
+"""
+
+import os
+import sys
+
+from . import data
+from ._cli import ArgumentParser, run
+from .errors import InputError, UsageError
+
+PROG = "prbmrm.shard"
+
+
+def build_parser():
+    """Return the argument parser of ``python -m prbmrm.shard``.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+    """
+    p = ArgumentParser(
+        prog=PROG,
+        description="Convert SVMlight/LIBSVM (also .gz/.bz2/.xz), .npz or .csv input "
+                    "into P HDF5 shard files balanced by nonzeros, one or more per MPI "
+                    "rank. Queries (qid:) are never split across shards.")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="input file(s); several are concatenated in order")
+    p.add_argument("--parts", "-p", type=int, required=True, metavar="P",
+                   help="number of shard files (at least the number of MPI ranks to use)")
+    p.add_argument("--out", "-o", required=True, metavar="DIR",
+                   help="output directory (created if needed)")
+    p.add_argument("--multilabel", action="store_true",
+                   help="labels are comma-separated label sets")
+    p.add_argument("--n-features", type=int, metavar="D",
+                   help="number of features (default: the largest feature index)")
+    p.add_argument("--positive", type=float, metavar="LABEL",
+                   help="one-vs-rest: map LABEL to +1 and every other label to -1")
+    layout = p.add_mutually_exclusive_group()
+    layout.add_argument("--dense", dest="dense", action="store_const", const=True,
+                        help="store X dense (default for dense .npz and CSV input)")
+    layout.add_argument("--sparse", dest="dense", action="store_const", const=False,
+                        help="store X as CSR (default for SVMlight input)")
+    p.add_argument("--label-column", type=int, default=0, metavar="K",
+                   help="column of the label in CSV input (default 0; -1 for the last)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace existing part-*.h5 files in DIR")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
+    return p
+
+
+def _check_options(args):
+    if args.parts < 1:
+        raise UsageError(f"--parts must be at least 1, got {args.parts}")
+    if args.n_features is not None and args.n_features < 1:
+        raise UsageError(f"--n-features must be at least 1, got {args.n_features}")
+    if args.multilabel and args.positive is not None:
+        raise UsageError("--positive does not apply to --multilabel data")
+
+
+def _summary(paths, out_dir):
+    lines, rows, nnz, queries = [], 0, 0, 0
+    info = None
+    for path in paths:
+        info = data._shard_summary(path)
+        rows += info["rows"]
+        nnz += info["nnz"]
+        text = f"{os.path.basename(path)}: {info['rows']:,} rows, {info['nnz']:,} nonzeros"
+        if info["queries"] is not None:
+            queries += info["queries"]
+            text += f", {info['queries']:,} queries"
+        lines.append(text)
+    labels = info["label_kind"]
+    if info["n_classes"] is not None:
+        labels += f" ({info['n_classes']} {'labels' if labels == 'multilabel' else 'classes'})"
+    total = (f"total: {len(paths)} {info['layout']} shard{'s' if len(paths) != 1 else ''} "
+             f"in {out_dir}: {rows:,} rows, {info['n_features']:,} features, "
+             f"{nnz:,} nonzeros")
+    if info["queries"] is not None:
+        total += f", {queries:,} queries"
+    lines.append(total + f", labels {labels}")
+    return lines
+
+
+def _main(argv, comm):
+    args = build_parser().parse_args(argv)
+    if comm.size > 1:
+        raise UsageError("runs on one process; start it without mpiexec")
+    _check_options(args)
+    try:
+        X, y, qid = data.read_input(args.inputs, multilabel=args.multilabel,
+                                    n_features=args.n_features, label_column=args.label_column)
+        paths = data.write_shards(X, y, args.out, args.parts, qid=qid,
+                                  source=", ".join(args.inputs), dense=args.dense,
+                                  multilabel=args.multilabel, positive=args.positive,
+                                  overwrite=args.overwrite)
+    except MemoryError:
+        raise InputError("out of memory while converting the input") from None
+    if not args.quiet:
+        for line in _summary(paths, args.out):
+            print(line)
+    return 0
+
+
+def main(argv=None):
+    """Run ``python -m prbmrm.shard``.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Command-line arguments (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        Exit status: 0 on success, 2 on bad options or input (one line
+        ``prbmrm.shard: error: ...`` on stderr, no partial output).
+    """
+    return run(_main, PROG, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,8 +17,8 @@ import os
 import sys
 
 from . import data
-from ._cli import ArgumentParser, run
-from .errors import InputError, UsageError
+from ._cli import EXIT_INPUT, ArgumentParser
+from .errors import InputError, PrbmrmError, UsageError
 
 PROG = "prbmrm.shard"
 
@@ -93,9 +93,15 @@ def _summary(paths, out_dir):
     return lines
 
 
-def _main(argv, comm):
+def _launched_on_several_ranks():
+    # Read from the launcher's environment: this command never initialises MPI.
+    return any(int(os.environ.get(v, "1") or 1) > 1
+               for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
+
+
+def _main(argv):
     args = build_parser().parse_args(argv)
-    if comm.size > 1:
+    if _launched_on_several_ranks():
         raise UsageError("runs on one process; start it without mpiexec")
     _check_options(args)
     try:
@@ -116,6 +122,9 @@ def _main(argv, comm):
 def main(argv=None):
     """Run ``python -m prbmrm.shard``.
 
+    It runs on one process and never initialises MPI (it works where no MPI
+    launcher is available, e.g. on a login node).
+
     Parameters
     ----------
     argv : list of str, optional
@@ -125,9 +134,17 @@ def main(argv=None):
     -------
     int
         Exit status: 0 on success, 2 on bad options or input (one line
-        ``prbmrm.shard: error: ...`` on stderr, no partial output).
+        ``prbmrm.shard: error: ...`` on stderr, no partial output), 130 when
+        interrupted.
     """
-    return run(_main, PROG, argv)
+    try:
+        return _main(argv)
+    except PrbmrmError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr, flush=True)
+        return 130
 
 
 if __name__ == "__main__":

@@ -694,8 +694,16 @@ def test_split_local_errors_and_overrides():
 # The command line: python -m prbmrm.shard
 # --------------------------------------------------------------------------
 
+def clean_env():
+    """The environment without the MPI launcher's variables (the suite may run under mpiexec)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "MPI_", "HYDRA_", "OMPI_"))}
+    env["PYTHONPATH"] = REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+    return env
+
+
 def run_cli(*args):
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = clean_env()
     return subprocess.run([sys.executable, "-m", "prbmrm.shard", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=120)
 
@@ -747,13 +755,35 @@ def test_cli_errors(tmp_path, case):
         assert not os.path.exists(out) or not os.listdir(out)
 
 
-def test_cli_main_in_process(tmp_path, capsys):
+def test_cli_main_in_process(tmp_path, capsys, monkeypatch):
     from prbmrm import shard
 
+    monkeypatch.delenv("PMI_SIZE", raising=False)
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE", raising=False)
     p = write_text(tmp_path / "in.txt", "1 1:1\n-1 2:1\n")
     assert shard.main([p, "-p", "2", "-o", str(tmp_path / "o"), "-q"]) == 0
     assert shard.main([p, "-p", "0", "-o", str(tmp_path / "o2")]) == 2
     assert "prbmrm.shard: error: --parts must be at least 1" in capsys.readouterr().err
+
+
+def test_cli_never_initialises_mpi(tmp_path):
+    p = write_text(tmp_path / "in.txt", "1 1:1\n-1 2:1\n")
+    code = ("import sys; from prbmrm import shard; "
+            f"status = shard.main([{p!r}, '-p', '2', '-o', {str(tmp_path / 'o')!r}, '-q']); "
+            "print(status, 'mpi4py.MPI' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(),
+                       timeout=60)
+    assert r.stdout.split() == ["0", "False"], r.stderr
+
+
+def test_cli_refuses_several_ranks(tmp_path, monkeypatch, capsys):
+    from prbmrm import shard
+
+    p = write_text(tmp_path / "in.txt", "1 1:1\n-1 2:1\n")
+    monkeypatch.setenv("PMI_SIZE", "3")
+    assert shard.main([p, "-p", "2", "-o", str(tmp_path / "o")]) == 2
+    assert "runs on one process" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "o")
 
 
 # --------------------------------------------------------------------------

@@ -771,8 +771,8 @@ def test_cli_never_initialises_mpi(tmp_path):
     code = ("import sys; from prbmrm import shard; "
             f"status = shard.main([{p!r}, '-p', '2', '-o', {str(tmp_path / 'o')!r}, '-q']); "
             "print(status, 'mpi4py.MPI' in sys.modules)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(),
-                       timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=clean_env(), timeout=60)
     assert r.stdout.split() == ["0", "False"], r.stderr
 
 

@@ -14,7 +14,7 @@ and define only ``l`` and ``l'``. Losses are found by name in :data:`LOSSES`.
 
 import numpy as np
 
-from .errors import InputError
+from .errors import UsageError
 
 
 class Loss:
@@ -163,13 +163,13 @@ def get_loss(name):
 
     Raises
     ------
-    InputError
+    UsageError
         If no loss has that name; the message lists the known names.
     """
     try:
         return LOSSES[name]()
     except KeyError:
-        raise InputError(f"unknown loss {name!r}; known losses: {', '.join(sorted(LOSSES))}") from None
+        raise UsageError(f"unknown loss {name!r}; known losses: {', '.join(sorted(LOSSES))}") from None
 
 
 def _format_labels(classes, limit=8):

@@ -7,7 +7,7 @@ Found by name in :data:`REGULARIZERS`.
 
 import numpy as np
 
-from .errors import InputError
+from .errors import UsageError
 from .qp import solve_simplex_qp
 
 
@@ -60,4 +60,4 @@ def get_regularizer(name):
     try:
         return REGULARIZERS[name]()
     except KeyError:
-        raise InputError(f"unknown regularizer {name!r}; known: {', '.join(sorted(REGULARIZERS))}") from None
+        raise UsageError(f"unknown regularizer {name!r}; known: {', '.join(sorted(REGULARIZERS))}") from None

@@ -111,7 +111,7 @@ def fit(data=None, *, loss="hinge", lam=1e-4, bias=False, solver="bmrm", reg="l2
     if problem is not None:
         where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
         raise UsageError(f"{where}: {problem}")
-    oracle = DistributedRisk(loss_object, local.X, local.y, local.n_examples_total, comm)
+    oracle = DistributedRisk(loss_object, local.X, local.y, local.n_examples_total, comm, local.blocks)
     w0 = np.zeros(oracle.dim)
     result = run_distributed(oracle, lambda risk: minimize(
         risk, w0, lam, method=solver, reg=reg, epsilon=epsilon, rel_epsilon=rel_epsilon,

@@ -76,3 +76,13 @@ def least_squares_objective(X, y, w, lam):
 
 OBJECTIVES = {"hinge": hinge_objective, "logistic": logistic_objective,
               "least_squares": least_squares_objective}
+
+
+def pytest_configure(config):
+    # Under mpiexec every rank runs pytest: give each its own base temporary
+    # directory (pytest_mpi's mpi_tmp_path shares rank 0's where a test needs it).
+    rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")
+    if rank is not None and config.option.basetemp:
+        config.option.basetemp = os.path.join(config.option.basetemp, f"rank{rank}")
+    config.addinivalue_line("markers", "distributed: rank-agnostic tests that tests/test_mpiexec.py "
+                            "also runs under mpiexec -n 2 and -n 3")

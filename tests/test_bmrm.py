@@ -3,7 +3,6 @@
 import cvxpy as cp
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from conftest import OBJECTIVES, load_svmlight
 from prbmrm.comm import SerialComm

@@ -1,7 +1,6 @@
 """Tests of prbmrm.data (shard format, conversion, validation, loading) and prbmrm.shard."""
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,14 +14,7 @@ from prbmrm import data
 from prbmrm.comm import SerialComm
 from prbmrm.errors import CollectiveError, InputError, PrbmrmError
 
-DATA = "/work/shared/data"
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="shared data sets not available")
-
-
-def shared(name):
-    return os.path.join(DATA, name)
+from conftest import REPO, data_path as shared, mpiexec
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +77,6 @@ def shard_rows(paths):
 # Reading real data
 # --------------------------------------------------------------------------
 
-@needs_data
 def test_read_real_data(dna, mq2008, yeast, housing):
     X, y, qid = dna
     assert sp.isspmatrix_csr(X) and X.shape == (2000, 180) and X.dtype == np.float64
@@ -98,7 +89,6 @@ def test_read_real_data(dna, mq2008, yeast, housing):
     assert X.shape == (506, 13) and data.infer_label_kind(y)[0] == "real"
 
 
-@needs_data
 def test_several_inputs_are_concatenated(dna):
     X, y, qid = data.read_input([shared("dna.scale.xz"), shared("dna.scale.t.xz")])
     assert X.shape == (2000 + 1186, 180) and y.shape == (3186,)
@@ -133,7 +123,6 @@ def test_compressed_svmlight(tmp_path):
 # Round trips: shard, then load every shard, equals the input exactly
 # --------------------------------------------------------------------------
 
-@needs_data
 @pytest.mark.parametrize("name", ["dna", "mq2008", "yeast", "housing"])
 @pytest.mark.parametrize("parts", [1, 3, 4])
 def test_round_trip(name, parts, request, tmp_path):
@@ -161,7 +150,6 @@ def test_round_trip(name, parts, request, tmp_path):
         assert L.qid.dtype == np.int64 and np.array_equal(L.qid, qid)
 
 
-@needs_data
 def test_shard_file_format(dna, tmp_path):
     X, y, _ = dna
     paths = data.write_shards(X, y, tmp_path, 2, source="dna.scale.xz")
@@ -182,7 +170,6 @@ def test_shard_file_format(dna, tmp_path):
         assert f["y"].dtype == np.float64 and "qid" not in f
 
 
-@needs_data
 def test_bias_column(dna, tmp_path):
     X, y, _ = dna
     data.write_shards(X, y, tmp_path / "s", 3)
@@ -201,7 +188,6 @@ def test_bias_column(dna, tmp_path):
 # Balancing and queries
 # --------------------------------------------------------------------------
 
-@needs_data
 def test_balanced_by_nonzeros(dna, tmp_path):
     X, y, _ = dna
     paths = data.write_shards(X, y, tmp_path, 7)
@@ -236,7 +222,6 @@ def test_dense_rows_split_evenly(tmp_path):
     assert shard_rows(paths) in ([3, 4, 3], [3, 3, 4], [4, 3, 3])
 
 
-@needs_data
 @pytest.mark.parametrize("parts", [2, 5, 69])
 def test_queries_never_split(mq2008, parts, tmp_path):
     X, y, qid = mq2008
@@ -250,7 +235,6 @@ def test_queries_never_split(mq2008, parts, tmp_path):
     assert len(owner) == 69
 
 
-@needs_data
 def test_more_parts_than_queries(mq2008, tmp_path):
     X, y, qid = mq2008
     with pytest.raises(InputError, match="cannot split 69 queries into 70 parts"):
@@ -269,7 +253,6 @@ def test_query_in_two_runs(tmp_path):
 # Labels
 # --------------------------------------------------------------------------
 
-@needs_data
 def test_positive_class(dna, tmp_path):
     X, y, _ = dna
     data.write_shards(X, y, tmp_path, 3, positive=3)
@@ -281,7 +264,6 @@ def test_positive_class(dna, tmp_path):
         assert f.attrs["positive"] == 3.0
 
 
-@needs_data
 def test_positive_label_absent(dna, tmp_path):
     X, y, _ = dna
     with pytest.raises(InputError, match=r"the positive label 7 does not occur in the data "
@@ -320,7 +302,6 @@ def test_infer_label_kind_multilabel():
 # Dense, sparse, npz and csv
 # --------------------------------------------------------------------------
 
-@needs_data
 def test_dense_and_sparse_layouts(housing, tmp_path):
     X, y, _ = housing
     data.write_shards(X, y, tmp_path / "d", 2, dense=True)
@@ -565,7 +546,6 @@ def test_rows_do_not_add_up(small, tmp_path):
         data.load_local(tmp_path, SerialComm())
 
 
-@needs_data
 def test_truncated_shard(dna, tmp_path):
     X, y, _ = dna
     paths = data.write_shards(X, y, tmp_path, 3)
@@ -641,7 +621,6 @@ def test_fewer_shard_files_than_ranks(small, tmp_path):
 # split_local: in-memory data on every rank
 # --------------------------------------------------------------------------
 
-@needs_data
 def test_split_local_blocks(mq2008):
     X, y, qid = mq2008
     blocks = [data.split_local(X, y, FakeComm(r, 3), qid=qid, bias=True) for r in range(3)]
@@ -657,7 +636,6 @@ def test_split_local_blocks(mq2008):
         assert b.n_examples_total == 1000 and b.files == [] and b.n_features == 46
 
 
-@needs_data
 def test_blocks_are_the_same_on_any_number_of_ranks(dna, tmp_path):
     X, y, _ = dna
     paths = data.write_shards(X, y, tmp_path, 5)
@@ -708,7 +686,6 @@ def run_cli(*args):
                           capture_output=True, text=True, env=env, timeout=120)
 
 
-@needs_data
 def test_cli_success(tmp_path):
     out = tmp_path / "mq"
     r = run_cli(shared("mq2008_subset_vali.txt.xz"), "--parts", 3, "--out", out)
@@ -818,12 +795,6 @@ MPI_SCRIPT = textwrap.dedent("""
 """)
 
 
-@needs_data
-@pytest.mark.mpi
-@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not found")
-@pytest.mark.skipif(int(os.environ.get("PMI_SIZE", "1")) > 1
-                    or int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")) > 1,
-                    reason="already running under MPI")
 def test_load_local_under_mpi(mq2008, tmp_path):
     import json
 
@@ -844,7 +815,7 @@ def test_load_local_under_mpi(mq2008, tmp_path):
     script = tmp_path / "run.py"
     script.write_text(MPI_SCRIPT)
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run(["mpiexec", "-n", "3", sys.executable, str(script), str(tmp_path)],
+    r = subprocess.run([mpiexec(), "-n", "3", sys.executable, str(script), str(tmp_path)],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     ranks = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(3)]

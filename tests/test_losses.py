@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import OBJECTIVES
 from prbmrm.losses import LOSSES, get_loss
-from prbmrm.errors import InputError
+from prbmrm.errors import UsageError
 
 
 def labels_for(loss, rng, m):
@@ -101,7 +101,7 @@ def test_regression_loss_accepts_any_real_labels():
 
 
 def test_unknown_loss_names_the_known_ones():
-    with pytest.raises(InputError, match="unknown loss 'hing'.*hinge"):
+    with pytest.raises(UsageError, match="unknown loss 'hing'.*hinge"):
         get_loss("hing")
 
 

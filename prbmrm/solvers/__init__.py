@@ -5,7 +5,7 @@ Dispatch by name, as scipy.optimize.minimize does::
     result = minimize(risk, w0, lam, method="bmrm", reg="l2", rel_epsilon=1e-3)
 """
 
-from ..errors import InputError
+from ..errors import UsageError
 from ..regularizers import get_regularizer
 from ._base import HISTORY_COLUMNS, Bundle, Progress, Result
 from .bmrm import minimize_bmrm
@@ -41,7 +41,7 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
     try:
         solver = SOLVERS[method]
     except KeyError:
-        raise InputError(f"unknown solver {method!r}; known solvers: {', '.join(sorted(SOLVERS))}") from None
+        raise UsageError(f"unknown solver {method!r}; known solvers: {', '.join(sorted(SOLVERS))}") from None
     return solver(risk, w0, lam, get_regularizer(reg), **options)
 
 

@@ -1,0 +1,213 @@
+"""The command lines end to end, plainly and under mpiexec: training, prediction, every bad input."""
+
+import os
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import data_path, load_svmlight, run_ranks
+from prbmrm.data import write_shards
+from prbmrm.model import load_model
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """dna as a binary problem (class 3 against the rest) in 4 shards, and the raw 3-class shards."""
+    root = tmp_path_factory.mktemp("shards")
+    X, y = load_svmlight("dna.scale.xz")
+    write_shards(X, np.where(y == 3, 1.0, -1.0), root / "binary", 4)
+    write_shards(X, y, root / "multiclass", 4)
+    return root
+
+
+def train(ranks, *args, timeout=60):
+    return run_ranks(ranks, ["-m", "prbmrm.train", *args], timeout=timeout)
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_demo_run_writes_model_with_history(tmp_path, ranks):
+    out = tmp_path / "demo.h5"
+    completed, _ = train(ranks, "--out", str(out))
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0].split()[:6] == ["iter", "objective", "best", "lower", "bound", "gap"]
+    assert sum(line.startswith("converged") for line in lines) == 1  # rank 0 alone prints
+    model = load_model(str(out))
+    assert model.w.shape == (30,)
+    for key in ("objective", "lower_bound", "gap", "iterations", "lam", "loss", "options", "version"):
+        assert key in model.attrs
+    assert model.attrs["lower_bound"] <= model.attrs["objective"]
+    assert model.attrs["gap"] <= 1e-3 * model.attrs["objective"]
+    assert len(model.history["objective"]) == model.attrs["iterations"]
+    assert set(model.history) >= {"iteration", "objective", "best_objective", "lower_bound", "gap",
+                                  "planes", "seconds_risk", "seconds_subproblem", "seconds_comm"}
+
+
+def test_ranks_agree_through_the_command_line(tmp_path, shards):
+    results = {}
+    for ranks in (1, 2, 3):
+        out = tmp_path / f"model{ranks}.h5"
+        completed, _ = train(ranks, "--data", str(shards / "binary"), "--loss", "logistic", "--lam",
+                             "1e-4", "--bias", "--quiet", "--out", str(out))
+        assert completed.returncode == 0, completed.stderr
+        assert completed.stdout == ""
+        results[ranks] = load_model(str(out))
+    reference = results[1]
+    for ranks in (2, 3):
+        assert results[ranks].attrs["iterations"] == reference.attrs["iterations"]
+        np.testing.assert_allclose(results[ranks].history["objective"], reference.history["objective"],
+                                   rtol=1e-9)
+        assert results[ranks].bias == pytest.approx(reference.bias, rel=1e-9)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_predict_reports_accuracy_and_writes_scores(tmp_path, shards, ranks):
+    model = tmp_path / "model.h5"
+    completed, _ = train(1, "--data", str(shards / "binary"), "--lam", "1e-3", "--bias", "--quiet",
+                         "--out", str(model))
+    assert completed.returncode == 0, completed.stderr
+    scores = tmp_path / "scores.txt"
+    completed, _ = run_ranks(ranks, ["-m", "prbmrm.predict", "--model", str(model), "--data",
+                                     str(shards / "binary"), "--out", str(scores)])
+    assert completed.returncode == 0, completed.stderr
+    X, y = load_svmlight("dna.scale.xz")
+    y = np.where(y == 3, 1.0, -1.0)
+    fitted = load_model(str(model))
+    expected = X @ fitted.w + fitted.bias
+    np.testing.assert_allclose(np.loadtxt(scores), expected, rtol=1e-12, atol=1e-12)
+    accuracy = np.mean(np.where(expected >= 0, 1, -1) == y)
+    assert f"accuracy {accuracy:.6g}" in completed.stdout
+
+
+def test_predict_on_svmlight_test_file(tmp_path):
+    model = tmp_path / "a9a.h5"
+    X, y = load_svmlight("a9a.xz")
+    write_shards(X, y, tmp_path / "a9a", 2)
+    completed, _ = train(1, "--data", str(tmp_path / "a9a"), "--lam", "1e-4", "--bias", "--quiet",
+                         "--out", str(model))
+    assert completed.returncode == 0, completed.stderr
+    completed, _ = run_ranks(1, ["-m", "prbmrm.predict", "--model", str(model), "--data",
+                                 data_path("a9a.t.xz")])
+    assert completed.returncode == 0, completed.stderr
+    accuracy = float(completed.stdout.split("accuracy ")[1].split(",")[0])
+    assert 0.84 < accuracy < 0.86  # LIBLINEAR's linear SVM reaches about 85% on a9a.t
+
+
+# ---- bad input: one clear message naming the problem, non-zero exit on every rank, no model file ----
+
+def expect_failure(completed, seconds, out, *fragments):
+    assert completed.returncode != 0
+    assert seconds < 10
+    errors = [line for line in completed.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, completed.stderr  # one message, from rank 0, no traceback
+    assert "Traceback" not in completed.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    assert not os.path.exists(out)
+    assert not [name for name in os.listdir(os.path.dirname(out)) if ".tmp-" in name]
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_wrong_label_set_for_the_loss(tmp_path, shards, ranks):
+    out = str(tmp_path / "m.h5")
+    completed, seconds = train(ranks, "--data", str(shards / "multiclass"), "--loss", "hinge", "--out", out)
+    expect_failure(completed, seconds, out, "multiclass", "{-1, +1}", "{1, 2, 3}")
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_shards_with_different_feature_counts(tmp_path, ranks):
+    X, y = load_svmlight("a9a.xz")
+    write_shards(X[:100], y[:100], tmp_path / "a", 2)
+    write_shards(X[:100, :50], y[:100], tmp_path / "b", 2)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(tmp_path / "a" / "part-00000.h5", mixed / "part-00000.h5")
+    shutil.copy(tmp_path / "b" / "part-00001.h5", mixed / "part-00001.h5")
+    out = str(tmp_path / "m.h5")
+    completed, seconds = train(ranks, "--data", str(mixed), "--out", out)
+    expect_failure(completed, seconds, out, "features")
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_missing_shard_file(tmp_path, shards, ranks):
+    directory = tmp_path / "d"
+    shutil.copytree(shards / "binary", directory)
+    os.remove(directory / "part-00002.h5")
+    out = str(tmp_path / "m.h5")
+    completed, seconds = train(ranks, "--data", str(directory), "--out", out)
+    expect_failure(completed, seconds, out, "part-00002.h5")
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_truncated_shard_file(tmp_path, shards, ranks):
+    directory = tmp_path / "d"
+    shutil.copytree(shards / "binary", directory)
+    victim = directory / "part-00003.h5"
+    os.truncate(victim, os.path.getsize(victim) // 2)
+    out = str(tmp_path / "m.h5")
+    completed, seconds = train(ranks, "--data", str(directory), "--out", out)
+    expect_failure(completed, seconds, out, "part-00003.h5")
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_non_finite_feature_in_a_shard(tmp_path, shards, ranks):
+    directory = tmp_path / "d"
+    shutil.copytree(shards / "binary", directory)
+    with h5py.File(directory / "part-00001.h5", "r+") as f:
+        f["X"]["data"][5] = np.nan
+    out = str(tmp_path / "m.h5")
+    completed, seconds = train(ranks, "--data", str(directory), "--out", out)
+    expect_failure(completed, seconds, out, "part-00001.h5")
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_fewer_shard_files_than_ranks(tmp_path, ranks):
+    X, y = load_svmlight("a9a.xz")
+    write_shards(X[:200], y[:200], tmp_path / "d", ranks - 1)
+    out = str(tmp_path / "m.h5")
+    completed, seconds = train(ranks, "--data", str(tmp_path / "d"), "--out", out)
+    expect_failure(completed, seconds, out, f"{ranks - 1} shard file", f"{ranks} ranks")
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("args, fragment", [
+    (["--lam", "0"], "--lam"),
+    (["--lam", "-1e-3"], "--lam"),
+    (["--epsilon", "-1"], "--epsilon"),
+    (["--rel-epsilon", "-0.1"], "--rel-epsilon"),
+    (["--loss", "hinje"], "unknown loss 'hinje'"),
+    (["--lam", "abc"], "--lam"),
+])
+def test_bad_options(tmp_path, ranks, args, fragment):
+    out = str(tmp_path / "m.h5")
+    completed, seconds = train(ranks, *args, "--out", out)
+    expect_failure(completed, seconds, out, fragment)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_output_path_not_writable(tmp_path, ranks):
+    out = str(tmp_path / "no-such-directory" / "m.h5")
+    completed, seconds = train(ranks, "--out", out)
+    assert completed.returncode != 0 and seconds < 10
+    errors = [line for line in completed.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "not writable" in errors[0] and out in errors[0]
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("content, fragment", [
+    ("+1 1:0.5 2:abc\n-1 1:1\n", "malformed"),
+    ("+1 1:0.5 2:nan\n-1 1:1\n", "non-finite"),
+    ("yes 1:0.5\n-1 1:1\n", "label"),
+])
+def test_bad_svmlight_input_to_predict(tmp_path, ranks, content, fragment):
+    model = tmp_path / "demo.h5"
+    completed, _ = train(1, "--quiet", "--out", str(model))
+    assert completed.returncode == 0, completed.stderr
+    bad = tmp_path / "bad.svm"
+    bad.write_text(content)
+    out = str(tmp_path / "scores.txt")
+    completed, seconds = run_ranks(ranks, ["-m", "prbmrm.predict", "--model", str(model), "--data",
+                                           str(bad), "--out", out])
+    expect_failure(completed, seconds, out, "bad.svm", fragment)

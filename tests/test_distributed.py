@@ -1,0 +1,108 @@
+"""Rank-agnostic tests: run serially by plain pytest and on 2 and 3 ranks by test_mpiexec.py.
+
+Each compares the distributed computation with a serial one over the whole
+data set that rank 0 makes itself, so "P ranks agree with 1 rank" is checked
+for every P the suite runs under. Shard counts are chosen so ranks hold
+uneven shares.
+"""
+
+import numpy as np
+import pytest
+
+from conftest import load_svmlight
+from prbmrm.comm import SerialComm
+from prbmrm.data import load_local, write_shards
+from prbmrm.losses import LOSSES, get_loss
+from prbmrm.risk import DistributedRisk, run_distributed
+from prbmrm.solvers import minimize
+
+pytestmark = pytest.mark.distributed
+
+
+def shared_shards(comm, tmp_path, X, y, parts):
+    """Rank 0 writes the shards; every rank gets the directory."""
+    directory = str(tmp_path / "shards")
+    if comm.is_root:
+        write_shards(X, y, directory, parts)
+    comm.barrier()
+    return directory
+
+
+def dna_binary():
+    X, y = load_svmlight("dna.scale.xz")
+    return X, np.where(y == 3, 1.0, -1.0)
+
+
+@pytest.mark.parametrize("loss", sorted(LOSSES))
+def test_risk_and_subgradient_equal_serial(comm, mpi_tmp_path, loss):
+    X, y = dna_binary()
+    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 2)
+    local = load_local(directory, comm)
+    oracle = DistributedRisk(get_loss(loss), local.X, local.y, local.n_examples_total, comm,
+                             local.blocks)
+    points = np.random.default_rng(0).normal(size=(4, X.shape[1])) * 0.1
+    values = run_distributed(oracle, lambda risk: [risk(w) for w in points])
+    if comm.is_root:
+        serial = DistributedRisk(get_loss(loss), X, y, len(y), SerialComm())
+        for w, (r, a) in zip(points, values):
+            r_serial, a_serial = serial(w)
+            assert r == pytest.approx(r_serial, rel=1e-12)
+            np.testing.assert_allclose(a, a_serial, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("loss", sorted(LOSSES))
+def test_bmrm_run_equals_serial_run(comm, mpi_tmp_path, loss):
+    X, y = load_svmlight("a9a.xz")
+    X, y = X[:6000], y[:6000]
+    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
+    local = load_local(directory, comm, bias=True)
+    oracle = DistributedRisk(get_loss(loss), local.X, local.y, local.n_examples_total, comm,
+                             local.blocks)
+    options = dict(epsilon=0, rel_epsilon=1e-4, max_iter=2000)
+    result = run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), 1e-3, **options))
+    if comm.is_root:
+        serial_data = load_local(directory, SerialComm(), bias=True)
+        serial = DistributedRisk(get_loss(loss), serial_data.X, serial_data.y, len(y), SerialComm(),
+                                 serial_data.blocks)
+        expected = minimize(serial, np.zeros(serial.dim), 1e-3, **options)
+        assert result.nit == expected.nit
+        for column in ("objective", "best_objective", "lower_bound"):
+            np.testing.assert_allclose(result.history[column], expected.history[column], rtol=1e-9)
+        np.testing.assert_allclose(result.w, expected.w, rtol=1e-7, atol=1e-9)
+
+
+def test_collective_check_raises_on_every_rank(comm):
+    from prbmrm.errors import CollectiveError
+
+    problem = ValueError("bad shard on the last rank") if comm.rank == comm.size - 1 else None
+    with pytest.raises(CollectiveError, match="bad shard on the last rank"):
+        comm.check(problem)
+    comm.check(None)
+
+
+def test_gather_and_scatter_of_scalars(comm):
+    local = np.arange(comm.rank + 2, dtype=np.float64) + 10 * comm.rank
+    full = comm.gather_scalars(local)
+    counts = comm.gather_counts(local.size)
+    if comm.is_root:
+        expected = np.concatenate([np.arange(r + 2) + 10.0 * r for r in range(comm.size)])
+        np.testing.assert_array_equal(full, expected)
+        full = 2 * full
+    back = comm.scatter_scalars(full, counts)
+    np.testing.assert_array_equal(back, 2 * local)
+
+
+def test_rank_failure_in_the_solver_reaches_every_rank(comm):
+    from prbmrm.errors import CollectiveError, InputError
+
+    X = np.ones((comm.size * 2, 2))
+    y = np.ones(comm.size * 2)
+    rows = slice(2 * comm.rank, 2 * comm.rank + 2)
+    oracle = DistributedRisk(get_loss("hinge"), X[rows], y[rows], len(y), comm)
+
+    def failing(risk):
+        risk(np.zeros(2))
+        raise InputError("objective is not finite")
+
+    with pytest.raises(CollectiveError, match="not finite"):
+        run_distributed(oracle, failing)

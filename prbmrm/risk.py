@@ -51,6 +51,8 @@ class DistributedRisk:
         Seconds spent by this rank in the last evaluation, under ``"risk"``
         (its own data pass) and ``"comm"`` (broadcast and Allreduce, which
         include waiting for the slowest rank).
+    total_seconds : dict
+        The same, summed over all evaluations.
     evaluations : int
         Number of evaluations so far.
     """
@@ -67,6 +69,7 @@ class DistributedRisk:
         self._partials = np.empty((len(self._blocks), self.dim + 1))  # per block: gradient, risk
         self._sums = np.zeros(self.dim + 1)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
+        self.total_seconds = {"risk": 0.0, "comm": 0.0}
         self.evaluations = 0
 
     def __call__(self, w):
@@ -94,6 +97,8 @@ class DistributedRisk:
         self._sums = self.comm.reproducible_sum(self._partials, self._n_parts)
         self.last_seconds = {"risk": computed - started,
                              "comm": bcast_seconds + time.perf_counter() - computed}
+        for key, seconds in self.last_seconds.items():
+            self.total_seconds[key] += seconds
         self.evaluations += 1
 
     def serve(self):

@@ -65,8 +65,8 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         objective = lam * regularizer.value(w) + r
         if objective < best_objective:
             best_objective, best_w = objective, w
-        bundle.add(a, r - float(np.dot(a, w)))
         solve_started = time.perf_counter()
+        bundle.add(a, r - float(np.dot(a, w)))
         w_next, lower_bound, alpha = regularizer.solve_subproblem(bundle, lam, np.append(alpha, 0.0))
         seconds = getattr(risk, "last_seconds", {"risk": 0.0, "comm": 0.0})
         row = Progress(t, objective, best_objective, lower_bound, best_objective - lower_bound,

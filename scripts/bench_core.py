@@ -1,0 +1,152 @@
+"""Benchmark the distributed core: where one BMRM iteration spends its time, at 1 and 2 ranks.
+
+Data sets: the KDD Cup 99 10% set from ../shared/data (494,021 x 118, 6.2M
+nonzeros) and a synthetic sparse set (default 2M rows x 100,000 features, 10
+nonzeros per row at uniformly random columns: 20M nonzeros; labels from a
+random sparse hyperplane with 10% flipped). Each is sharded into 2 files and
+trained with hinge BMRM, lam 1e-4, no stopping and no plane pruning, for 220
+iterations so the bundle holds 200+ planes.
+
+Printed per data set and rank count: seconds per iteration in risk (the data
+pass on each rank), subproblem (rank 0: Gram update, QP, new w) and
+communication (broadcast + the reproducible Allreduce, including waiting for
+the slowest rank); the subproblem's share of the iteration at 190-210
+planes; the risk phase's speedup from 1 to 2 ranks; and the risk phase's
+effective bandwidth (bytes of X read per second: data, indices and indptr,
+two passes per evaluation) next to a plain numpy copy's bandwidth.
+
+    python scripts/bench_core.py [--iterations 220] [--workdir DIR]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+DATA = os.path.join(REPO, "..", "shared", "data")
+
+
+def make_kdd(directory):
+    from prbmrm.data import read_input, write_shards
+
+    X, y, _ = read_input(os.path.join(DATA, "kddcup99_10pct.binary.xz"))
+    write_shards(X, y, directory, 2)
+    return X.nnz, X.shape
+
+
+def make_synthetic(directory, rows, features, per_row, seed=0):
+    from prbmrm.data import write_shards
+
+    rng = np.random.default_rng(seed)
+    indices = rng.integers(0, features, size=rows * per_row, dtype=np.int32)
+    X = sp.csr_matrix((rng.standard_normal(rows * per_row), indices,
+                       np.arange(0, rows * per_row + 1, per_row, dtype=np.int64)),
+                      shape=(rows, features))
+    X.sum_duplicates()
+    w_true = np.where(rng.random(features) < 0.1, rng.standard_normal(features), 0.0)
+    y = np.where(X @ w_true >= 0, 1.0, -1.0)
+    y[rng.random(rows) < 0.1] *= -1
+    write_shards(X, y, directory, 2)
+    return X.nnz, X.shape
+
+
+def worker(directory, iterations, lam):
+    """Run under mpiexec: train and print rank 0's history and every rank's totals as JSON."""
+    from prbmrm.comm import get_comm
+    from prbmrm.data import load_local
+    from prbmrm.losses import get_loss
+    from prbmrm.risk import DistributedRisk, run_distributed
+    from prbmrm.solvers import minimize
+
+    comm = get_comm()
+    local = load_local(directory, comm)
+    oracle = DistributedRisk(get_loss("hinge"), local.X, local.y, local.n_examples_total, comm,
+                             local.blocks)
+    result = run_distributed(oracle, lambda risk: minimize(
+        risk, np.zeros(oracle.dim), lam, epsilon=0, rel_epsilon=0, max_iter=iterations, idle_age=0))
+    X = local.X
+    local_bytes = 2 * (X.data.nbytes + X.indices.nbytes + X.indptr.nbytes)
+    totals = comm.gather_scalars(np.array([oracle.total_seconds["risk"], local_bytes]))
+    if comm.is_root:
+        print(json.dumps({"history": {k: v.tolist() for k, v in result.history.items()},
+                          "risk_seconds": totals[0::2].tolist(), "bytes": totals[1::2].tolist()}))
+
+
+def run_worker(directory, ranks, iterations, lam):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    command = [mpiexec if os.path.exists(mpiexec) else "mpiexec", "-n", str(ranks), sys.executable,
+               __file__, "--worker", directory, "--iterations", str(iterations), "--lam", str(lam)]
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if completed.returncode != 0:
+        sys.exit(f"worker failed on {ranks} rank(s):\n{completed.stderr}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def copy_bandwidth(megabytes=512, repeats=5):
+    """Bytes per second moved (read + written) by numpy copying a large float64 array."""
+    source = np.ones(megabytes * 2**20 // 8)
+    target = np.empty_like(source)
+    best = np.inf
+    for _ in range(repeats):
+        started = time.perf_counter()
+        np.copyto(target, source)
+        best = min(best, time.perf_counter() - started)
+    return 2 * source.nbytes / best
+
+
+def report(name, nnz, shape, runs):
+    print(f"\n{name}: {shape[0]:,} x {shape[1]:,}, {nnz:,} nonzeros, 2 shard files")
+    print(f"{'ranks':>5} {'risk s/it':>10} {'sub s/it':>10} {'comm s/it':>10} {'iter s':>9} "
+          f"{'sub share @200':>15} {'risk GB/s':>10}")
+    for ranks, run in runs.items():
+        h = {k: np.asarray(v) for k, v in run["history"].items()}
+        per_iteration = h["seconds_risk"] + h["seconds_subproblem"] + h["seconds_comm"]
+        near = (h["planes"] >= 190) & (h["planes"] <= 210)
+        share = h["seconds_subproblem"][near].mean() / per_iteration[near].mean()
+        n = len(h["iteration"])
+        bandwidth = sum(b / (s / n) for b, s in zip(run["bytes"], run["risk_seconds"])) / 1e9
+        print(f"{ranks:5d} {h['seconds_risk'].mean():10.5f} {h['seconds_subproblem'].mean():10.5f} "
+              f"{h['seconds_comm'].mean():10.5f} {per_iteration.mean():9.5f} {share:14.1%} "
+              f"{bandwidth:10.2f}")
+    one, two = (max(runs[r]["risk_seconds"]) for r in (1, 2))
+    print(f"risk phase speedup 1 -> 2 ranks: {one / two:.2f} "
+          f"(total risk seconds {one:.3f} -> slowest rank {two:.3f})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iterations", type=int, default=220)
+    parser.add_argument("--lam", type=float, default=1e-4)
+    parser.add_argument("--workdir", help="where to write the shards (default: a temporary directory)")
+    parser.add_argument("--synthetic-rows", type=int, default=2_000_000)
+    parser.add_argument("--synthetic-features", type=int, default=100_000)
+    parser.add_argument("--synthetic-per-row", type=int, default=10)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.iterations, args.lam)
+        return
+    with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
+        sets = [("KDD Cup 99 10%", make_kdd, ()),
+                ("synthetic sparse", make_synthetic,
+                 (args.synthetic_rows, args.synthetic_features, args.synthetic_per_row))]
+        for name, make, extra in sets:
+            directory = os.path.join(workdir, name.split()[0])
+            nnz, shape = make(directory, *extra)
+            runs = {ranks: run_worker(directory, ranks, args.iterations, args.lam) for ranks in (1, 2)}
+            report(name, nnz, shape, runs)
+    print(f"\nnumpy copy bandwidth (read + write, one process): {copy_bandwidth() / 1e9:.2f} GB/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -47,9 +47,7 @@ class L2:
             The multipliers, on the simplex.
         """
         qp = solve_simplex_qp(bundle.gram / lam, bundle.b, x0=alpha0)
-        # alpha is sparse: touching only the planes in its support saves an O(t d) pass.
-        support = np.flatnonzero(qp.x)
-        w = -(qp.x[support] @ bundle.A[support]) / lam
+        w = -(qp.x @ bundle.A) / lam
         return w, qp.value, qp.x
 
 

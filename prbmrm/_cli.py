@@ -43,6 +43,12 @@ def run(main, prog, argv=None):
     from .comm import get_comm
 
     comm = get_comm()
+    if comm.size > 1:
+        # Every core already runs a rank: BLAS threads would only compete with
+        # them (OpenBLAS slows small dense products many-fold when oversubscribed).
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
     try:
         return main(argv, comm)
     except (CollectiveError, UsageError) as error:

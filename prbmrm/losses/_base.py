@@ -1,20 +1,6 @@
-"""Losses: given w and a local shard, the sum of losses and the sum of subgradients.
-
-A loss object has one vectorised call, :meth:`Loss.loss_gradient`, returning
-``(risk_sum, grad_sum)`` over the examples of this rank's shard, the way
-scikit-learn's ``LinearModelLoss.loss_gradient`` does. The risk oracle divides
-by the global number of examples after the Allreduce.
-
-Scalar losses (paper 000, Table 5) share the skeleton of Algorithm 6::
-
-    f = X @ w;   risk = sum_i l(f_i, y_i);   grad = X.T @ l'(f, y)
-
-and define only ``l`` and ``l'``. Losses are found by name in :data:`LOSSES`.
-"""
+"""Base classes of the losses and the shared skeleton of scalar losses."""
 
 import numpy as np
-
-from .errors import UsageError
 
 
 class Loss:
@@ -113,64 +99,6 @@ class RegressionLoss(ScalarLoss):
         if label_kind == "multilabel":
             return f"loss {self.name!r} needs one real target per example, the data is multilabel"
         return None
-
-
-class Hinge(BinaryLoss):
-    """Hinge loss ``max(0, 1 - y f)``; subgradient ``-y`` where ``y f < 1``, else 0."""
-
-    name = "hinge"
-
-    def value(self, f, y):
-        return np.maximum(0.0, 1.0 - y * f)
-
-    def derivative(self, f, y):
-        # A product with the boolean mask is twice as fast as np.where on large shards.
-        return -y * (y * f < 1.0)
-
-
-class Logistic(BinaryLoss):
-    """Logistic loss ``log(1 + exp(-y f))``; derivative ``-y / (1 + exp(y f))``."""
-
-    name = "logistic"
-
-    def value(self, f, y):
-        return np.logaddexp(0.0, -y * f)
-
-    def derivative(self, f, y):
-        # -y * sigmoid(-y f), written with expit so large |f| neither overflows nor loses digits.
-        from scipy.special import expit
-
-        return -y * expit(-y * f)
-
-
-class LeastSquares(RegressionLoss):
-    """Least mean squares ``(f - y)^2 / 2``; derivative ``f - y``."""
-
-    name = "least_squares"
-
-    def value(self, f, y):
-        return 0.5 * (f - y) ** 2
-
-    def derivative(self, f, y):
-        return f - y
-
-
-LOSSES = {cls.name: cls for cls in (Hinge, Logistic, LeastSquares)}
-"""Registry of losses by name: the values of ``--loss``."""
-
-
-def get_loss(name):
-    """Return a new instance of the loss registered as `name`.
-
-    Raises
-    ------
-    UsageError
-        If no loss has that name; the message lists the known names.
-    """
-    try:
-        return LOSSES[name]()
-    except KeyError:
-        raise UsageError(f"unknown loss {name!r}; known losses: {', '.join(sorted(LOSSES))}") from None
 
 
 def _format_labels(classes, limit=8):

@@ -1,0 +1,37 @@
+"""Losses: given w and a local shard, the sum of losses and the sum of subgradients.
+
+A loss object has one vectorised call, :meth:`Loss.loss_gradient`, returning
+``(risk_sum, grad_sum)`` over the examples of one block of this rank's shard,
+the way scikit-learn's ``LinearModelLoss.loss_gradient`` does. The risk oracle
+adds the blocks of all ranks and divides by the global number of examples.
+
+Scalar losses (paper 000, Table 5) share the skeleton of Algorithm 6::
+
+    f = X @ w;   risk = sum_i l(f_i, y_i);   grad = X.T @ l'(f, y)
+
+and define only ``l`` and ``l'``. Losses are found by name in :data:`LOSSES`.
+"""
+
+from ..errors import UsageError
+from ._base import BinaryLoss, Loss, RegressionLoss, ScalarLoss
+from .scalar import Hinge, LeastSquares, Logistic
+
+LOSSES = {cls.name: cls for cls in (Hinge, Logistic, LeastSquares)}
+"""Registry of losses by name: the values of ``--loss``."""
+
+
+def get_loss(name):
+    """Return a new instance of the loss registered as `name`.
+
+    Raises
+    ------
+    UsageError
+        If no loss has that name; the message lists the known names.
+    """
+    try:
+        return LOSSES[name]()
+    except KeyError:
+        raise UsageError(f"unknown loss {name!r}; known losses: {', '.join(sorted(LOSSES))}") from None
+
+
+__all__ = ["LOSSES", "BinaryLoss", "Loss", "RegressionLoss", "ScalarLoss", "get_loss"]

@@ -25,8 +25,8 @@ class Model:
     ----------
     w : ndarray
         Weights, shape (d,) (or (d, k) for multi-output losses).
-    bias : float
-        The learned offset (0 when trained without ``--bias``).
+    bias : float or ndarray
+        The learned offset, one per output (0 when trained without ``--bias``).
     attrs : dict
         Every attribute of the file: objective, lower_bound, gap, iterations,
         lam, loss, options, version, ...
@@ -35,7 +35,7 @@ class Model:
     """
 
     w: np.ndarray
-    bias: float
+    bias: object
     attrs: dict
     history: dict
 
@@ -69,8 +69,8 @@ def save_model(path, w, bias, attrs, history):
     path : str
         The model file to create or replace.
     w : ndarray
-        Weights without the bias.
-    bias : float
+        Weights without the bias, shape (d,) or (d, k).
+    bias : float or ndarray of shape (k,)
     attrs : dict
         Scalars and strings stored as root attributes; dicts and lists are
         stored as JSON text.
@@ -82,7 +82,7 @@ def save_model(path, w, bias, attrs, history):
         with h5py.File(temporary, "w") as f:
             f.attrs["format"] = MODEL_FORMAT
             f.attrs["version"] = __version__
-            f.attrs["bias"] = float(bias)
+            f.attrs["bias"] = np.asarray(bias, dtype=np.float64)
             for key, value in attrs.items():
                 if value is None:
                     continue
@@ -114,7 +114,7 @@ def load_model(path):
                 raise InputError(f"{path}: not a prbmrm model file")
             attrs = {key: _plain(value) for key, value in f.attrs.items()}
             history = {key: f["history"][key][()] for key in f["history"]}
-            return Model(w=f["w"][()], bias=float(attrs["bias"]), attrs=attrs, history=history)
+            return Model(w=f["w"][()], bias=attrs["bias"], attrs=attrs, history=history)
     except OSError as error:
         raise InputError(f"{path}: cannot read model file: {error}") from None
 

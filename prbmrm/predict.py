@@ -7,6 +7,7 @@ gathers the scores: only scalars cross rank boundaries.
 """
 
 import glob
+import json
 import os
 import sys
 
@@ -67,19 +68,24 @@ def main(argv, comm):
     except InputError as problem:
         error = problem
     comm.check(error)
-    loss = get_loss(model.attrs["loss"])
+    loss = get_loss(model.attrs["loss"], **json.loads(model.attrs.get("loss_params", "{}")))
+    loss.prepare(model.attrs.get("classes"), model.attrs.get("label_kind"))
     n_model = model.w.shape[0]
     local = load_for_prediction(args.data, n_model, comm)
     if local.n_features > n_model:
         # Every rank sees the same global n_features, so every rank raises this.
         raise CollectiveError(f"{args.data}: data has {local.n_features} features, the model "
                          f"{args.model} only {n_model}")
-    X = local.X[:, :n_model] if local.X.shape[1] > n_model else local.X
-    w = model.w[:X.shape[1]]
-    scores = comm.gather_scalars(loss.decision_function(w, X) + model.bias)
-    labels = comm.gather_scalars(local.y)
+    if local.n_features < n_model:
+        # A test file whose highest feature index is lower than the training data's.
+        model.w = model.w[:local.n_features]
+    scores = comm.gather_scalars(model.decision_function(local.X).ravel())
+    labels = comm.gather_scalars(local.y.ravel())
     if not comm.is_root:
         return 0
+    if model.w.ndim == 2:
+        scores = scores.reshape(-1, model.w.shape[1])
+        labels = labels.reshape(len(scores), -1) if labels.size != len(scores) else labels
     if args.out:
         temporary = args.out + f".tmp-{os.getpid()}"
         np.savetxt(temporary, scores, fmt="%.17g")

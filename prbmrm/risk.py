@@ -42,11 +42,13 @@ class DistributedRisk:
     blocks : sequence of int, optional
         Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical
         blocks (:attr:`prbmrm.data.LocalData.blocks`); one block by default.
+    qid : ndarray, optional
+        This rank's query ids, handed to the loss with each block.
 
     Attributes
     ----------
     dim : int
-        Length of ``w``.
+        Length of ``w``: features times the loss's ``n_outputs``.
     last_seconds : dict
         Seconds spent by this rank in the last evaluation, under ``"risk"``
         (its own data pass) and ``"comm"`` (broadcast and Allreduce, which
@@ -57,14 +59,20 @@ class DistributedRisk:
         Number of evaluations so far.
     """
 
-    def __init__(self, loss, X, y, n_total, comm, blocks=None):
+    def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
         self.loss = loss
         self.n_total = int(n_total)
         self.comm = comm
-        self.dim = X.shape[1]
+        self.dim = X.shape[1] * loss.n_outputs
         bounds = [0, X.shape[0]] if blocks is None else list(blocks)
-        self._blocks = [(_row_block(X, a, b), y[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        self._blocks = [(_row_block(X, a, b), y[a:b], None if qid is None else qid[a:b])
+                        for a, b in zip(bounds[:-1], bounds[1:])]
         self._n_parts = int(comm.allreduce_sum(np.array([len(self._blocks)], dtype=np.int64))[0])
+        if not loss.decomposable:
+            # Labels and query ids travel to rank 0 once; per iteration only scores do.
+            self._counts = comm.gather_counts(X.shape[0])
+            self._all_y = comm.gather_scalars(y)
+            self._all_qid = None if qid is None else comm.gather_scalars(qid)
         self._message = np.zeros(self.dim + 1)  # w, then the control flag
         self._partials = np.empty((len(self._blocks), self.dim + 1))  # per block: gradient, risk
         self._sums = np.zeros(self.dim + 1)
@@ -91,15 +99,45 @@ class DistributedRisk:
     def _evaluate(self, bcast_seconds):
         started = time.perf_counter()
         w = self._message[:-1]
-        for partial, (X, y) in zip(self._partials, self._blocks):
-            partial[-1], partial[:-1] = self.loss.loss_gradient(w, X, y)
+        if self.loss.decomposable:
+            for partial, (X, y, qid) in zip(self._partials, self._blocks):
+                partial[-1], partial[:-1] = self.loss.loss_gradient(w, X, y, qid)
+            exchange = 0.0
+        else:
+            exchange = self._multivariate_partials(w)
         computed = time.perf_counter()
         self._sums = self.comm.reproducible_sum(self._partials, self._n_parts)
-        self.last_seconds = {"risk": computed - started,
-                             "comm": bcast_seconds + time.perf_counter() - computed}
+        self.last_seconds = {"risk": computed - started - exchange,
+                             "comm": bcast_seconds + exchange + time.perf_counter() - computed}
         for key, seconds in self.last_seconds.items():
             self.total_seconds[key] += seconds
         self.evaluations += 1
+
+    def _multivariate_partials(self, w):
+        """Fill the partial sums of a non-decomposable loss; return the seconds spent exchanging.
+
+        Scores go to rank 0, per-example coefficients come back, and each rank
+        forms ``X.T @ c`` of its blocks: only m scalars each way cross ranks.
+        """
+        scores = np.concatenate([X @ w for X, _, _ in self._blocks])
+        started = time.perf_counter()
+        all_scores = self.comm.gather_scalars(scores)
+        exchange = time.perf_counter() - started
+        risk_sum, coefficients = 0.0, None
+        if self.comm.is_root:
+            risk_sum, coefficients = self.loss.coefficients(all_scores, self._all_y, self._all_qid)
+        started = time.perf_counter()
+        local = self.comm.scatter_scalars(coefficients, self._counts)
+        exchange += time.perf_counter() - started
+        start = 0
+        for partial, (X, _, _) in zip(self._partials, self._blocks):
+            stop = start + X.shape[0]
+            partial[:-1] = X.T @ local[start:stop]
+            partial[-1] = 0.0
+            start = stop
+        # The risk is known on rank 0 alone: it enters the sum once.
+        self._partials[0, -1] = risk_sum
+        return exchange
 
     def serve(self):
         """Answer rank 0's evaluations until it stops (every rank but 0).

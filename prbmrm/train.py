@@ -52,8 +52,8 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age):
         raise UsageError(f"--idle-age must be >= 0 (0 keeps every plane), got {idle_age}")
 
 
-def fit(data=None, *, loss="hinge", lam=1e-4, bias=False, solver="bmrm", reg="l2", epsilon=0.0,
-        rel_epsilon=1e-3, max_iter=10000, idle_age=10, callback=None, comm=None):
+def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
+        epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, callback=None, comm=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -66,6 +66,8 @@ def fit(data=None, *, loss="hinge", lam=1e-4, bias=False, solver="bmrm", reg="l2
         (each rank keeps its block of rows). None: the embedded demo data.
     loss : str
         A key of :data:`prbmrm.losses.LOSSES`.
+    loss_params : dict, optional
+        The loss's parameters (``--loss-param NAME=VALUE``).
     lam : float
         Regularization constant, > 0.
     bias : bool
@@ -87,15 +89,18 @@ def fit(data=None, *, loss="hinge", lam=1e-4, bias=False, solver="bmrm", reg="l2
     Returns
     -------
     result : prbmrm.solvers.Result or None
-        On rank 0; None on the other ranks.
+        On rank 0; None on the other ranks. ``result.w`` is flat: reshape it to
+        ``(n_features [+ 1 with bias], loss.n_outputs)`` for multi-output losses.
     local : prbmrm.data.LocalData
         This rank's data, as loaded.
+    loss : prbmrm.losses.Loss
+        The loss, prepared for the data's labels.
     """
     from .comm import get_comm
 
     comm = get_comm() if comm is None else comm
     check_options(lam, epsilon, rel_epsilon, max_iter, idle_age)
-    loss_object = get_loss(loss)
+    loss_object = get_loss(loss, **(loss_params or {}))
     if solver not in SOLVERS:
         raise UsageError(f"unknown solver {solver!r}; known solvers: {', '.join(sorted(SOLVERS))}")
     if reg not in REGULARIZERS:
@@ -111,12 +116,25 @@ def fit(data=None, *, loss="hinge", lam=1e-4, bias=False, solver="bmrm", reg="l2
     if problem is not None:
         where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
         raise UsageError(f"{where}: {problem}")
-    oracle = DistributedRisk(loss_object, local.X, local.y, local.n_examples_total, comm, local.blocks)
+    loss_object.prepare(local.classes, local.label_kind)
+    oracle = DistributedRisk(loss_object, local.X, local.y, local.n_examples_total, comm, local.blocks,
+                             local.qid)
     w0 = np.zeros(oracle.dim)
     result = run_distributed(oracle, lambda risk: minimize(
         risk, w0, lam, method=solver, reg=reg, epsilon=epsilon, rel_epsilon=rel_epsilon,
         max_iter=max_iter, idle_age=idle_age, callback=callback))
-    return result, local
+    return result, local, loss_object
+
+
+def parse_loss_params(pairs):
+    """Turn ``["tau=0.3", "cost=linear"]`` into ``{"tau": "0.3", "cost": "linear"}``."""
+    params = {}
+    for pair in pairs or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--loss-param expects NAME=VALUE, got {pair!r}")
+        params[name.strip()] = value.strip()
+    return params
 
 
 class ProgressTable:
@@ -166,6 +184,8 @@ def build_parser():
     parser.add_argument("--data", help="shard directory or glob of shard files "
                         "(python -m prbmrm.shard makes them); default: the embedded demo data")
     parser.add_argument("--loss", default="hinge", help=f"loss: {', '.join(LOSSES)} (default hinge)")
+    parser.add_argument("--loss-param", action="append", metavar="NAME=VALUE",
+                        help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")
     parser.add_argument("--lam", type=float, default=1e-4, help="regularization constant > 0 (default 1e-4)")
     parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join(SOLVERS)} (default bmrm)")
     parser.add_argument("--reg", default="l2", help=f"regularizer: {', '.join(REGULARIZERS)} (default l2)")
@@ -189,7 +209,8 @@ def main(argv, comm):
     """Entry point of ``python -m prbmrm.train``; returns the exit status."""
     args = build_parser().parse_args(argv)
     check_options(args.lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age)
-    get_loss(args.loss)
+    loss_params = parse_loss_params(args.loss_param)
+    get_loss(args.loss, **loss_params)
     error = None
     if comm.is_root:
         try:
@@ -200,18 +221,20 @@ def main(argv, comm):
     verbose = comm.is_root and not args.quiet
     table = ProgressTable(args.print_every) if verbose else None
     started = time.perf_counter()
-    result, local = fit(args.data, loss=args.loss, lam=args.lam, bias=args.bias, solver=args.solver,
-                        reg=args.reg, epsilon=args.epsilon, rel_epsilon=args.rel_epsilon,
-                        max_iter=args.max_iter, idle_age=args.idle_age, callback=table, comm=comm)
+    result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=args.lam,
+                              bias=args.bias, solver=args.solver, reg=args.reg, epsilon=args.epsilon,
+                              rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
+                              idle_age=args.idle_age, callback=table, comm=comm)
     if not comm.is_root:
         return 0
     seconds = time.perf_counter() - started
-    w = result.w[:-1] if args.bias else result.w
-    bias = float(result.w[-1]) if args.bias else 0.0
+    W = result.w.reshape(-1, loss.n_outputs) if loss.n_outputs > 1 else result.w
+    w, bias = (W[:-1], W[-1]) if args.bias else (W, np.zeros(W.shape[1:]))
     options = {key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")}
     attrs = {"objective": result.fun, "lower_bound": result.lower_bound, "gap": result.gap,
              "iterations": result.nit, "status": result.status, "message": result.message,
-             "lam": args.lam, "loss": args.loss, "solver": args.solver, "reg": args.reg,
+             "lam": args.lam, "loss": args.loss, "loss_params": json.dumps(loss_params),
+             "solver": args.solver, "reg": args.reg,
              "has_bias": bool(args.bias), "n_features": local.n_features,
              "n_examples": local.n_examples_total, "ranks": comm.size,
              "data": args.data or DEMO_NAME, "label_kind": local.label_kind,

@@ -106,3 +106,28 @@ def test_rank_failure_in_the_solver_reaches_every_rank(comm):
 
     with pytest.raises(CollectiveError, match="not finite"):
         run_distributed(oracle, failing)
+
+
+class HingeThroughRankZero(__import__("prbmrm.losses", fromlist=["MultivariateLoss"]).MultivariateLoss):
+    """The hinge loss computed the non-decomposable way: scores to rank 0, coefficients back."""
+
+    name = "hinge_through_rank_zero"
+
+    def coefficients(self, f, y, qid=None):
+        active = y * f < 1.0
+        return float(np.sum(np.maximum(0.0, 1.0 - y * f))), -y * active
+
+
+def test_non_decomposable_path_equals_the_decomposable_one(comm, mpi_tmp_path):
+    X, y = dna_binary()
+    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
+    local = load_local(directory, comm)
+    points = np.random.default_rng(5).normal(size=(3, X.shape[1])) * 0.1
+    results = []
+    for loss in (HingeThroughRankZero(), get_loss("hinge")):
+        oracle = DistributedRisk(loss, local.X, local.y, local.n_examples_total, comm, local.blocks)
+        results.append(run_distributed(oracle, lambda risk: [risk(w) for w in points]))
+    if comm.is_root:
+        for (r1, a1), (r2, a2) in zip(*results):
+            assert r1 == pytest.approx(r2, rel=1e-12)
+            np.testing.assert_allclose(a1, a2, rtol=1e-12, atol=1e-15)

@@ -111,3 +111,20 @@ def test_metrics():
     assert measures == {"accuracy": 0.75, "error_rate": 0.25}
     measures = squares.metrics(np.array([1.0, 2.0]), np.array([0.0, 2.0]))
     assert measures["rmse"] == pytest.approx(np.sqrt(0.5)) and measures["mae"] == pytest.approx(0.5)
+
+
+def test_loss_parameters_are_checked():
+    from prbmrm.losses import Loss
+
+    class WithParameter(Loss):
+        name = "with_parameter"
+        params = {"tau": 0.5}
+
+    assert WithParameter().tau == 0.5
+    assert WithParameter(tau="0.25").tau == 0.25
+    with pytest.raises(UsageError, match="no parameter 'rho'.*tau"):
+        WithParameter(rho=1)
+    with pytest.raises(UsageError, match="tau='abc'"):
+        WithParameter(tau="abc")
+    with pytest.raises(UsageError, match="no parameter 'tau'"):
+        get_loss("hinge", tau=0.5)

@@ -13,25 +13,28 @@ and define only ``l`` and ``l'``. Losses are found by name in :data:`LOSSES`.
 """
 
 from ..errors import UsageError
-from ._base import BinaryLoss, Loss, RegressionLoss, ScalarLoss
+from ._base import BinaryLoss, Loss, MultivariateLoss, RegressionLoss, ScalarLoss
 from .scalar import Hinge, LeastSquares, Logistic
 
 LOSSES = {cls.name: cls for cls in (Hinge, Logistic, LeastSquares)}
 """Registry of losses by name: the values of ``--loss``."""
 
 
-def get_loss(name):
-    """Return a new instance of the loss registered as `name`.
+def get_loss(name, **params):
+    """Return a new instance of the loss registered as `name`, with its parameters.
 
     Raises
     ------
     UsageError
-        If no loss has that name; the message lists the known names.
+        If no loss has that name (the message lists the known names) or a
+        parameter is unknown or of the wrong type.
     """
     try:
-        return LOSSES[name]()
+        cls = LOSSES[name]
     except KeyError:
         raise UsageError(f"unknown loss {name!r}; known losses: {', '.join(sorted(LOSSES))}") from None
+    return cls(**params)
 
 
-__all__ = ["LOSSES", "BinaryLoss", "Loss", "RegressionLoss", "ScalarLoss", "get_loss"]
+__all__ = ["LOSSES", "BinaryLoss", "Loss", "MultivariateLoss", "RegressionLoss", "ScalarLoss",
+           "get_loss"]

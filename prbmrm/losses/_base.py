@@ -2,20 +2,58 @@
 
 import numpy as np
 
+from ..errors import UsageError
+
 
 class Loss:
     """Base class: a convex loss and its subgradient on a local shard.
+
+    Parameters
+    ----------
+    **params
+        Values for the names in :attr:`params` (``--loss-param NAME=VALUE``);
+        each is converted to the type of its default.
 
     Attributes
     ----------
     name : str
         The registry name (``--loss`` on the command line).
     task : str
-        ``"classification"`` or ``"regression"``: which metric `predict` reports.
+        Which measures `predict` reports, e.g. ``"classification"`` or ``"regression"``.
+    params : dict
+        Parameter names and their defaults; the instance has one attribute each.
+    decomposable : bool
+        True if the risk is a sum over examples (:meth:`loss_gradient` per
+        block); False for the multivariate scores (:class:`MultivariateLoss`).
+    n_outputs : int
+        Columns of the weight matrix W (d x k); 1 for scalar losses. ``w`` is
+        always handed over flat, ``W.ravel()``.
     """
 
     name = None
     task = None
+    params = {}
+    decomposable = True
+    n_outputs = 1
+
+    def __init__(self, **params):
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            known = ", ".join(self.params) or "none"
+            raise UsageError(f"loss {self.name!r} has no parameter {unknown[0]!r} (its parameters: {known})")
+        for key, default in self.params.items():
+            value = params.get(key, default)
+            try:
+                setattr(self, key, type(default)(value) if default is not None else value)
+            except ValueError:
+                raise UsageError(f"loss parameter {key}={value!r}: expected a "
+                                 f"{type(default).__name__}") from None
+
+    def prepare(self, classes, label_kind):
+        """Set up what depends on the whole data set's labels (e.g. :attr:`n_outputs`).
+
+        Called once on every rank, after :meth:`check_labels` accepted them.
+        """
 
     def check_labels(self, classes, label_kind):
         """Return an error text if the data's label set does not suit this loss.
@@ -34,13 +72,13 @@ class Loss:
         """
         return None
 
-    def loss_gradient(self, w, X, y):
-        """Return ``(sum of losses, sum of subgradients)`` over the rows of `X`."""
-        raise NotImplementedError
+    def loss_gradient(self, w, X, y, qid=None):
+        """Return ``(sum of losses, sum of subgradients)`` over the rows of `X`.
 
-    def decision_function(self, w, X):
-        """Return the scores ``f = X @ w`` that predictions are made from."""
-        return X @ w
+        `qid` holds the rows' query ids when the data has them (queries are
+        never split across blocks).
+        """
+        raise NotImplementedError
 
     def metrics(self, f, y):
         """Return this loss's natural measures of the scores `f` against `y`.
@@ -58,6 +96,25 @@ class Loss:
                 "mae": float(np.mean(np.abs(residual)))}
 
 
+class MultivariateLoss(Loss):
+    """A risk that does not decompose over examples (ROC area, F-beta, ordinal regression, ...).
+
+    The risk oracle gathers the scores ``f = X @ w`` of all ranks (scalars,
+    never features) to rank 0, calls :meth:`coefficients` there, scatters the
+    per-example coefficients back, and each rank forms its part ``X.T @ c``.
+    """
+
+    decomposable = False
+
+    def coefficients(self, f, y, qid=None):
+        """Return ``(risk_sum, c)`` over all examples, in global order, on rank 0.
+
+        The empirical risk is ``risk_sum / m`` and its subgradient
+        ``X.T @ c / m``, with m the number of examples.
+        """
+        raise NotImplementedError
+
+
 class ScalarLoss(Loss):
     """A loss ``l(<w, x>, y)`` of the scalar score; subclasses define `value` and `derivative`."""
 
@@ -69,7 +126,7 @@ class ScalarLoss(Loss):
         """Return a per-example subgradient ``l'(f_i, y_i)`` with respect to ``f_i``."""
         raise NotImplementedError
 
-    def loss_gradient(self, w, X, y):
+    def loss_gradient(self, w, X, y, qid=None):
         f = X @ w
         risk = float(np.sum(self.value(f, y)))
         # X.T @ g runs scipy's transposed CSR kernel: no copy of X is made.

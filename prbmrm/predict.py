@@ -15,7 +15,7 @@ import numpy as np
 
 from ._cli import ArgumentParser, run
 from .data import load_local, read_input, split_local
-from .errors import CollectiveError, InputError
+from .errors import CollectiveError, InputError, UsageError
 from .losses import get_loss
 from .model import check_writable, load_model
 
@@ -57,19 +57,25 @@ def main(argv, comm):
     parser.add_argument("--model", required=True, help="model file written by prbmrm.train")
     parser.add_argument("--data", required=True,
                         help="shard directory, shard file(s) or glob, or an SVMlight/LIBSVM, .npz or .csv file")
-    parser.add_argument("--out", help="write the decision values here, one per line")
+    parser.add_argument("--out", help="write the decision values here, one line per example "
+                        "(k values for multi-output models)")
+    parser.add_argument("--labels", help="write the predicted labels here, one per line "
+                        "(classification losses)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     args = parser.parse_args(argv)
     error, model = None, None
     try:
         model = load_model(args.model)
-        if comm.is_root and args.out:
-            check_writable(args.out)
+        for path in (args.out, args.labels):
+            if comm.is_root and path:
+                check_writable(path)
     except InputError as problem:
         error = problem
     comm.check(error)
     loss = get_loss(model.attrs["loss"], **json.loads(model.attrs.get("loss_params", "{}")))
     loss.prepare(model.attrs.get("classes"), model.attrs.get("label_kind"))
+    if args.labels and not loss.predicts_labels:
+        raise UsageError(f"--labels: loss {loss.name!r} predicts scores, not labels")
     n_model = model.w.shape[0]
     local = load_for_prediction(args.data, n_model, comm)
     if local.n_features > n_model:
@@ -81,20 +87,25 @@ def main(argv, comm):
         model.w = model.w[:local.n_features]
     scores = comm.gather_scalars(model.decision_function(local.X).ravel())
     labels = comm.gather_scalars(local.y.ravel())
+    qid = None if local.qid is None else comm.gather_scalars(local.qid)
     if not comm.is_root:
         return 0
     if model.w.ndim == 2:
         scores = scores.reshape(-1, model.w.shape[1])
         labels = labels.reshape(len(scores), -1) if labels.size != len(scores) else labels
-    if args.out:
-        temporary = args.out + f".tmp-{os.getpid()}"
-        np.savetxt(temporary, scores, fmt="%.17g")
-        os.replace(temporary, args.out)
+    predicted = loss.predict_labels(scores)
+    for path, values in ((args.out, scores), (args.labels, predicted)):
+        if path:
+            temporary = path + f".tmp-{os.getpid()}"
+            np.savetxt(temporary, values, fmt="%.17g")
+            os.replace(temporary, path)
     if not args.quiet:
-        measures = ", ".join(f"{name} {value:.6g}" for name, value in loss.metrics(scores, labels).items())
+        measures = ", ".join(f"{name} {value:.6g}"
+                             for name, value in loss.metrics(scores, labels, qid).items())
         print(f"{len(scores)} examples from {args.data}: {measures}")
-        if args.out:
-            print(f"decision values written to {args.out}")
+        for path, what in ((args.out, "decision values"), (args.labels, "labels")):
+            if path:
+                print(f"{what} written to {path}")
     return 0
 
 

@@ -14,9 +14,11 @@ and define only ``l`` and ``l'``. Losses are found by name in :data:`LOSSES`.
 
 from ..errors import UsageError
 from ._base import BinaryLoss, Loss, MultivariateLoss, RegressionLoss, ScalarLoss
-from .scalar import Hinge, LeastSquares, Logistic
+from .multivariate import MULTIVARIATE_LOSSES
+from .scalar import SCALAR_LOSSES
+from .vector import VECTOR_LOSSES
 
-LOSSES = {cls.name: cls for cls in (Hinge, Logistic, LeastSquares)}
+LOSSES = {cls.name: cls for cls in SCALAR_LOSSES + VECTOR_LOSSES + MULTIVARIATE_LOSSES}
 """Registry of losses by name: the values of ``--loss``."""
 
 

@@ -80,8 +80,31 @@ class Loss:
         """
         raise NotImplementedError
 
-    def metrics(self, f, y):
+    @property
+    def predicts_labels(self):
+        """bool: whether :meth:`predict_labels` gives labels (classification losses)."""
+        return self.task == "classification"
+
+    def predict_labels(self, f):
+        """Return the labels predicted from the scores `f`, or None if the loss predicts none.
+
+        Binary classification losses predict ``sign(f)`` (+1 at 0).
+        """
+        if self.task == "classification":
+            return np.where(f >= 0, 1.0, -1.0)
+        return None
+
+    def metrics(self, f, y, qid=None):
         """Return this loss's natural measures of the scores `f` against `y`.
+
+        Parameters
+        ----------
+        f : ndarray
+            Scores of all examples, shape (n,) or (n, k).
+        y : ndarray
+            Their labels.
+        qid : ndarray, optional
+            Their query ids, for ranking measures.
 
         Returns
         -------
@@ -89,7 +112,7 @@ class Loss:
             Name to value, e.g. ``{"accuracy": 0.85, "error_rate": 0.15}``.
         """
         if self.task == "classification":
-            accuracy = float(np.mean(np.where(f >= 0, 1.0, -1.0) == y)) if len(y) else float("nan")
+            accuracy = float(np.mean(self.predict_labels(f) == y)) if len(y) else float("nan")
             return {"accuracy": accuracy, "error_rate": 1.0 - accuracy}
         residual = f - y
         return {"rmse": float(np.sqrt(np.mean(residual ** 2))),

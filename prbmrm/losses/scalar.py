@@ -43,3 +43,6 @@ class LeastSquares(RegressionLoss):
 
     def derivative(self, f, y):
         return f - y
+
+
+SCALAR_LOSSES = (Hinge, Logistic, LeastSquares)

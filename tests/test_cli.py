@@ -130,36 +130,32 @@ def test_shards_with_different_feature_counts(tmp_path, ranks):
     expect_failure(completed, seconds, out, "features")
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_missing_shard_file(tmp_path, shards, ranks):
-    directory = tmp_path / "d"
-    shutil.copytree(shards / "binary", directory)
+def remove_a_shard(directory):
     os.remove(directory / "part-00002.h5")
-    out = str(tmp_path / "m.h5")
-    completed, seconds = train(ranks, "--data", str(directory), "--out", out)
-    expect_failure(completed, seconds, out, "part-00002.h5")
+    return "part-00002.h5"
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_truncated_shard_file(tmp_path, shards, ranks):
-    directory = tmp_path / "d"
-    shutil.copytree(shards / "binary", directory)
+def truncate_a_shard(directory):
     victim = directory / "part-00003.h5"
     os.truncate(victim, os.path.getsize(victim) // 2)
-    out = str(tmp_path / "m.h5")
-    completed, seconds = train(ranks, "--data", str(directory), "--out", out)
-    expect_failure(completed, seconds, out, "part-00003.h5")
+    return "part-00003.h5"
+
+
+def put_nan_in_a_shard(directory):
+    with h5py.File(directory / "part-00001.h5", "r+") as f:
+        f["X"]["data"][5] = np.nan
+    return "part-00001.h5"
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_non_finite_feature_in_a_shard(tmp_path, shards, ranks):
+@pytest.mark.parametrize("damage", [remove_a_shard, truncate_a_shard, put_nan_in_a_shard])
+def test_damaged_shard_set(tmp_path, shards, ranks, damage):
     directory = tmp_path / "d"
     shutil.copytree(shards / "binary", directory)
-    with h5py.File(directory / "part-00001.h5", "r+") as f:
-        f["X"]["data"][5] = np.nan
+    named = damage(directory)
     out = str(tmp_path / "m.h5")
     completed, seconds = train(ranks, "--data", str(directory), "--out", out)
-    expect_failure(completed, seconds, out, "part-00001.h5")
+    expect_failure(completed, seconds, out, named)
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

@@ -12,7 +12,7 @@ import pytest
 from conftest import load_svmlight
 from prbmrm.comm import SerialComm
 from prbmrm.data import load_local, write_shards
-from prbmrm.losses import LOSSES, get_loss
+from prbmrm.losses import get_loss
 from prbmrm.risk import DistributedRisk, run_distributed
 from prbmrm.solvers import minimize
 
@@ -33,7 +33,7 @@ def dna_binary():
     return X, np.where(y == 3, 1.0, -1.0)
 
 
-@pytest.mark.parametrize("loss", sorted(LOSSES))
+@pytest.mark.parametrize("loss", ["hinge", "logistic", "least_squares"])
 def test_risk_and_subgradient_equal_serial(comm, mpi_tmp_path, loss):
     X, y = dna_binary()
     directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 2)
@@ -50,7 +50,7 @@ def test_risk_and_subgradient_equal_serial(comm, mpi_tmp_path, loss):
             np.testing.assert_allclose(a, a_serial, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("loss", sorted(LOSSES))
+@pytest.mark.parametrize("loss", ["hinge", "logistic", "least_squares"])
 def test_bmrm_run_equals_serial_run(comm, mpi_tmp_path, loss):
     X, y = load_svmlight("a9a.xz")
     X, y = X[:6000], y[:6000]

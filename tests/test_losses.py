@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
 from conftest import OBJECTIVES
-from prbmrm.losses import LOSSES, get_loss
+from prbmrm.losses import get_loss
 from prbmrm.errors import UsageError
 
 
@@ -21,7 +21,7 @@ def risk(loss, w, X, y):
     return total / len(y), grad / len(y)
 
 
-@pytest.mark.parametrize("name", sorted(LOSSES))
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), scale=st.floats(0.01, 10.0))
 def test_subgradient_inequality(name, seed, scale):
@@ -35,7 +35,7 @@ def test_subgradient_inequality(name, seed, scale):
     assert r_v >= r_w + a @ (v - w) - 1e-9 * (1 + abs(r_v))
 
 
-@pytest.mark.parametrize("name", sorted(LOSSES))
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
 def test_gradient_matches_central_differences(name):
     loss = get_loss(name)
     rng = np.random.default_rng(0)
@@ -52,7 +52,7 @@ def test_gradient_matches_central_differences(name):
     np.testing.assert_allclose(a, numeric, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("name", sorted(LOSSES))
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
 def test_risk_matches_independent_formula(name):
     loss = get_loss(name)
     rng = np.random.default_rng(1)
@@ -68,7 +68,7 @@ def test_sparse_and_dense_agree():
     X = sp.random(100, 8, density=0.3, random_state=rng, format="csr")
     y = rng.choice([-1.0, 1.0], size=100)
     w = rng.normal(size=8)
-    for name in LOSSES:
+    for name in OBJECTIVES:
         loss = get_loss(name)
         r_sparse, g_sparse = loss.loss_gradient(w, X, y)
         r_dense, g_dense = loss.loss_gradient(w, X.toarray(), y)

@@ -48,6 +48,21 @@ class Loss:
             except ValueError:
                 raise UsageError(f"loss parameter {key}={value!r}: expected a "
                                  f"{type(default).__name__}") from None
+        self.check_params()
+
+    def check_params(self):
+        """Raise :class:`UsageError` if a parameter value is out of range (none are, by default).
+
+        Called at the end of ``__init__``, on every rank alike; the message
+        names the parameter (see :meth:`_require`).
+        """
+
+    def _require(self, name, ok, what):
+        """Raise UsageError ``loss 'NAME': PARAM must be WHAT, got VALUE`` unless `ok`."""
+        if not ok:
+            value = getattr(self, name)
+            shown = f"{value:g}" if isinstance(value, float) else repr(value)
+            raise UsageError(f"loss {self.name!r}: parameter {name} must be {what}, got {shown}")
 
     def prepare(self, classes, label_kind):
         """Set up what depends on the whole data set's labels (e.g. :attr:`n_outputs`).
@@ -149,11 +164,22 @@ class ScalarLoss(Loss):
         """Return a per-example subgradient ``l'(f_i, y_i)`` with respect to ``f_i``."""
         raise NotImplementedError
 
+    def kinks(self, y):
+        """Return the scores at which ``l(., y_i)`` is not differentiable, shape (n, k).
+
+        Row i lists the k breakpoints of example i (k = 0, the default, for a
+        loss differentiable everywhere). Tests use them to keep finite
+        differences away from the points where only a subgradient exists.
+        """
+        return np.empty((len(y), 0))
+
     def loss_gradient(self, w, X, y, qid=None):
         f = X @ w
         risk = float(np.sum(self.value(f, y)))
-        # X.T @ g runs scipy's transposed CSR kernel: no copy of X is made.
-        grad = X.T @ self.derivative(f, y)
+        # X.T @ g runs scipy's transposed CSR kernel: no copy of X is made. An overflowed
+        # loss (inf in g) is reported by the solver's finiteness check, without a warning here.
+        with np.errstate(invalid="ignore", over="ignore"):
+            grad = X.T @ self.derivative(f, y)
         return risk, np.asarray(grad, dtype=np.float64)
 
 

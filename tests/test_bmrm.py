@@ -144,3 +144,11 @@ def test_bundle_gram_matrix_stays_exact():
     kept = bundle.prune(3, alpha)
     assert bundle.size == 2 and np.array_equal(kept, [0.5, 0.5])
     np.testing.assert_allclose(bundle.gram, bundle.A @ bundle.A.T, rtol=1e-12, atol=1e-14)
+
+
+def test_overflowing_planes_stop_with_a_clear_error():
+    from prbmrm.errors import InputError
+
+    X = np.array([[1e160, 1.0], [2e160, -1.0]])
+    with pytest.raises(InputError, match="not finite at iteration 1"):
+        train(X, np.array([1.0, -1.0]), "hinge", 1e-4)

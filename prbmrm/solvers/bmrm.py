@@ -60,7 +60,9 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     for t in range(1, max_iter + 1):
         r, a = risk(w)
         # |a|^2 enters the Gram matrix: it must be finite too, not only a.
-        if not (np.isfinite(r) and np.isfinite(np.dot(a, a))):
+        with np.errstate(over="ignore"):
+            norm2 = np.dot(a, a)
+        if not (np.isfinite(r) and np.isfinite(norm2)):
             raise InputError(f"the empirical risk or its subgradient is not finite at iteration {t} "
                              "(overflow in the loss? try a larger --lam or scaled features)")
         objective = lam * regularizer.value(w) + r

@@ -1,3 +1,639 @@
-"""Multivariate scores that do not decompose over examples (paper 000, App. A.3)."""
+"""Multivariate scores that do not decompose over examples (paper 000, App. A.3).
 
-MULTIVARIATE_LOSSES = ()
+Every risk here is a convex upper bound ("majorization") of a ranking or
+contingency-table error, written with the scores ``f = X w`` of all m
+examples. The non-decomposable ones (:class:`MultivariateLoss`) compute, on
+rank 0 and over all examples in global order, ``coefficients(f, y) ->
+(risk_sum, c)`` with ``R_emp = risk_sum / m`` and ``a = X.T @ c / m``; so each
+returns ``m * R`` and ``m * dR/df``. The definitions (P = pairs, C = costs)::
+
+    roc_area    R = 1/(m+ m-)  sum_{y_i < y_j} max(0, 1 + f_i - f_j)              (eq. 27, Alg. 7)
+    ordinal     R = 1/M  sum_{y_i < y_j} C(y_i, y_j) max(0, 1 + f_i - f_j),       (Alg. 8)
+                M = (m^2 - sum_k m_k^2) / 2,  C = 1 (constant) or y_j - y_i (linear)
+    preference  R = 1/|P|  sum_{(i, j) in P} C_ij max(0, 1 + f_i - f_j)            (Alg. 9)
+                (j should rank above i)
+    fbeta       R = max_{y' in {-1,1}^m} [Delta(y', y) + (1/m) sum_i (y'_i - y_i) f_i],
+                Delta = 1 - F_beta(contingency table of y' against y)              (Alg. 11)
+    prbep       the same with Delta = FN / m+ if FN = FP, -inf otherwise           (paper 004, eq. 2)
+    ndcg        R = (1/m) sum_queries l_q,  l_q = max_pi [Delta(pi) + <c, f(pi)>] - <c_bar, f>
+                Delta = 1 - NDCG@k(pi)                                             (Alg. 10, eq. 28)
+
+``fbeta`` and ``prbep`` use the normalization of paper 004, eq. (2): the score
+term is divided by m, so that the risk is O(1) like the averaged losses and
+``--lam`` has the same scale as for them (paper 000 writes Alg. 11 without the
+1/m; that is the same risk with lam multiplied by m).
+
+``ndcg`` decomposes over queries, and queries never cross blocks, so it is a
+plain per-block :meth:`Loss.loss_gradient` summed over the queries of the block.
+
+ROC area and ordinal regression run in O(m log m) with NumPy sorts and
+prefix sums, with no Python loop over examples; F-beta and PRBEP in
+O(m log m) (better than the O(m^2) of Alg. 11: the inner maximization over
+tables is concave in the number of false positives and found by bisection).
+"""
+
+import math
+
+import numpy as np
+
+from ..errors import InputError
+from ._base import Loss, MultivariateLoss, _format_labels
+
+
+# --------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------
+
+def _check_plus_minus(name, classes, label_kind):
+    """Error text unless the labels are exactly {-1, +1} (both present)."""
+    if label_kind == "multilabel" or classes is None or set(classes) != {-1.0, 1.0}:
+        shown = ("real values" if classes is None and label_kind != "multilabel"
+                 else "multilabel data" if label_kind == "multilabel" else _format_labels(classes))
+        return (f"loss {name!r} needs labels in {{-1, +1}}, both present; the data has {shown} "
+                "(use `prbmrm.shard --positive LABEL` for one class against the rest)")
+    return None
+
+
+def _plus_minus_counts(name, y):
+    positive = y > 0
+    m_pos = int(np.count_nonzero(positive))
+    m_neg = y.size - m_pos
+    if m_pos == 0 or m_neg == 0:
+        raise InputError(f"loss {name!r}: needs both positive and negative examples, "
+                         f"got {m_pos} positive and {m_neg} negative")
+    return positive, m_pos, m_neg
+
+
+def _pair_sums(level, key_low, key_high, weights_low, weights_high):
+    """Sums over the "active" pairs: level_i < level_j and key_low_i > key_high_j.
+
+    The 2m keys are sorted once (a low key before an equal high key, so that
+    only strictly greater keys count). The pairs with level_i < level_j are
+    split by the highest bit in which the two level numbers differ: at that bit
+    i has 0 and j has 1, and the higher bits (the "group") agree. For each bit,
+    a stable sort by group (a radix sort of small integers) keeps the key order
+    inside each group, and prefix sums give every i the sum over the j of its
+    group whose high key comes earlier, and every j the sum over the i whose
+    low key comes later: O(m log m) once plus O(m) per bit, log2(levels) bits,
+    no loop over examples.
+
+    Parameters
+    ----------
+    level : ndarray of int64, shape (m,)
+        Dense level numbers 0..n-1 (the order of the labels).
+    key_low, key_high : ndarray, shape (m,)
+        Values compared across a pair: i as the lower member uses
+        ``key_low``, j as the upper one ``key_high``.
+    weights_low, weights_high : ndarray of shape (m, p)
+        Per-example quantities summed over the partners.
+
+    Returns
+    -------
+    low_sums : ndarray of shape (m, p)
+        For each i, the sum of ``weights_high[j]`` over its active partners j.
+    high_sums : ndarray of shape (m, p)
+        For each j, the sum of ``weights_low[i]`` over its active partners i.
+    """
+    m = level.size
+    low_sums = np.zeros((m, weights_high.shape[1]))
+    high_sums = np.zeros((m, weights_low.shape[1]))
+    if m == 0:
+        return low_sums, high_sums
+    # Everything below runs on the 2m events in key order, one 1-D array per column.
+    order = np.argsort(np.concatenate([key_low, key_high]), kind="stable")
+    is_low = order < m
+    example = np.where(is_low, order, order - m)
+    event_level = level[example]
+    low_weights = [np.where(is_low, column[example], 0.0) for column in weights_low.T]
+    high_weights = [np.where(is_low, 0.0, column[example]) for column in weights_high.T]
+    low_out = [np.zeros(2 * m) for _ in high_weights]    # filled at low events
+    high_out = [np.zeros(2 * m) for _ in low_weights]    # filled at high events
+    top = int(level.max())
+    small = np.int16 if top < 2**15 else np.int32 if top < 2**31 else np.int64
+    for bit in range(max(1, top.bit_length())):
+        at_bit = ((event_level >> bit) & 1).astype(bool)
+        low_event = is_low & ~at_bit      # the low key of a candidate lower member
+        high_event = ~is_low & at_bit     # the high key of a candidate upper member
+        group = (event_level >> (bit + 1)).astype(small)
+        if top >> (bit + 1) == 0:
+            by_group = slice(None)        # one group: the key order as it is
+            first, last = 0, 2 * m
+        else:
+            by_group = np.argsort(group, kind="stable")   # radix sort of small integers
+            sizes = np.bincount(group)
+            first = np.repeat(np.cumsum(sizes) - sizes, sizes)
+            last = first + np.repeat(sizes, sizes)
+        low_event, high_event = low_event[by_group], high_event[by_group]
+        for weights, out in zip(high_weights, low_out):
+            # Each lower member: the upper members of its group whose high key comes earlier.
+            prefix = np.concatenate([[0.0], np.cumsum(weights[by_group] * high_event)])
+            out[by_group] += (prefix[:-1] - prefix[first]) * low_event
+        for weights, out in zip(low_weights, high_out):
+            # Each upper member: the lower members of its group whose low key comes later.
+            prefix = np.concatenate([[0.0], np.cumsum(weights[by_group] * low_event)])
+            out[by_group] += (prefix[last] - prefix[1:]) * high_event
+    low_sums[example[is_low]] = np.column_stack(low_out)[is_low]
+    high_sums[example[~is_low]] = np.column_stack(high_out)[~is_low]
+    return low_sums, high_sums
+
+
+def _dense_levels(y):
+    values, level = np.unique(y, return_inverse=True)
+    return values, level.astype(np.int64).ravel()
+
+
+def pairwise_accuracy(f, y):
+    """Fraction of the pairs y_i < y_j ordered f_i < f_j, ties in f counting 1/2 (O(m log m)).
+
+    For labels +-1 this is the ROC area; in general Harrell's concordance index.
+    """
+    f = np.asarray(f, dtype=np.float64).ravel()
+    _, level = _dense_levels(y)
+    _, rank = np.unique(f, return_inverse=True)
+    rank = rank.astype(np.int64).ravel()
+    ones = np.ones((f.size, 1))
+    counts = np.bincount(level).astype(np.float64)
+    pairs = (counts.sum() ** 2 - np.sum(counts ** 2)) / 2
+    if pairs == 0:
+        return float("nan")
+    # f_i > f_j (discordant), then f_i >= f_j (discordant or tied), in integer ranks of f.
+    discordant = _pair_sums(level, rank, rank, ones, ones)[1].sum()
+    not_concordant = _pair_sums(level, rank, rank - 0.5, ones, ones)[1].sum()
+    tied = not_concordant - discordant
+    return float((pairs - not_concordant + 0.5 * tied) / pairs)
+
+
+def precision_recall_break_even(f, y):
+    """PRBEP: precision (= recall) of the m+ highest scores; ties at the cut shared in proportion."""
+    f = np.asarray(f, dtype=np.float64).ravel()
+    positive = np.asarray(y).ravel() > 0
+    m_pos = int(np.count_nonzero(positive))
+    if m_pos == 0:
+        return float("nan")
+    threshold = np.sort(f)[::-1][m_pos - 1]
+    above = f > threshold
+    tied = f == threshold
+    needed = m_pos - np.count_nonzero(above)
+    share = np.count_nonzero(tied & positive) / np.count_nonzero(tied)
+    hits = np.count_nonzero(above & positive) + needed * share
+    return float(hits / m_pos)
+
+
+# --------------------------------------------------------------------------
+# ROC area (Alg. 7) and ordinal regression (Alg. 8)
+# --------------------------------------------------------------------------
+
+class RocArea(MultivariateLoss):
+    """ROC-area risk, eq. (27): ``1/(m+ m-) sum_{y_i=-1, y_j=+1} max(0, 1 + f_i - f_j)``.
+
+    Computed as in Algorithm 7: with ``c = f - y/2``, sort c once; a negative
+    example enters with weight (number of positives before it), a positive one
+    with minus (number of negatives after it); ``R = <l, c> / (m+ m-)`` and
+    ``dR/df = l / (m+ m-)``. O(m log m). Labels +-1; the risk ignores a
+    constant offset of the scores. Measure: the ROC area (AUC) of the scores.
+    """
+
+    name = "roc_area"
+    task = "ranking"
+
+    def check_labels(self, classes, label_kind):
+        return _check_plus_minus(self.name, classes, label_kind)
+
+    def coefficients(self, f, y, qid=None):
+        positive, m_pos, m_neg = _plus_minus_counts(self.name, y)
+        c = f - 0.5 * np.where(positive, 1.0, -1.0)
+        order = np.argsort(c, kind="stable")
+        is_pos = positive[order]
+        positives_before = np.cumsum(is_pos) - is_pos
+        negatives_after = m_neg - (np.arange(y.size) - positives_before)
+        l = np.empty(y.size)
+        l[order] = np.where(is_pos, -negatives_after, positives_before)
+        scale = y.size / (float(m_pos) * m_neg)
+        return float(l @ c) * scale, l * scale
+
+    def metrics(self, f, y, qid=None):
+        from sklearn.metrics import roc_auc_score
+
+        f = np.asarray(f).ravel()
+        if np.unique(y).size < 2:
+            return {"roc_area": float("nan")}
+        return {"roc_area": float(roc_auc_score(np.asarray(y).ravel() > 0, f))}
+
+
+class Ordinal(MultivariateLoss):
+    """Ordinal regression, Algorithm 8: ``1/M sum_{y_i < y_j} C(y_i, y_j) max(0, 1 + f_i - f_j)``.
+
+    ``M = (m^2 - sum_k m_k^2) / 2`` is the number of pairs with different
+    labels (m_k examples have the k-th label value); the cost ``C`` is 1
+    (``cost=constant``, Joachims 2006) or ``y_j - y_i`` (``cost=linear``, in
+    label units). With ``u = f + 1/2`` and ``v = f - 1/2`` a pair is active
+    when ``u_i > v_j``; the counts and label sums over the active partners of
+    every example come from one sort of the 2m values u, v and, per bit of the
+    level number, a radix sort of group numbers and prefix sums (see
+    ``_pair_sums``): O(m log m + m log n) for n levels, no loop over examples.
+    Integer labels.
+    Measures: Kendall's tau (tau-b) and the pairwise accuracy (ties count 1/2).
+    """
+
+    name = "ordinal"
+    task = "ranking"
+    params = {"cost": "constant"}
+
+    def check_params(self):
+        self._require("cost", self.cost in ("constant", "linear"), "'constant' or 'linear'")
+
+    def check_labels(self, classes, label_kind):
+        if label_kind not in ("binary", "integer") or classes is None or len(classes) < 2:
+            shown = ("real values" if label_kind == "real" else "multilabel data"
+                     if label_kind == "multilabel" else _format_labels(classes))
+            return f"loss {self.name!r} needs integer labels with at least two values, the data has {shown}"
+        return None
+
+    def coefficients(self, f, y, qid=None):
+        m = y.size
+        values, level = _dense_levels(y)
+        counts = np.bincount(level, minlength=values.size).astype(np.float64)
+        pairs = (float(m) ** 2 - float(np.sum(counts ** 2))) / 2
+        if pairs == 0:
+            raise InputError(f"loss {self.name!r}: all {m} labels are equal: no pair to order")
+        u, v = f + 0.5, f - 0.5
+        if self.cost == "constant":
+            weights = np.ones((m, 1))
+        else:
+            weights = np.column_stack([np.ones(m), y])
+        low, high = _pair_sums(level, u, v, weights, weights)
+        if self.cost == "constant":
+            as_low, as_high = low[:, 0], high[:, 0]
+        else:
+            # C = y_j - y_i: sum over partners of y_j - y_i = (sum of y_j) - y_i * count, etc.
+            as_low = low[:, 1] - y * low[:, 0]
+            as_high = y * high[:, 0] - high[:, 1]
+        risk = float(u @ as_low - v @ as_high)
+        scale = m / pairs
+        return risk * scale, (as_low - as_high) * scale
+
+    def metrics(self, f, y, qid=None):
+        from scipy.stats import kendalltau
+
+        f = np.asarray(f, dtype=np.float64).ravel()
+        y = np.asarray(y, dtype=np.float64).ravel()
+        tau = float(kendalltau(y, f).statistic) if np.unique(y).size > 1 else float("nan")
+        return {"kendall_tau": tau, "pairwise_accuracy": pairwise_accuracy(f, y)}
+
+
+# --------------------------------------------------------------------------
+# Preference relations (Alg. 9)
+# --------------------------------------------------------------------------
+
+def read_pairs(path):
+    """Read a preference file: one ``i j [cost]`` line per preference "j above i".
+
+    Indices are 0-based global example numbers; the cost defaults to 1. Blank
+    lines and text after ``#`` are ignored.
+
+    Returns
+    -------
+    lower, upper : ndarray of int64
+        i and j of every pair.
+    cost : ndarray of float64
+    line : ndarray of int64
+        The 1-based line number of every pair (for messages).
+
+    Raises
+    ------
+    InputError
+        Naming the file and the line, for anything but the format above.
+    """
+    try:
+        with open(path, encoding="utf-8") as stream:
+            text = stream.read()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such preference pairs file") from None
+    except (OSError, UnicodeDecodeError) as problem:
+        raise InputError(f"{path}: cannot read the preference pairs file ({problem})") from None
+    lower, upper, cost, lines = [], [], [], []
+    for number, raw in enumerate(text.splitlines(), 1):
+        fields = raw.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) not in (2, 3):
+            raise InputError(f"{path}: line {number}: expected 'i j' or 'i j cost' (j preferred "
+                             f"to i), got {raw.strip()!r}")
+        index = []
+        for token in fields[:2]:
+            try:
+                value = float(token)
+            except ValueError:
+                value = float("nan")
+            if not (math.isfinite(value) and value >= 0 and value == int(value) and value < 2**53):
+                raise InputError(f"{path}: line {number}: {token!r} is not an example index "
+                                 "(a 0-based integer >= 0)")
+            index.append(int(value))
+        if index[0] == index[1]:
+            raise InputError(f"{path}: line {number}: example {index[0]} is preferred to itself")
+        weight = 1.0
+        if len(fields) == 3:
+            try:
+                weight = float(fields[2])
+            except ValueError:
+                weight = float("nan")
+            if not (math.isfinite(weight) and weight >= 0):
+                raise InputError(f"{path}: line {number}: cost {fields[2]!r} is not a finite number >= 0")
+        lower.append(index[0])
+        upper.append(index[1])
+        cost.append(weight)
+        lines.append(number)
+    if not lower:
+        raise InputError(f"{path}: the preference pairs file has no pairs")
+    return (np.array(lower, dtype=np.int64), np.array(upper, dtype=np.int64),
+            np.array(cost, dtype=np.float64), np.array(lines, dtype=np.int64))
+
+
+class Preference(MultivariateLoss):
+    """Preference relations, Algorithm 9: ``1/|P| sum_{(i,j) in P} C_ij max(0, 1 + f_i - f_j)``.
+
+    ``pairs=FILE`` lists the preferences, one ``i j [cost]`` line each: example
+    j (0-based, global order of the data) should score above example i, at
+    cost ``C_ij`` (default 1). The file is read on rank 0 at the first risk
+    evaluation (or by :meth:`metrics`); an index beyond the data is an error
+    naming the file and line. Labels are not used. Measure: the fraction of
+    preferences satisfied (f_j > f_i; equal scores count 1/2).
+    """
+
+    name = "preference"
+    task = "ranking"
+    params = {"pairs": ""}
+
+    def check_params(self):
+        self._require("pairs", bool(self.pairs), "a file of preference pairs ('i j [cost]' per line)")
+        self._pairs = None
+
+    def pair_arrays(self, m):
+        """Return ``(i, j, cost)`` of the pairs file, checked against m examples."""
+        if self._pairs is None:
+            self._pairs = read_pairs(self.pairs)
+        lower, upper, cost, line = self._pairs
+        bad = (lower >= m) | (upper >= m)
+        if bad.any():
+            k = int(np.argmax(bad))
+            index = int(lower[k]) if lower[k] >= m else int(upper[k])
+            raise InputError(f"{self.pairs}: line {int(line[k])}: example index {index} is out of "
+                             f"range: the data has {m} examples (0-based indices 0..{m - 1})")
+        return lower, upper, cost
+
+    def coefficients(self, f, y, qid=None):
+        m = f.size
+        lower, upper, cost = self.pair_arrays(m)
+        margin = 1.0 + f[lower] - f[upper]
+        weight = cost * (margin > 0)
+        scale = m / lower.size
+        risk = float(weight @ margin) * scale
+        c = (np.bincount(lower, weight, minlength=m) - np.bincount(upper, weight, minlength=m)) * scale
+        return risk, c
+
+    def metrics(self, f, y, qid=None):
+        f = np.asarray(f, dtype=np.float64).ravel()
+        lower, upper, _ = self.pair_arrays(f.size)
+        satisfied = (f[upper] > f[lower]) + 0.5 * (f[upper] == f[lower])
+        return {"preferences_satisfied": float(np.mean(satisfied))}
+
+
+# --------------------------------------------------------------------------
+# Contingency-table scores: F-beta (Alg. 11) and PRBEP (paper 004)
+# --------------------------------------------------------------------------
+
+def _sorted_class_scores(f, positive):
+    """Positives ascending and negatives descending by score (stable), as index arrays."""
+    pos = np.flatnonzero(positive)
+    neg = np.flatnonzero(~positive)
+    pos = pos[np.argsort(f[pos], kind="stable")]
+    neg = neg[np.argsort(-f[neg], kind="stable")]
+    return pos, neg
+
+
+def _labeling(y, pos, neg, false_negatives, false_positives):
+    """``y' - y`` of the labeling flipping the lowest positives and the highest negatives."""
+    c = np.zeros(y.size)
+    c[pos[:false_negatives]] = -2.0
+    c[neg[:false_positives]] = 2.0
+    return c
+
+
+class FBeta(MultivariateLoss):
+    """F-beta structured risk (Joachims 2005; paper 000, Alg. 11, normalized as paper 004 eq. 2).
+
+    ``R = max_{y'} [Delta(y', y) + (1/m) sum_i (y'_i - y_i) f_i]`` with
+    ``Delta = 1 - F_beta = 1 - (1 + beta^2) TP / (TP + FP + beta^2 m+)``. For a
+    table (TP, FP) the best y' flips the m+ - TP lowest-scored positives and the
+    FP highest-scored negatives; for each TP the value is concave in FP (both
+    Delta and the sum of the FP largest negative scores are), so the best FP
+    is found by a vectorised bisection: O(m log m) instead of the paper's
+    O(m^2). ``dR/df = (y' - y) / m``. Labels +-1; ``beta`` > 0 (default 1).
+    Predicts ``sign(f)``. Measures: F-beta of sign(f) and the PRBEP.
+    """
+
+    name = "fbeta"
+    task = "classification"
+    params = {"beta": 1.0}
+
+    def check_params(self):
+        self._require("beta", math.isfinite(self.beta) and self.beta > 0, "a finite number > 0")
+
+    def check_labels(self, classes, label_kind):
+        return _check_plus_minus(self.name, classes, label_kind)
+
+    def delta(self, true_positives, false_positives, m_pos):
+        """``1 - F_beta`` of a table with the given TP and FP counts and m+ positives."""
+        b2 = self.beta ** 2
+        return 1.0 - (1.0 + b2) * true_positives / (true_positives + false_positives + b2 * m_pos)
+
+    def coefficients(self, f, y, qid=None):
+        m = y.size
+        positive, m_pos, m_neg = _plus_minus_counts(self.name, y)
+        pos, neg = _sorted_class_scores(f, positive)
+        # low_pos[k]: sum of the k lowest positive scores; high_neg[k]: of the k highest negative ones.
+        low_pos = np.concatenate([[0.0], np.cumsum(f[pos])])
+        high_neg = np.concatenate([[0.0], np.cumsum(f[neg])])
+        true_pos = np.arange(m_pos + 1, dtype=np.float64)
+
+        def value(tp, fp):
+            return self.delta(tp, fp, m_pos) + (2.0 / m) * high_neg[fp]
+
+        # For each TP, bisect for the first FP whose increment is <= 0 (increments decrease).
+        lo = np.zeros(m_pos + 1, dtype=np.int64)
+        hi = np.full(m_pos + 1, m_neg, dtype=np.int64)
+        while np.any(lo < hi):
+            open_ = lo < hi
+            mid = (lo + hi) // 2
+            rising = open_ & (value(true_pos, np.minimum(mid + 1, m_neg)) > value(true_pos, mid))
+            lo, hi = np.where(rising, mid + 1, lo), np.where(open_ & ~rising, mid, hi)
+        best_fp = lo
+        total = value(true_pos, best_fp) - (2.0 / m) * low_pos[m_pos - true_pos.astype(np.int64)]
+        tp = int(np.argmax(total))
+        risk = float(total[tp])
+        c = _labeling(y, pos, neg, m_pos - tp, int(best_fp[tp]))
+        return risk * m, c
+
+    def metrics(self, f, y, qid=None):
+        from sklearn.metrics import fbeta_score
+
+        f = np.asarray(f, dtype=np.float64).ravel()
+        y = np.asarray(y).ravel()
+        score = fbeta_score(y > 0, f >= 0, beta=self.beta, zero_division=0.0)
+        return {"f_beta": float(score), "prbep": precision_recall_break_even(f, y)}
+
+
+class Prbep(MultivariateLoss):
+    """Precision/recall break-even risk in the contingency-table form (paper 004, eq. 2).
+
+    ``R = max_{y'} [Delta(y', y) + (1/m) sum_i (y'_i - y_i) f_i]`` with
+    ``Delta = b / m+`` if b = c and -inf otherwise (b false negatives, c false
+    positives; Joachims 2005). The tables with b = c = k flip the k
+    lowest-scored positives and the k highest-scored negatives, so
+    ``R = max_k [k/m+ + (2/m)(sum of k highest negative - sum of k lowest positive scores)]``:
+    one sort, O(m log m). ``dR/df = (y' - y) / m``. Labels +-1; the risk
+    ignores a constant offset of the scores. Measure: the PRBEP of the scores.
+    """
+
+    name = "prbep"
+    task = "ranking"
+
+    def check_labels(self, classes, label_kind):
+        return _check_plus_minus(self.name, classes, label_kind)
+
+    def coefficients(self, f, y, qid=None):
+        m = y.size
+        positive, m_pos, m_neg = _plus_minus_counts(self.name, y)
+        pos, neg = _sorted_class_scores(f, positive)
+        top = min(m_pos, m_neg)
+        flips = np.arange(top + 1)
+        low_pos = np.concatenate([[0.0], np.cumsum(f[pos[:top]])])
+        high_neg = np.concatenate([[0.0], np.cumsum(f[neg[:top]])])
+        total = flips / m_pos + (2.0 / m) * (high_neg - low_pos)
+        k = int(np.argmax(total))
+        return float(total[k]) * m, _labeling(y, pos, neg, k, k)
+
+    def metrics(self, f, y, qid=None):
+        return {"prbep": precision_recall_break_even(f, y)}
+
+
+# --------------------------------------------------------------------------
+# Ranking: NDCG@k by linear assignment (Alg. 10), per query
+# --------------------------------------------------------------------------
+
+class Ndcg(Loss):
+    """Structured NDCG@k ranking loss of Le and Smola (2007), Algorithm 10, per query.
+
+    For a query with relevances r (integers >= 0), gains ``g = (2^r - 1) /
+    IDCG@k`` and discounts ``a_p = 1/log2(p + 2)`` for positions p < k (0
+    beyond), a ranking pi (pi(p) = the document at position p) has
+    ``NDCG@k(pi) = sum_p a_p g_pi(p)``. With the decreasing weights
+    ``c_p = max(k + 1 - p, 0)`` (those of BMRM 2.1), ::
+
+        l_q = max_pi [1 - NDCG@k(pi) + sum_p c_p f_pi(p)] - sum_j c_bar_j f_j
+
+    where ``c_bar_j`` is the mean of c over the positions that j's relevance
+    group occupies in the ideal ranking (the average of ``sum_p c_p f_pi(p)``
+    over every ranking sorted by relevance, so the loss does not depend on how
+    tied documents are listed; it is >= 0). The maximum is a linear assignment
+    of the top k + 1 positions to documents, solved by
+    ``scipy.optimize.linear_sum_assignment``; ``dl/df_j = c_(position of j) -
+    c_bar_j``. Queries without a relevant document (NDCG undefined) add 0.
+    ``R = (1/m) sum_q l_q`` over the m documents. Needs query ids;
+    ``k`` >= 1 (default 10). Measures: mean NDCG@k and MAP over the queries
+    with a relevant document.
+    """
+
+    name = "ndcg"
+    task = "ranking"
+    params = {"k": 10}
+    needs_qid = True
+
+    def check_params(self):
+        self._require("k", self.k >= 1, "an integer >= 1")
+
+    def check_labels(self, classes, label_kind):
+        if (label_kind not in ("binary", "integer") or classes is None or len(classes) == 0
+                or classes[0] < 0):
+            shown = ("real values" if label_kind == "real" else "multilabel data"
+                     if label_kind == "multilabel" else _format_labels(classes))
+            return f"loss {self.name!r} needs integer relevance labels >= 0, the data has {shown}"
+        return None
+
+    def query_loss(self, f, r):
+        """Return ``(l_q, dl_q/df)`` of one query with scores f and relevances r."""
+        n = f.size
+        k = self.k
+        gain = np.exp2(r) - 1.0
+        ideal = np.argsort(-r, kind="stable")
+        discount = np.zeros(n)
+        top = min(n, k)
+        discount[:top] = 1.0 / np.log2(np.arange(top) + 2.0)
+        best = float(gain[ideal] @ discount)
+        if best <= 0:
+            return 0.0, np.zeros(n)
+        g = gain / best
+        c = np.maximum(k + 1.0 - np.arange(n), 0.0)
+        # c averaged over each relevance group's positions in the ideal ranking.
+        sorted_r = r[ideal]
+        starts = np.flatnonzero(np.r_[True, sorted_r[1:] != sorted_r[:-1]])
+        sizes = np.diff(np.r_[starts, n])
+        means = np.add.reduceat(c, starts) / sizes
+        c_bar = np.empty(n)
+        c_bar[ideal] = np.repeat(means, sizes)
+        rows = min(n, k + 1)  # positions beyond k have c = a = 0
+        profit = c[:rows, None] * f[None, :] - discount[:rows, None] * g[None, :]
+        from scipy.optimize import linear_sum_assignment
+
+        position, document = linear_sum_assignment(profit, maximize=True)
+        loss = 1.0 + float(profit[position, document].sum()) - float(c_bar @ f)
+        grad = -c_bar
+        grad[document] += c[position]
+        return loss, grad
+
+    def loss_gradient(self, w, X, y, qid=None):
+        if qid is None:
+            raise InputError(f"loss {self.name!r} needs query ids (qid: in the input files)")
+        f = np.asarray(X @ w, dtype=np.float64).ravel()
+        coefficient = np.zeros(f.size)
+        total = 0.0
+        for rows in _query_rows(qid):
+            loss, grad = self.query_loss(f[rows], y[rows])
+            total += loss
+            coefficient[rows] = grad
+        return total, np.asarray(X.T @ coefficient, dtype=np.float64)
+
+    def metrics(self, f, y, qid=None):
+        from sklearn.metrics import average_precision_score, ndcg_score
+
+        if qid is None:
+            raise InputError(f"loss {self.name!r}: NDCG and MAP are per-query measures; the data has "
+                             "no query ids (qid:)")
+        f = np.asarray(f, dtype=np.float64).ravel()
+        y = np.asarray(y, dtype=np.float64).ravel()
+        ndcgs, precisions = [], []
+        for rows in _query_rows(np.asarray(qid)):
+            r, s = y[rows], f[rows]
+            if not np.any(r > 0):
+                continue
+            gain = np.exp2(r) - 1.0
+            ndcgs.append(1.0 if rows.size == 1 else float(ndcg_score([gain], [s], k=self.k)))
+            precisions.append(float(average_precision_score(r > 0, s)))
+        nan = float("nan")
+        return {f"ndcg@{self.k}": float(np.mean(ndcgs)) if ndcgs else nan,
+                "map": float(np.mean(precisions)) if precisions else nan}
+
+
+def _query_rows(qid):
+    """Row indices of each query (in order of first appearance of the query id)."""
+    qid = np.asarray(qid).ravel()
+    if qid.size == 0:
+        return []
+    order = np.argsort(qid, kind="stable")
+    bounds = np.flatnonzero(np.diff(qid[order])) + 1
+    groups = np.split(order, bounds)
+    groups.sort(key=lambda rows: rows[0])
+    return groups
+
+
+MULTIVARIATE_LOSSES = (RocArea, Ordinal, Preference, FBeta, Prbep, Ndcg)

@@ -562,45 +562,53 @@ class Ndcg(Loss):
 
     def query_loss(self, f, r):
         """Return ``(l_q, dl_q/df)`` of one query with scores f and relevances r."""
-        n = f.size
+        return self._losses(np.asarray(f, dtype=np.float64), np.asarray(r, dtype=np.float64),
+                            np.zeros(len(f), dtype=np.int64))
+
+    def _losses(self, f, y, qid):
+        """Sum of the query losses of one block and their derivatives with respect to f."""
         k = self.k
+        # Sorted by query, then by decreasing relevance (ties in listing order): each
+        # query's ideal ranking, and the position p of every document in it.
+        order = np.lexsort((-y, qid))
+        q, r = qid[order], y[order]
+        new_query = np.r_[True, q[1:] != q[:-1]]
+        starts = np.flatnonzero(new_query)
+        ends = np.r_[starts[1:], q.size]
+        query_start = np.repeat(starts, ends - starts)
+        p = np.arange(q.size) - query_start
+        discount = np.where(p < k, 1.0 / np.log2(np.minimum(p, k) + 2.0), 0.0)
         gain = np.exp2(r) - 1.0
-        ideal = np.argsort(-r, kind="stable")
-        discount = np.zeros(n)
-        top = min(n, k)
-        discount[:top] = 1.0 / np.log2(np.arange(top) + 2.0)
-        best = float(gain[ideal] @ discount)
-        if best <= 0:
-            return 0.0, np.zeros(n)
-        g = gain / best
-        c = np.maximum(k + 1.0 - np.arange(n), 0.0)
-        # c averaged over each relevance group's positions in the ideal ranking.
-        sorted_r = r[ideal]
-        starts = np.flatnonzero(np.r_[True, sorted_r[1:] != sorted_r[:-1]])
-        sizes = np.diff(np.r_[starts, n])
-        means = np.add.reduceat(c, starts) / sizes
-        c_bar = np.empty(n)
-        c_bar[ideal] = np.repeat(means, sizes)
-        rows = min(n, k + 1)  # positions beyond k have c = a = 0
-        profit = c[:rows, None] * f[None, :] - discount[:rows, None] * g[None, :]
+        ideal_dcg = np.add.reduceat(gain * discount, starts)
+        c = np.maximum(k + 1.0 - p, 0.0)
+        # c averaged over the positions of each run of equal relevance within a query.
+        run_start = np.flatnonzero(new_query | np.r_[True, r[1:] != r[:-1]])
+        run_size = np.diff(np.r_[run_start, q.size])
+        c_bar = np.repeat(np.add.reduceat(c, run_start) / run_size, run_size)
         from scipy.optimize import linear_sum_assignment
 
-        position, document = linear_sum_assignment(profit, maximize=True)
-        loss = 1.0 + float(profit[position, document].sum()) - float(c_bar @ f)
-        grad = -c_bar
-        grad[document] += c[position]
-        return loss, grad
+        total = 0.0
+        coefficient = np.zeros(f.size)
+        for start, end, best in zip(starts, ends, ideal_dcg):
+            if best <= 0 or end - start < 2:
+                continue  # no relevant document (NDCG undefined), or nothing to order
+            rows = min(end - start, k + 1)   # positions beyond k have c = a = 0
+            documents = order[start:end]
+            fq = f[documents]
+            cq, aq = c[start:start + rows], discount[start:start + rows]
+            profit = cq[:, None] * fq - aq[:, None] * (gain[start:end] / best)
+            position, column = linear_sum_assignment(profit, maximize=True)
+            total += 1.0 + float(profit[position, column].sum()) - float(c_bar[start:end] @ fq)
+            # gain[start:end] is in ideal order, as are the columns: column j is documents[j].
+            coefficient[documents] = -c_bar[start:end]
+            coefficient[documents[column]] += cq[position]
+        return total, coefficient
 
     def loss_gradient(self, w, X, y, qid=None):
         if qid is None:
             raise InputError(f"loss {self.name!r} needs query ids (qid: in the input files)")
         f = np.asarray(X @ w, dtype=np.float64).ravel()
-        coefficient = np.zeros(f.size)
-        total = 0.0
-        for rows in _query_rows(qid):
-            loss, grad = self.query_loss(f[rows], y[rows])
-            total += loss
-            coefficient[rows] = grad
+        total, coefficient = self._losses(f, np.asarray(y, dtype=np.float64), np.asarray(qid))
         return total, np.asarray(X.T @ coefficient, dtype=np.float64)
 
     def metrics(self, f, y, qid=None):

@@ -326,9 +326,11 @@ class MultilabelHinge(VectorLoss):
     empty or holds every label (no pair to order). Subgradient with respect to
     f: ``e_{s*} - e_{r*}`` for the worst pair where the hinge is active.
 
-    Labels are the (n, k) 0/1 indicator of multilabel data. The loss ranks the
-    labels of an example and is unchanged by adding one constant to all k
-    scores; predictions are the indicator ``f > 0``.
+    Labels are the (n, k) 0/1 indicator of multilabel data. Predictions are
+    the indicator ``f > 0``. Beware: the loss only ranks the labels of an
+    example and is unchanged by adding one constant to all k scores, so with
+    the L2 regularizer the trained scores of every example sum to 0 and the
+    threshold 0 is not learned (on scene it marks about half the labels).
     """
 
     name = "multilabel_hinge"

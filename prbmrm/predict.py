@@ -24,7 +24,7 @@ def _is_shard_spec(path):
     return os.path.isdir(path) or path.endswith(".h5") or glob.has_magic(path)
 
 
-def load_for_prediction(path, n_features, comm):
+def load_for_prediction(path, n_features, comm, multilabel=False):
     """Return this rank's rows of `path` (shards or an SVMlight / npz / csv file).
 
     Parameters
@@ -34,6 +34,8 @@ def load_for_prediction(path, n_features, comm):
         The model's number of features, so that a text file whose highest
         feature index is lower still parses to the model's width.
     comm : prbmrm.comm.SerialComm or MPIComm
+    multilabel : bool, default False
+        Read a text file's labels as label sets (the model is multilabel).
 
     Returns
     -------
@@ -43,12 +45,33 @@ def load_for_prediction(path, n_features, comm):
         return load_local(path, comm)
     error, arrays = None, None
     try:
-        arrays = read_input(path, n_features=n_features)
+        arrays = read_input(path, multilabel=multilabel, n_features=n_features)
     except InputError as problem:
         error = problem
     comm.check(error)
     X, y, qid = arrays
-    return split_local(X, y, comm, qid=qid, source=path)
+    return split_local(X, y, comm, qid=qid, source=path, label_kind="multilabel" if multilabel else None)
+
+
+def align_label_columns(Y, data_classes, model_classes, where):
+    """Return the multilabel indicator `Y` (columns: `data_classes`) with the model's columns.
+
+    Raises
+    ------
+    CollectiveError
+        If the data has a label id the model was not trained on.
+    """
+    data_classes = np.asarray(data_classes, dtype=np.float64)
+    model_classes = np.asarray(model_classes, dtype=np.float64)
+    if np.array_equal(data_classes, model_classes):
+        return Y
+    unknown = np.setdiff1d(data_classes, model_classes)
+    if unknown.size:
+        raise CollectiveError(f"{where}: label {unknown[0]:g} is not one of the model's "
+                              f"{len(model_classes)} labels")
+    aligned = np.zeros((Y.shape[0], len(model_classes)), dtype=Y.dtype)
+    aligned[:, np.searchsorted(model_classes, data_classes)] = Y
+    return aligned
 
 
 def main(argv, comm):
@@ -77,7 +100,12 @@ def main(argv, comm):
     if args.labels and not loss.predicts_labels:
         raise UsageError(f"--labels: loss {loss.name!r} predicts scores, not labels")
     n_model = model.w.shape[0]
-    local = load_for_prediction(args.data, n_model, comm)
+    classes = model.attrs.get("classes")
+    multilabel = model.attrs.get("label_kind") == "multilabel"
+    local = load_for_prediction(args.data, n_model, comm, multilabel=multilabel)
+    if multilabel and local.label_kind == "multilabel":
+        # Every rank sees the same global label ids, so every rank raises alike.
+        local.y = align_label_columns(local.y, local.classes, classes, args.data)
     if local.n_features > n_model:
         # Every rank sees the same global n_features, so every rank raises this.
         raise CollectiveError(f"{args.data}: data has {local.n_features} features, the model "

@@ -319,16 +319,20 @@ def test_dense_and_sparse_layouts(housing, tmp_path):
     assert sp.isspmatrix_csr(L.X) and same_matrix(L.X, X)
 
 
-def test_mixed_dense_and_sparse_shards_on_one_rank(tmp_path):
+def test_mixed_dense_and_sparse_shards_are_refused(tmp_path):
+    # prbmrm.shard writes one layout per set; a mix means sets were mixed.
     rng = np.random.default_rng(1)
     X = rng.uniform(1, 2, size=(40, 5))  # no zeros: same balance dense or sparse
     y = rng.integers(0, 2, 40).astype(float)
     data.write_shards(X, y, tmp_path / "s", 4, dense=False)
     data.write_shards(X, y, tmp_path / "d", 4, dense=True)
     os.replace(tmp_path / "d" / "part-00002.h5", tmp_path / "s" / "part-00002.h5")
-    L = data.load_local(tmp_path / "s", SerialComm(), bias=True)
-    assert sp.isspmatrix_csr(L.X) and L.X.indptr.dtype == np.int32
-    assert np.array_equal(L.X.toarray(), np.hstack([X, np.ones((40, 1))]))
+    with pytest.raises(CollectiveError) as info:
+        data.load_local(tmp_path / "s", SerialComm(), bias=True)
+    assert str(info.value) == (
+        f"shards disagree on the layout of /X: {tmp_path / 's' / 'part-00000.h5'} has sparse, "
+        f"{tmp_path / 's' / 'part-00002.h5'} has dense "
+        "(shard files of different conversions mixed?)")
 
 
 def test_npz_inputs(tmp_path):

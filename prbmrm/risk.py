@@ -79,6 +79,7 @@ class DistributedRisk:
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
         self.total_seconds = {"risk": 0.0, "comm": 0.0}
         self.evaluations = 0
+        self._deferred_error = None
 
     def __call__(self, w):
         """Return ``(R_emp(w), a)`` with ``a`` a subgradient of R_emp at `w` (rank 0 only).
@@ -94,6 +95,9 @@ class DistributedRisk:
         started = time.perf_counter()
         self.comm.bcast_array(self._message)
         self._evaluate(time.perf_counter() - started)
+        if self._deferred_error is not None:
+            error, self._deferred_error = self._deferred_error, None
+            raise error
         return self._sums[-1] / self.n_total, self._sums[:-1] / self.n_total
 
     def _evaluate(self, bcast_seconds):
@@ -125,7 +129,13 @@ class DistributedRisk:
         exchange = time.perf_counter() - started
         risk_sum, coefficients = 0.0, None
         if self.comm.is_root:
-            risk_sum, coefficients = self.loss.coefficients(all_scores, self._all_y, self._all_qid)
+            try:
+                risk_sum, coefficients = self.loss.coefficients(all_scores, self._all_y, self._all_qid)
+            except Exception as error:
+                # Finish this evaluation's collectives first, so that the other
+                # ranks are back in serve() when rank 0 stops them with the error.
+                self._deferred_error = error
+                risk_sum, coefficients = np.nan, np.zeros(len(all_scores))
         started = time.perf_counter()
         local = self.comm.scatter_scalars(coefficients, self._counts)
         exchange += time.perf_counter() - started

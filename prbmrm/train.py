@@ -112,9 +112,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         local = split_local(data[0], data[1], comm, bias=bias, source="arrays")
     else:
         local = load_local(data, comm, bias=bias)
+    where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
     problem = loss_object.check_labels(local.classes, local.label_kind)
+    if problem is None and loss_object.needs_qid and local.qid is None:
+        problem = f"loss {loss!r} needs query ids (qid:) and the data has none"
     if problem is not None:
-        where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
         raise UsageError(f"{where}: {problem}")
     loss_object.prepare(local.classes, local.label_kind)
     oracle = DistributedRisk(loss_object, local.X, local.y, local.n_examples_total, comm, local.blocks,

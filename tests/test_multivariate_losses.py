@@ -711,10 +711,7 @@ def test_ndcg_from_the_command_line(tmp_path):
     assert float(printed.group(1)) > 0.5 and float(printed.group(2)) > 0.4
 
 
-@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.xfail(
-    run=False, reason="hangs: an error raised by coefficients() on rank 0 leaves the other "
-    "ranks in Scatterv while rank 0 broadcasts the stop flag (prbmrm/risk.py must finish the "
-    "evaluation's collectives before re-raising)"))])
+@pytest.mark.parametrize("ranks", [1, 2])
 def test_bad_pairs_file_fails_with_one_line(tmp_path, a9a_shards, ranks):
     pairs = tmp_path / "pairs.txt"
     pairs.write_text("0 1\n5 2000\n")

@@ -28,6 +28,8 @@ class Loss:
     n_outputs : int
         Columns of the weight matrix W (d x k); 1 for scalar losses. ``w`` is
         always handed over flat, ``W.ravel()``.
+    needs_qid : bool
+        True if the loss needs query ids (ranking per query).
     """
 
     name = None
@@ -35,6 +37,7 @@ class Loss:
     params = {}
     decomposable = True
     n_outputs = 1
+    needs_qid = False
 
     def __init__(self, **params):
         unknown = sorted(set(params) - set(self.params))
@@ -46,8 +49,9 @@ class Loss:
             try:
                 setattr(self, key, type(default)(value) if default is not None else value)
             except ValueError:
-                raise UsageError(f"loss parameter {key}={value!r}: expected a "
-                                 f"{type(default).__name__}") from None
+                kind = {"int": "an integer", "float": "a number"}.get(type(default).__name__,
+                                                                   type(default).__name__)
+                raise UsageError(f"loss parameter {key}={value!r}: expected {kind}") from None
         self.check_params()
 
     def check_params(self):

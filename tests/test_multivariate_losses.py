@@ -337,7 +337,7 @@ def test_parameters_are_range_checked(name, parameter, values):
     for value in values:
         with pytest.raises(UsageError, match=f"loss '{name}': parameter {parameter} must be"):
             get_loss(name, **{parameter: value})
-    with pytest.raises(UsageError, match="expected a int"):
+    with pytest.raises(UsageError, match="expected an integer"):
         get_loss("ndcg", k="2.5")
 
 

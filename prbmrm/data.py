@@ -550,7 +550,7 @@ def _locate_svmlight_error(path, multilabel, chunk=4096):
                 failing = ((lineno, line, error([line])) for lineno, line in block)
                 return next((hit for hit in failing if hit[2] is not None), None)
     except _READ_ERRORS:
-        pass
+        return None  # the file cannot be re-read: the caller keeps sklearn's message
     return None
 
 
@@ -610,7 +610,7 @@ def _csv_error(path, exc, skip, label_column):
                         else f"non-numeric value in column {bad + 1}")
                 return InputError(f"{path}: line {lineno}: {what} {fields[bad].strip()!r}")
     except _READ_ERRORS:
-        pass
+        pass  # the file cannot be re-read: fall back to the parser's own message
     return InputError(f"{path}: malformed CSV input: {exc}")
 
 

@@ -7,13 +7,15 @@ from pathlib import Path
 import cvxpy as cp
 import numpy as np
 import pytest
+
+from conftest import data_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from prbmrm.qp import SimplexQPResult, solve_simplex_qp
 
-A9A = Path(__file__).resolve().parents[2] / "shared" / "data" / "a9a.xz"
+A9A = Path(data_path("a9a.xz"))
 
 
 def reference_value(G, b):
@@ -172,7 +174,6 @@ def test_bad_shapes():
         solve_simplex_qp(np.zeros((0, 0)), np.zeros(0))
 
 
-@pytest.mark.skipif(not A9A.exists(), reason="needs ../shared/data/a9a.xz")
 def test_bmrm_sequence_on_a9a():
     """Emulate BMRM (hinge loss, lam = 1e-4) on 3000 rows of a9a, warm-started."""
     from sklearn.datasets import load_svmlight_file

@@ -52,8 +52,7 @@ def check_writable(path):
     """
     probe = _temporary_name(path)
     try:
-        with open(probe, "wb"):
-            pass
+        open(probe, "wb").close()
         os.remove(probe)
     except OSError as error:
         raise InputError(f"{path}: output path not writable: {error.strerror or error}") from None

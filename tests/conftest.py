@@ -59,6 +59,39 @@ def run_ranks(ranks, args, timeout=60, cwd=None):
     return completed, time.monotonic() - started
 
 
+def shared_shards(comm, tmp_path, X, y, parts, **options):
+    """Rank 0 writes the shards of (X, y); every rank gets the directory."""
+    from prbmrm.data import write_shards
+
+    directory = str(tmp_path / "shards")
+    if comm.is_root:
+        write_shards(X, y, directory, parts, **options)
+    comm.barrier()
+    return directory
+
+
+def check_against_serial(make_loss, local, comm, X, y, atol_relative=False):
+    """Assert the distributed risk and subgradient at 4 random points equal the serial ones.
+
+    `make_loss` builds a fresh loss; `local` is this rank's share of (X, y).
+    Risks agree to 1e-12 relative; subgradients to 1e-12 relative and an
+    absolute 1e-15 (times max |a| with `atol_relative`).
+    """
+    from prbmrm.comm import SerialComm
+    from prbmrm.risk import DistributedRisk, run_distributed
+
+    oracle = DistributedRisk(make_loss(), local.X, local.y, local.n_examples_total, comm, local.blocks)
+    points = np.random.default_rng(0).normal(size=(4, X.shape[1])) * 0.1
+    values = run_distributed(oracle, lambda risk: [risk(w) for w in points])
+    if comm.is_root:
+        serial = DistributedRisk(make_loss(), X, y, len(y), SerialComm())
+        for w, (r, a) in zip(points, values):
+            r_serial, a_serial = serial(w)
+            assert r == pytest.approx(r_serial, rel=1e-12)
+            atol = 1e-15 * (np.abs(a_serial).max() if atol_relative else 1.0)
+            np.testing.assert_allclose(a, a_serial, rtol=1e-12, atol=atol)
+
+
 def hinge_objective(X, y, w, lam):
     """J(w) for the hinge loss, written out independently of prbmrm."""
     return 0.5 * lam * w @ w + np.mean(np.maximum(0.0, 1.0 - y * (X @ w)))

@@ -9,23 +9,14 @@ uneven shares.
 import numpy as np
 import pytest
 
-from conftest import load_svmlight
+from conftest import check_against_serial, load_svmlight, shared_shards
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local, write_shards
+from prbmrm.data import load_local
 from prbmrm.losses import get_loss
 from prbmrm.risk import DistributedRisk, run_distributed
 from prbmrm.solvers import minimize
 
 pytestmark = pytest.mark.distributed
-
-
-def shared_shards(comm, tmp_path, X, y, parts):
-    """Rank 0 writes the shards; every rank gets the directory."""
-    directory = str(tmp_path / "shards")
-    if comm.is_root:
-        write_shards(X, y, directory, parts)
-    comm.barrier()
-    return directory
 
 
 def dna_binary():
@@ -38,16 +29,7 @@ def test_risk_and_subgradient_equal_serial(comm, mpi_tmp_path, loss):
     X, y = dna_binary()
     directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 2)
     local = load_local(directory, comm)
-    oracle = DistributedRisk(get_loss(loss), local.X, local.y, local.n_examples_total, comm,
-                             local.blocks)
-    points = np.random.default_rng(0).normal(size=(4, X.shape[1])) * 0.1
-    values = run_distributed(oracle, lambda risk: [risk(w) for w in points])
-    if comm.is_root:
-        serial = DistributedRisk(get_loss(loss), X, y, len(y), SerialComm())
-        for w, (r, a) in zip(points, values):
-            r_serial, a_serial = serial(w)
-            assert r == pytest.approx(r_serial, rel=1e-12)
-            np.testing.assert_allclose(a, a_serial, rtol=1e-12, atol=1e-15)
+    check_against_serial(lambda: get_loss(loss), local, comm, X, y)
 
 
 @pytest.mark.parametrize("loss", ["hinge", "logistic", "least_squares"])

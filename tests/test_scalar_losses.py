@@ -39,13 +39,13 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
-from conftest import load_svmlight, run_ranks
+from conftest import check_against_serial, load_svmlight, run_ranks, shared_shards
 from prbmrm.comm import SerialComm
 from prbmrm.data import load_local, write_shards
 from prbmrm.errors import InputError, UsageError
 from prbmrm.losses import LOSSES, get_loss
 from prbmrm.losses.scalar import SCALAR_LOSSES
-from prbmrm.risk import DistributedRisk, run_distributed
+from prbmrm.risk import DistributedRisk
 from prbmrm.solvers import minimize
 
 NAMES = [cls.name for cls in SCALAR_LOSSES]
@@ -472,21 +472,10 @@ def test_risk_and_subgradient_equal_serial(comm, mpi_tmp_path, name):
     X, rings = load_svmlight("abalone.xz")
     loss = get_loss(name)
     y = abalone_labels(loss, rings)
-    directory = str(mpi_tmp_path / "shards")
-    if comm.is_root:
-        write_shards(X, y, directory, comm.size + 2)
-    comm.barrier()
+    directory = shared_shards(comm, mpi_tmp_path, X, y, comm.size + 2)
     local = load_local(directory, comm)
     assert loss.check_labels(local.classes, local.label_kind) is None
-    oracle = DistributedRisk(loss, local.X, local.y, local.n_examples_total, comm, local.blocks)
-    points = np.random.default_rng(0).normal(size=(4, X.shape[1])) * 0.1
-    values = run_distributed(oracle, lambda risk: [risk(w) for w in points])
-    if comm.is_root:
-        serial = DistributedRisk(get_loss(name), X, y, len(y), SerialComm())
-        for w, (r, a) in zip(points, values):
-            r_serial, a_serial = serial(w)
-            assert r == pytest.approx(r_serial, rel=1e-12)
-            np.testing.assert_allclose(a, a_serial, rtol=1e-12, atol=1e-15 * np.abs(a_serial).max())
+    check_against_serial(lambda: get_loss(name), local, comm, X, y, atol_relative=True)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,11 @@
 """What every solver shares: the bundle of cutting planes and the result type."""
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from ..errors import InputError
 
 HISTORY_COLUMNS = ("iteration", "objective", "best_objective", "lower_bound", "gap", "planes",
                    "seconds_risk", "seconds_subproblem", "seconds_comm", "seconds_total")
@@ -20,9 +23,13 @@ class Bundle:
     ----------
     dim : int
         Length of the subgradients.
+    metric : callable, optional
+        ``metric(a) -> M a`` for a positive definite M: the Gram matrix is then
+        ``A M A^T`` (the quadratic-form regularizer's ``B^-1``); identity by default.
     """
 
-    def __init__(self, dim):
+    def __init__(self, dim, metric=None):
+        self._metric = metric
         self._A = np.empty((8, dim))
         self._b = np.empty(8)
         self._gram = np.empty((8, 8))
@@ -41,7 +48,7 @@ class Bundle:
 
     @property
     def gram(self):
-        """ndarray of shape (t, t): ``A @ A.T``."""
+        """ndarray of shape (t, t): ``A @ A.T`` (``A M A^T`` with a metric)."""
         return self._gram[:self.size, :self.size]
 
     def add(self, a, b):
@@ -51,7 +58,7 @@ class Bundle:
             self._grow(2 * t)
         self._A[t] = a
         self._b[t] = b
-        row = self._A[:t + 1] @ a
+        row = self._A[:t + 1] @ (a if self._metric is None else self._metric(a))
         self._gram[t, :t + 1] = row
         self._gram[:t + 1, t] = row
         self._idle[t] = 0
@@ -91,6 +98,64 @@ class Bundle:
         self._idle[:n] = self._idle[index]
         self.size = n
         return alpha[index]
+
+
+_MESSAGES = {0: "gap <= epsilon", 1: "gap <= rel_epsilon * objective",
+             2: "maximum number of iterations reached", 3: "stopped by the callback"}
+
+
+class Recorder:
+    """The bookkeeping every solver shares: history, stopping tests, callback and result.
+
+    Parameters
+    ----------
+    epsilon : float
+        Stop when the gap is at most this (0 disables).
+    rel_epsilon : float
+        Stop when the gap is at most this times the best objective (0 disables).
+    callback : callable, optional
+        Called with each :class:`Progress`; raising StopIteration stops the solver.
+    """
+
+    def __init__(self, epsilon=0.0, rel_epsilon=1e-3, callback=None):
+        self.epsilon = epsilon
+        self.rel_epsilon = rel_epsilon
+        self.callback = callback
+        self.history = {name: [] for name in HISTORY_COLUMNS}
+        self.started = time.perf_counter()
+        self.status = 2
+
+    def record(self, row):
+        """Append one :class:`Progress` row and return True if the solver must stop."""
+        for name in HISTORY_COLUMNS:
+            self.history[name].append(getattr(row, name))
+        if row.gap <= self.epsilon:
+            self.status = 0
+        elif row.gap <= self.rel_epsilon * abs(row.best_objective):
+            self.status = 1
+        if self.callback is not None:
+            try:
+                self.callback(row)
+            except StopIteration:
+                self.status = 3 if self.status == 2 else self.status
+        return self.status != 2
+
+    def result(self, w, fun, w_last):
+        """Return the :class:`Result` with the best iterate `w`, its objective `fun` and `w_last`."""
+        history = {k: np.asarray(v) for k, v in self.history.items()}
+        return Result(w=w, fun=fun, lower_bound=history["lower_bound"][-1], gap=history["gap"][-1],
+                      nit=len(history["iteration"]), status=self.status,
+                      message=_MESSAGES[self.status], w_last=w_last, history=history)
+
+
+def check_finite(r, a, t):
+    """Raise InputError unless the risk `r` and ``|a|^2`` of iteration `t` are finite."""
+    # |a|^2 enters the Gram matrix: it must be finite too, not only a.
+    with np.errstate(over="ignore"):
+        norm2 = np.dot(a, a)
+    if not (np.isfinite(r) and np.isfinite(norm2)):
+        raise InputError(f"the empirical risk or its subgradient is not finite at iteration {t} "
+                         "(overflow in the loss? try a larger --lam or scaled features)")
 
 
 @dataclass

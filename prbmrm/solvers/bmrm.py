@@ -4,11 +4,7 @@ import time
 
 import numpy as np
 
-from ..errors import InputError
-from ._base import HISTORY_COLUMNS, Bundle, Progress, Result
-
-_MESSAGES = {0: "gap <= epsilon", 1: "gap <= rel_epsilon * objective",
-             2: "maximum number of iterations reached", 3: "stopped by the callback"}
+from ._base import Bundle, Progress, Recorder, check_finite
 
 
 def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
@@ -51,20 +47,13 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     Result
     """
     w = np.array(w0, dtype=np.float64)
-    bundle = Bundle(len(w))
+    bundle = Bundle(len(w), getattr(regularizer, "metric", None))
     alpha = np.zeros(0)
     best_objective, best_w = np.inf, w
-    history = {name: [] for name in HISTORY_COLUMNS}
-    started = time.perf_counter()
-    status = 2
+    recorder = Recorder(epsilon, rel_epsilon, callback)
     for t in range(1, max_iter + 1):
         r, a = risk(w)
-        # |a|^2 enters the Gram matrix: it must be finite too, not only a.
-        with np.errstate(over="ignore"):
-            norm2 = np.dot(a, a)
-        if not (np.isfinite(r) and np.isfinite(norm2)):
-            raise InputError(f"the empirical risk or its subgradient is not finite at iteration {t} "
-                             "(overflow in the loss? try a larger --lam or scaled features)")
+        check_finite(r, a, t)
         objective = lam * regularizer.value(w) + r
         if objective < best_objective:
             best_objective, best_w = objective, w
@@ -74,24 +63,11 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         seconds = getattr(risk, "last_seconds", {"risk": 0.0, "comm": 0.0})
         row = Progress(t, objective, best_objective, lower_bound, best_objective - lower_bound,
                        bundle.size, seconds["risk"], time.perf_counter() - solve_started,
-                       seconds["comm"], time.perf_counter() - started)
-        for name in HISTORY_COLUMNS:
-            history[name].append(getattr(row, name))
-        if row.gap <= epsilon:
-            status = 0
-        elif row.gap <= rel_epsilon * abs(best_objective):
-            status = 1
-        if callback is not None:
-            try:
-                callback(row)
-            except StopIteration:
-                status = 3 if status == 2 else status
+                       seconds["comm"], time.perf_counter() - recorder.started)
         w = w_next
-        if status != 2:
+        if recorder.record(row):
             break
         if idle_age > 0:
             bundle.update_idle(alpha)
             alpha = bundle.prune(idle_age, alpha)
-    return Result(w=best_w, fun=best_objective, lower_bound=history["lower_bound"][-1],
-                  gap=history["gap"][-1], nit=t, status=status, message=_MESSAGES[status],
-                  w_last=w, history={k: np.asarray(v) for k, v in history.items()})
+    return recorder.result(best_w, best_objective, w)

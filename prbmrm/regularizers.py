@@ -20,10 +20,17 @@ class L2:
     """
 
     name = "l2"
+    quadratic = True
+    """Omega is quadratic along every line (the line search of LS-BMRM may then be exact)."""
 
     def value(self, w):
         """Return Omega(w)."""
         return 0.5 * float(np.dot(w, w))
+
+    def line(self, w, d):
+        """Return ``omega(eta) -> (Omega(w + eta d), its derivative in eta)``, O(1) per call."""
+        ww, wd, dd = float(np.dot(w, w)), float(np.dot(w, d)), float(np.dot(d, d))
+        return lambda eta: (0.5 * ww + eta * (wd + 0.5 * eta * dd), wd + eta * dd)
 
     def solve_subproblem(self, bundle, lam, alpha0=None):
         """Minimize ``lam * Omega(w) + max_i <a_i, w> + b_i`` over the bundle's planes.

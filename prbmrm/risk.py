@@ -12,6 +12,20 @@ Sums are formed per canonical block of rows (one per shard file) and added
 with :meth:`prbmrm.comm.SerialComm.reproducible_sum`, so 1, 2 or 3 ranks
 holding the same shards compute bitwise the same R and a, and BMRM takes the
 same path on any number of ranks.
+
+A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the
+same loop::
+
+    rank 0:   [w_b, LINE], then d  --Bcast-->  every rank: F0 = X w_b, dF = X d once,
+                                               and the loss's line objects per block
+    per round of K <= 16 trial steps:
+    rank 0:   [eta_1..eta_K, lo, hi, K, flag]  --Bcast-->  every rank: its blocks' sums
+              of losses, left and right slopes at F0 + eta_j dF
+              <--reproducible Allreduce (3 K values per block)--
+              <--Allreduce-max (2 K values)-- the breakpoints nearest each eta_j
+
+so a round makes no pass over X (O(K log m_local) for piecewise-linear losses,
+O(K m_local) for the others) and moves a few numbers per rank.
 """
 
 import time
@@ -21,7 +35,10 @@ import scipy.sparse as sp
 
 from .errors import CollectiveError, PrbmrmError
 
-_EVALUATE, _STOP, _FAIL = 0.0, 1.0, 2.0
+_EVALUATE, _STOP, _FAIL, _LINE, _END = 0.0, 1.0, 2.0, 3.0, 4.0
+
+MAX_TRIALS = 16
+"""Most trial steps of one round of a line search (one broadcast, one reduction)."""
 
 # Rows per chunk of a block are chosen so that one chunk's nonzeros (12 bytes each)
 # stay in the last-level cache between the two passes f = X w and X^T l'(f): one
@@ -90,6 +107,13 @@ class DistributedRisk:
         self.total_seconds = {"risk": 0.0, "comm": 0.0}
         self.evaluations = 0
         self._deferred_error = None
+        # Line search sessions: the direction, the trial message [etas, lo, hi, count, flag]
+        # and the blocks' line objects.
+        self._direction = np.zeros(self.dim)
+        self._trial = np.zeros(MAX_TRIALS + 4)
+        self._lines = None
+        self._line_error = None
+        self._line_open = False
 
     def __call__(self, w):
         """Return ``(R_emp(w), a)`` with ``a`` a subgradient of R_emp at `w` (rank 0 only).
@@ -163,8 +187,107 @@ class DistributedRisk:
         self._partials[0, -1] = risk_sum
         return exchange
 
+    def line(self, w, d):
+        """Open a line search along ``w + eta d`` (rank 0 only; the other ranks follow in serve()).
+
+        Every rank computes the scores ``F0 = X w`` and ``dF = X d`` of its
+        rows once, and the loss's line objects (:meth:`prbmrm.losses.Loss.line`);
+        each trial step then costs O(m_local) per rank and one small
+        reproducible Allreduce.
+
+        Returns
+        -------
+        RiskLine or None
+            The session, to be closed (``with`` closes it); None if the loss
+            does not decompose over examples or needs query ids: the caller
+            then searches through ``risk(w)`` itself.
+        """
+        if not self.loss.decomposable or self.loss.needs_qid:
+            return None
+        started = time.perf_counter()
+        self._message[:-1] = w
+        self._message[-1] = _LINE
+        self.comm.bcast_array(self._message)
+        self._direction[:] = d
+        self.comm.bcast_array(self._direction)
+        self._line_open = True
+        comm_seconds = time.perf_counter() - started
+        session = RiskLine(self, self._open_line())
+        session.add_seconds(time.perf_counter() - started - comm_seconds, comm_seconds)
+        return session
+
+    def _open_line(self):
+        """Set up this rank's part of a line search (errors wait for the first trial); return its exactness."""
+        self._line_error = None
+        try:
+            w, d = self._message[:-1], self._direction
+            # One line object per canonical block, so that the sums do not depend on the ranks.
+            self._lines = [self.loss.line(self.loss.scores(X, w), self.loss.scores(X, d), y)
+                           for X, y, _ in self._blocks]
+            return all(line.exact for line in self._lines)
+        except Exception as error:
+            self._line_error = error
+            return False
+
+    def _line_trial(self):
+        """One round of trial steps of the open line search, on every rank.
+
+        Returns ``(sums / m, nearest, risk seconds, comm seconds)``: the sums
+        over all ranks of losses, left and right slopes (3 x K) and the
+        breakpoints of all ranks nearest each step (2 x K, see
+        :meth:`prbmrm.losses._line.PiecewiseLinearLine.nearest`).
+
+        Raises
+        ------
+        CollectiveError
+            On every rank, with its message, if any rank failed to compute
+            its part (in this round or in the session's set-up).
+        """
+        started = time.perf_counter()
+        count = int(self._trial[-2])
+        etas, (lo, hi) = self._trial[:count], self._trial[-4:-2]
+        partials = np.full((len(self._blocks), 3, count), np.nan)
+        ends = np.array([np.concatenate([[lo], etas[:-1]]), -np.concatenate([etas[1:], [hi]])])
+        error = self._line_error
+        if error is None:
+            try:
+                for partial, line in zip(partials, self._lines):
+                    partial[:] = line.sums(etas)
+                    if line.exact:
+                        below, above = line.nearest(etas, lo, hi)
+                        np.maximum(ends, [below, -above], out=ends)
+            except Exception as problem:
+                error = problem
+                partials[:] = np.nan
+        computed = time.perf_counter()
+        sums = self.comm.reproducible_sum(partials.reshape(len(self._blocks), -1), self._n_parts)
+        if not np.all(np.isfinite(sums)):
+            # Every rank sees the same sums, so every rank makes this collective call.
+            self.comm.check(error)
+        ends = self.comm.allreduce_max(ends.ravel()).reshape(2, count)
+        ends[1] = -ends[1]
+        return (sums.reshape(3, count) / self.n_total, ends, computed - started,
+                time.perf_counter() - computed)
+
+    def _close_line(self):
+        self._lines = self._line_error = None
+        self._line_open = False
+
+    def _serve_line(self):
+        """Answer the trials of a line search (every rank but 0); return the flag that ended it."""
+        while True:
+            self.comm.bcast_array(self._trial)
+            flag = self._trial[-1]
+            if flag != _EVALUATE:
+                self._close_line()
+                return flag
+            try:
+                self._line_trial()
+            except CollectiveError:
+                pass  # rank 0 raises it too, and then stops every rank with _FAIL
+
     def serve(self):
-        """Answer rank 0's evaluations until it stops (every rank but 0).
+        """Answer rank 0's evaluations and line searches until it stops (every rank but 0).
 
         Raises
         ------
@@ -175,19 +298,110 @@ class DistributedRisk:
             started = time.perf_counter()
             self.comm.bcast_array(self._message)
             flag = self._message[-1]
-            if flag == _STOP:
-                return
+            if flag == _EVALUATE:
+                self._evaluate(time.perf_counter() - started)
+                continue
+            if flag == _LINE:
+                self.comm.bcast_array(self._direction)
+                self._open_line()
+                flag = self._serve_line()
+                if flag == _END:
+                    continue
             if flag == _FAIL:
                 raise CollectiveError(self.comm.bcast_object(None))
-            self._evaluate(time.perf_counter() - started)
+            return
 
     def stop(self, error=None):
-        """Release the serving ranks (rank 0 only); with `error`, make them raise its message."""
-        self._message[-1] = _STOP if error is None else _FAIL
-        self.comm.bcast_array(self._message)
+        """Release the serving ranks (rank 0 only); with `error`, make them raise its message.
+
+        Inside an open line search the flag travels in the trial message,
+        the one the other ranks are waiting for.
+        """
+        flag = _STOP if error is None else _FAIL
+        message = self._trial if self._line_open else self._message
+        message[-1] = flag
+        self.comm.bcast_array(message)
+        self._close_line()
         if error is not None:
             self.comm.bcast_object(str(error))
 
+
+class RiskLine:
+    """An open line search of a :class:`DistributedRisk` along ``w + eta d`` (rank 0's end).
+
+    Attributes
+    ----------
+    exact : bool
+        True if the loss is piecewise linear along lines: every trial step
+        then comes with the breakpoints nearest to it.
+    points : int
+        Trial steps a round may hold: :data:`MAX_TRIALS` if exact (a step
+        costs O(log m) per rank), else 3 (a step costs O(m) per rank).
+    seconds : dict
+        Seconds of this session, under ``"risk"`` (this rank's work) and
+        ``"comm"`` (broadcasts and Allreduces); also added to the oracle's
+        ``total_seconds``.
+    rounds : int
+        Rounds of trial steps so far.
+    """
+
+    def __init__(self, oracle, exact):
+        self._oracle = oracle
+        self.exact = exact
+        self.points = MAX_TRIALS if exact else 3
+        self.seconds = {"risk": 0.0, "comm": 0.0}
+        self.rounds = 0
+
+    def add_seconds(self, risk, comm):
+        """Count `risk` and `comm` seconds into this session and the oracle's totals."""
+        for key, seconds in (("risk", risk), ("comm", comm)):
+            self.seconds[key] += seconds
+            self._oracle.total_seconds[key] += seconds
+
+    def __call__(self, etas, lo, hi):
+        """Return R_emp, its left and right slopes, and the nearest breakpoints at the steps `etas`.
+
+        Parameters
+        ----------
+        etas : sequence of float
+            At most :attr:`points` increasing steps in [lo, hi).
+        lo, hi : float
+            The bracket (hi may be inf).
+
+        Returns
+        -------
+        ndarray of shape (5, K)
+            Rows: ``R_emp(w + eta d)``, its left and right derivatives in eta,
+            and around each step the largest breakpoint after the previous
+            step (or lo) and the smallest before the next one (or hi); where
+            there is none, or the search is not :attr:`exact`, the
+            neighbouring step itself.
+        """
+        started = time.perf_counter()
+        trial = self._oracle._trial
+        trial[:len(etas)] = etas
+        trial[-4:] = (lo, hi, len(etas), _EVALUATE)
+        self._oracle.comm.bcast_array(trial)
+        sent = time.perf_counter() - started
+        sums, ends, risk, comm = self._oracle._line_trial()
+        self.add_seconds(risk, comm + sent)
+        self.rounds += 1
+        return np.vstack([sums, ends])
+
+    def close(self):
+        """End the session: the other ranks go back to serving evaluations."""
+        if self._oracle._line_open:
+            started = time.perf_counter()
+            self._oracle._trial[-1] = _END
+            self._oracle.comm.bcast_array(self._oracle._trial)
+            self._oracle._close_line()
+            self.add_seconds(0.0, time.perf_counter() - started)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
 
 def _row_block(X, start, stop):
     """Rows start:stop of X without copying the large arrays."""

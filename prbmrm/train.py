@@ -21,6 +21,7 @@ from .model import check_writable, save_model
 from .regularizers import REGULARIZERS
 from .risk import DistributedRisk, run_distributed
 from .solvers import SOLVERS, minimize
+from .solvers.lsbmrm import check_theta
 
 DEMO_NAME = "embedded demo: Wisconsin breast cancer (569 x 30, standardized)"
 
@@ -39,7 +40,7 @@ def load_demo():
         return archive["X"], archive["y"]
 
 
-def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age):
+def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, solver="bmrm", theta=None):
     """Raise UsageError for option values no run can use."""
     if not (math.isfinite(lam) and lam > 0):
         raise UsageError(f"--lam must be a positive number, got {lam:g}")
@@ -50,10 +51,14 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age):
         raise UsageError(f"--max-iter must be >= 1, got {max_iter}")
     if idle_age < 0:
         raise UsageError(f"--idle-age must be >= 0 (0 keeps every plane), got {idle_age}")
+    if theta is not None:
+        if solver != "lsbmrm":
+            raise UsageError(f"--theta is an option of --solver lsbmrm, not of {solver!r}")
+        check_theta(theta)
 
 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
-        epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, callback=None, comm=None):
+        epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, theta=None, callback=None, comm=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -81,6 +86,9 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     max_iter : int
     idle_age : int
         Drop planes idle this many iterations (0: never).
+    theta : float, optional
+        ``lsbmrm`` only: where the next plane is taken between the line
+        search's point and the model's minimizer (None: the solver's 0.9).
     callback : callable, optional
         Called on rank 0 with a :class:`prbmrm.solvers.Progress` per iteration.
     comm : prbmrm.comm.SerialComm or MPIComm, optional
@@ -99,7 +107,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     from .comm import get_comm
 
     comm = get_comm() if comm is None else comm
-    check_options(lam, epsilon, rel_epsilon, max_iter, idle_age)
+    check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, solver, theta)
+    options = {} if theta is None else {"theta": theta}
     loss_object = get_loss(loss, **(loss_params or {}))
     if solver not in SOLVERS:
         raise UsageError(f"unknown solver {solver!r}; known solvers: {', '.join(sorted(SOLVERS))}")
@@ -124,7 +133,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     w0 = np.zeros(oracle.dim)
     result = run_distributed(oracle, lambda risk: minimize(
         risk, w0, lam, method=solver, reg=reg, epsilon=epsilon, rel_epsilon=rel_epsilon,
-        max_iter=max_iter, idle_age=idle_age, callback=callback))
+        max_iter=max_iter, idle_age=idle_age, callback=callback, **options))
     return result, local, loss_object
 
 
@@ -190,6 +199,8 @@ def build_parser():
                         help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")
     parser.add_argument("--lam", type=float, default=1e-4, help="regularization constant > 0 (default 1e-4)")
     parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join(SOLVERS)} (default bmrm)")
+    parser.add_argument("--theta", type=float, help="lsbmrm: next plane at (1 - theta) w_b + theta w_t, "
+                        "0 < theta <= 1 (default 0.9)")
     parser.add_argument("--reg", default="l2", help=f"regularizer: {', '.join(REGULARIZERS)} (default l2)")
     parser.add_argument("--epsilon", type=float, default=0.0,
                         help="stop when the gap (best objective - lower bound) <= this (default 0: off)")
@@ -210,7 +221,8 @@ def build_parser():
 def main(argv, comm):
     """Entry point of ``python -m prbmrm.train``; returns the exit status."""
     args = build_parser().parse_args(argv)
-    check_options(args.lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age)
+    check_options(args.lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age, args.solver,
+                  args.theta)
     loss_params = parse_loss_params(args.loss_param)
     get_loss(args.loss, **loss_params)
     error = None
@@ -226,7 +238,7 @@ def main(argv, comm):
     result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=args.lam,
                               bias=args.bias, solver=args.solver, reg=args.reg, epsilon=args.epsilon,
                               rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
-                              idle_age=args.idle_age, callback=table, comm=comm)
+                              idle_age=args.idle_age, theta=args.theta, callback=table, comm=comm)
     if not comm.is_root:
         return 0
     seconds = time.perf_counter() - started

@@ -3,6 +3,7 @@
 import numpy as np
 
 from ..errors import UsageError
+from ._line import GenericLine, PiecewiseLinearLine
 
 
 class Loss:
@@ -99,6 +100,42 @@ class Loss:
         """
         raise NotImplementedError
 
+    def scores(self, X, w):
+        """Return the scores of the rows of `X` under the flat weights `w`: ``X @ w``."""
+        return X @ w
+
+    def line(self, F0, dF, y):
+        """Return this loss along the scores ``F0 + eta dF`` of a block, for the line search.
+
+        Parameters
+        ----------
+        F0, dF : ndarray
+            :meth:`scores` of the block at the line's start ``w_b`` and along
+            its direction ``d``.
+        y : ndarray
+            The block's labels.
+
+        Returns
+        -------
+        line object
+            With ``sums(eta) -> (sum of losses, sum of left slopes, sum of
+            right slopes)`` (slopes with respect to eta), ``exact`` and, if
+            exact, ``nearest(eta, lo, hi)``; see :mod:`prbmrm.losses._line`.
+            By default a :class:`~prbmrm.losses._line.GenericLine` over
+            :meth:`line_values`; piecewise-linear losses return a
+            :class:`~prbmrm.losses._line.PiecewiseLinearLine`.
+        """
+        return GenericLine(self, F0, dF, y)
+
+    def line_values(self, F0, dF, y, eta):
+        """Return ``(sum of losses, sum of slopes)`` at the scores ``F0 + eta dF``.
+
+        The slope of example i is ``<g_i, dF_i>`` for the (sub)gradient g_i of
+        its loss with respect to its scores: the derivative in eta where the
+        loss is differentiable.
+        """
+        raise NotImplementedError
+
     @property
     def predicts_labels(self):
         """bool: whether :meth:`predict_labels` gives labels (classification losses)."""
@@ -158,7 +195,16 @@ class MultivariateLoss(Loss):
 
 
 class ScalarLoss(Loss):
-    """A loss ``l(<w, x>, y)`` of the scalar score; subclasses define `value` and `derivative`."""
+    """A loss ``l(<w, x>, y)`` of the scalar score; subclasses define `value` and `derivative`.
+
+    Attributes
+    ----------
+    piecewise_linear : bool
+        True if l is linear between its :meth:`kinks`: the line search is
+        then exact (:meth:`line`).
+    """
+
+    piecewise_linear = False
 
     def value(self, f, y):
         """Return the per-example losses ``l(f_i, y_i)``."""
@@ -173,12 +219,41 @@ class ScalarLoss(Loss):
 
         Row i lists the k breakpoints of example i (k = 0, the default, for a
         loss differentiable everywhere). Tests use them to keep finite
-        differences away from the points where only a subgradient exists.
+        differences away from the points where only a subgradient exists;
+        the line search of a :attr:`piecewise_linear` loss takes its pieces
+        from them.
         """
         return np.empty((len(y), 0))
 
+    def line(self, f0, df, y):
+        """The loss along ``f0 + eta df`` (see :meth:`Loss.line`); exact for piecewise-linear losses.
+
+        A piecewise-linear l has the slope ``c_q = l'`` at any point inside
+        its piece q (between two kinks, or 1 beyond the outer ones). Along
+        the line, example i meets kink k ahead of f0 at ``eta = (k - f0_i) /
+        df_i``, where its slope in eta grows by ``(c_{q+1} - c_q) |df_i|``.
+        """
+        if not self.piecewise_linear:
+            return super().line(f0, df, y)
+        kinks = np.sort(self.kinks(y), axis=1).T  # (p, n)
+        inside = np.vstack([kinks[:1] - 1.0, 0.5 * (kinks[1:] + kinks[:-1]), kinks[-1:] + 1.0])
+        slopes = np.array([self.derivative(f, y) for f in inside])  # (p + 1, n)
+        # The piece just right of eta = 0: past the kinks below f0, and those at f0 if df > 0.
+        piece = np.count_nonzero((kinks < f0) | ((kinks == f0) & (df > 0)), axis=0)
+        slope0 = np.dot(np.take_along_axis(slopes, piece[None], axis=0)[0], df)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            breaks = (kinks - f0) / df
+        ahead = (breaks > 0) & (df != 0)
+        jumps = (slopes[1:] - slopes[:-1]) * np.abs(df)
+        return PiecewiseLinearLine(np.sum(self.value(f0, y)), slope0, breaks[ahead], jumps[ahead])
+
+    def line_values(self, f0, df, y, eta):
+        f = f0 + eta * df
+        with np.errstate(invalid="ignore", over="ignore"):
+            return float(np.sum(self.value(f, y))), float(np.dot(self.derivative(f, y), df))
+
     def loss_gradient(self, w, X, y, qid=None):
-        f = X @ w
+        f = self.scores(X, w)
         risk = float(np.sum(self.value(f, y)))
         # X.T @ g runs scipy's transposed CSR kernel: no copy of X is made. An overflowed
         # loss (inf in g) is reported by the solver's finiteness check, without a warning here.

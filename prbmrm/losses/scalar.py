@@ -26,6 +26,7 @@ class Hinge(BinaryLoss):
     """Hinge loss ``max(0, 1 - y f)``; subgradient ``-y`` where ``y f < 1``, else 0."""
 
     name = "hinge"
+    piecewise_linear = True
 
     def value(self, f, y):
         return np.maximum(0.0, 1.0 - y * f)
@@ -58,6 +59,7 @@ class ZeroHinge(BinaryLoss):
     """
 
     name = "zero_hinge"
+    piecewise_linear = True
 
     def value(self, f, y):
         return np.maximum(0.0, -y * f)
@@ -157,6 +159,7 @@ class Novelty(ScalarLoss):
     """
 
     name = "novelty"
+    piecewise_linear = True
     task = "novelty"
     params = {"rho": 1.0}
 
@@ -197,6 +200,7 @@ class LeastAbsoluteDeviation(RegressionLoss):
     """Least absolute deviation ``|f - y|``; subgradient ``sign(f - y)`` (0 at f = y)."""
 
     name = "least_absolute_deviation"
+    piecewise_linear = True
 
     def value(self, f, y):
         return np.abs(f - y)
@@ -220,6 +224,7 @@ class Quantile(RegressionLoss):
     """
 
     name = "quantile"
+    piecewise_linear = True
     params = {"tau": 0.5}
 
     def check_params(self):
@@ -252,6 +257,7 @@ class EpsilonInsensitive(RegressionLoss):
     """
 
     name = "epsilon_insensitive"
+    piecewise_linear = True
     params = {"epsilon": 0.1}
 
     def check_params(self):

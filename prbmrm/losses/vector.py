@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 from ..errors import UsageError
 from ._base import Loss, _format_labels
+from ._line import upper_envelope
 
 # Coefficient matrices with at most two entries per row are multiplied as
 # sparse matrices above this many outputs; below it the dense product is faster.
@@ -86,13 +87,21 @@ class VectorLoss(Loss):
         """Return ``(losses, G)``: per-row losses (n,) and ``G = dl/dF`` (n x k, dense or CSR)."""
         raise NotImplementedError
 
-    def loss_gradient(self, w, X, y, qid=None):
+    def scores(self, X, w):
+        """Return the n x k scores ``X @ W`` of the rows of `X`, W the d x k matrix of the flat `w`."""
         k = self.n_outputs
         if w.shape[0] != X.shape[1] * k:
             raise ValueError(f"w has {w.shape[0]} entries, expected {X.shape[1]} features x {k} outputs")
-        F = np.asarray(X @ w.reshape(-1, k))
-        losses, G = self.coefficients(F, y)
+        return np.asarray(X @ w.reshape(-1, k))
+
+    def loss_gradient(self, w, X, y, qid=None):
+        losses, G = self.coefficients(self.scores(X, w), y)
         return float(np.sum(losses)), _gradient(X, G)
+
+    def line_values(self, F0, dF, y, eta):
+        losses, G = self.coefficients(F0 + eta * dF, y)
+        slope = G.multiply(dF).sum() if sp.issparse(G) else np.sum(G * dF)
+        return float(np.sum(losses)), float(slope)
 
 
 class MulticlassLoss(VectorLoss):
@@ -145,7 +154,29 @@ class MulticlassLoss(VectorLoss):
         return {"accuracy": accuracy, "error_rate": 1.0 - accuracy}
 
 
-class MulticlassHinge(MulticlassLoss):
+class MaxMarginLoss(MulticlassLoss):
+    """A multiclass loss ``l(f, y) = max_{y'} z_{y'}`` of margins z affine in the scores f.
+
+    Subclasses define the linear part of the margins, ``differences(F,
+    index)`` (index: the label columns); the margins add ``delta[index]``.
+    Along a line of scores each example's loss is then the upper envelope of
+    k lines in eta, and the line search is exact (paper 003, Alg. 4-5).
+    """
+
+    def differences(self, F, index):
+        """Per row and candidate y': the linear part of the margin (e.g. ``f_{y'} - f_y``)."""
+        raise NotImplementedError
+
+    def margins(self, F, index):
+        """Per row and candidate y': the term maximized by the loss."""
+        return self.differences(F, index) + self.delta[index]
+
+    def line(self, F0, dF, y):
+        index = self.class_index(y)
+        return upper_envelope(self.margins(F0, index).T, self.differences(dF, index).T)
+
+
+class MulticlassHinge(MaxMarginLoss):
     """Soft-margin multiclass loss (Crammer and Singer; paper 000 Table 6, eq. 29 with Gamma = 1).
 
     ``l(f, y) = max_{y'} (f_{y'} - f_y + Delta(y, y'))``, with Delta the 0/1
@@ -175,10 +206,8 @@ class MulticlassHinge(MulticlassLoss):
                         f"one row and column per class {_format_labels(self.classes)}")
             self.delta = self._cost
 
-    def margins(self, F, index):
-        """Per row and candidate y': the term maximized by the loss."""
-        rows = np.arange(len(index))
-        return F - F[rows, index][:, None] + self.delta[index]
+    def differences(self, F, index):
+        return F - F[np.arange(len(index)), index][:, None]
 
     def coefficients(self, F, y):
         index = self.class_index(y)
@@ -222,9 +251,8 @@ class ScaledMulticlassHinge(MulticlassHinge):
                         f"one row and column per class {_format_labels(self.classes)}")
             self.scale = self._gamma
 
-    def margins(self, F, index):
-        rows = np.arange(len(index))
-        return self.scale[index] * (F - F[rows, index][:, None]) + self.delta[index]
+    def differences(self, F, index):
+        return self.scale[index] * (F - F[np.arange(len(index)), index][:, None])
 
     def coefficients(self, F, y):
         index = self.class_index(y)
@@ -256,7 +284,7 @@ class Softmax(MulticlassLoss):
         return losses, P
 
 
-class Ontology(MulticlassLoss):
+class Ontology(MaxMarginLoss):
     """Soft-margin loss over a class hierarchy (paper 000 Sec. A.4.2, Alg. 12).
 
     The DAG comes from ``--loss-param dag=FILE``: one edge ``parent child`` per
@@ -303,11 +331,14 @@ class Ontology(MulticlassLoss):
         Phi = self.phi
         self.delta = Phi @ (1.0 - Phi).T + (1.0 - Phi) @ Phi.T  # |A xor B| = |A \ B| + |B \ A|
 
+    def differences(self, F, index):
+        S = F @ self.phi.T  # <phi(y'), f> for every class y'
+        return S - S[np.arange(len(index)), index][:, None]
+
     def coefficients(self, F, y):
         index = self.class_index(y)
         rows = np.arange(len(index))
-        S = F @ self.phi.T  # <phi(y'), f> for every class y'
-        Z = S - S[rows, index][:, None] + self.delta[index]
+        Z = self.margins(F, index)
         worst = np.argmax(Z, axis=1)
         G = self.phi[worst] - self.phi[index]
         return Z[rows, worst], G

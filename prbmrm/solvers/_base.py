@@ -100,6 +100,51 @@ class Bundle:
         return alpha[index]
 
 
+class CuttingPlaneModel:
+    """BMRM's model ``J_t(w) = lam * Omega(w) + max_i <a_i, w> + b_i``: its planes and their multipliers.
+
+    What every BMRM variant does with a risk evaluation: add its plane,
+    minimize J_t through the regularizer's dual subproblem warm-started from
+    the previous multipliers, and drop planes that stayed idle.
+
+    Parameters
+    ----------
+    dim : int
+        Length of w.
+    lam : float
+    regularizer : object
+        Provides ``solve_subproblem(bundle, lam, alpha0)`` and optionally ``metric``.
+    idle_age : int
+        Drop planes whose multiplier stayed zero this many consecutive
+        iterations; 0 keeps every plane.
+    """
+
+    def __init__(self, dim, lam, regularizer, idle_age):
+        self.bundle = Bundle(dim, getattr(regularizer, "metric", None))
+        self.lam = lam
+        self.regularizer = regularizer
+        self.idle_age = idle_age
+        self.alpha = np.zeros(0)
+
+    def minimize(self, w, r, a):
+        """Add the plane ``(a, r - <a, w>)`` of R_emp at `w`; return ``(w_t, lower_bound, seconds)``.
+
+        ``w_t`` minimizes J_t and ``lower_bound``, the dual value, is a
+        certified lower bound of min J.
+        """
+        started = time.perf_counter()
+        self.bundle.add(a, r - float(np.dot(a, w)))
+        w_t, lower_bound, self.alpha = self.regularizer.solve_subproblem(self.bundle, self.lam,
+                                                                         np.append(self.alpha, 0.0))
+        return w_t, lower_bound, time.perf_counter() - started
+
+    def prune(self):
+        """Drop the idle planes (their multipliers are zero: J_t's minimum is unchanged)."""
+        if self.idle_age > 0:
+            self.bundle.update_idle(self.alpha)
+            self.alpha = self.bundle.prune(self.idle_age, self.alpha)
+
+
 _MESSAGES = {0: "gap <= epsilon", 1: "gap <= rel_epsilon * objective",
              2: "maximum number of iterations reached", 3: "stopped by the callback"}
 

@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 
-from ._base import Bundle, Progress, Recorder, check_finite
+from ._base import CuttingPlaneModel, Progress, Recorder, check_finite
 
 
 def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
@@ -47,8 +47,7 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     Result
     """
     w = np.array(w0, dtype=np.float64)
-    bundle = Bundle(len(w), getattr(regularizer, "metric", None))
-    alpha = np.zeros(0)
+    model = CuttingPlaneModel(len(w), lam, regularizer, idle_age)
     best_objective, best_w = np.inf, w
     recorder = Recorder(epsilon, rel_epsilon, callback)
     for t in range(1, max_iter + 1):
@@ -57,17 +56,13 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         objective = lam * regularizer.value(w) + r
         if objective < best_objective:
             best_objective, best_w = objective, w
-        solve_started = time.perf_counter()
-        bundle.add(a, r - float(np.dot(a, w)))
-        w_next, lower_bound, alpha = regularizer.solve_subproblem(bundle, lam, np.append(alpha, 0.0))
+        w_next, lower_bound, solve_seconds = model.minimize(w, r, a)
         seconds = getattr(risk, "last_seconds", {"risk": 0.0, "comm": 0.0})
         row = Progress(t, objective, best_objective, lower_bound, best_objective - lower_bound,
-                       bundle.size, seconds["risk"], time.perf_counter() - solve_started,
-                       seconds["comm"], time.perf_counter() - recorder.started)
+                       model.bundle.size, seconds["risk"], solve_seconds, seconds["comm"],
+                       time.perf_counter() - recorder.started)
         w = w_next
         if recorder.record(row):
             break
-        if idle_age > 0:
-            bundle.update_idle(alpha)
-            alpha = bundle.prune(idle_age, alpha)
+        model.prune()
     return recorder.result(best_w, best_objective, w)

@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from ..errors import UsageError
 from ._base import Loss, _format_labels
-from ._line import upper_envelope
+from ._line import EnvelopeLine
 
 # Coefficient matrices with at most two entries per row are multiplied as
 # sparse matrices above this many outputs; below it the dense product is faster.
@@ -173,7 +173,7 @@ class MaxMarginLoss(MulticlassLoss):
 
     def line(self, F0, dF, y):
         index = self.class_index(y)
-        return upper_envelope(self.margins(F0, index).T, self.differences(dF, index).T)
+        return EnvelopeLine(self.margins(F0, index).T, self.differences(dF, index).T)
 
 
 class MulticlassHinge(MaxMarginLoss):

@@ -191,9 +191,11 @@ class DistributedRisk:
         """Open a line search along ``w + eta d`` (rank 0 only; the other ranks follow in serve()).
 
         Every rank computes the scores ``F0 = X w`` and ``dF = X d`` of its
-        rows once, and the loss's line objects (:meth:`prbmrm.losses.Loss.line`);
-        each trial step then costs O(m_local) per rank and one small
-        reproducible Allreduce.
+        rows once, and the loss's line object of each block
+        (:meth:`prbmrm.losses.Loss.line`); each round of trial steps then
+        costs O(K log m_local) per rank for piecewise-linear losses (O(K
+        m_local) for the others), one small reproducible Allreduce and one
+        Allreduce-max.
 
         Returns
         -------
@@ -217,7 +219,10 @@ class DistributedRisk:
         return session
 
     def _open_line(self):
-        """Set up this rank's part of a line search (errors wait for the first trial); return its exactness."""
+        """Set up this rank's part of a line search; return whether it is exact.
+
+        An error is kept for the first round, which reports it on every rank.
+        """
         self._line_error = None
         try:
             w, d = self._message[:-1], self._direction
@@ -235,7 +240,7 @@ class DistributedRisk:
         Returns ``(sums / m, nearest, risk seconds, comm seconds)``: the sums
         over all ranks of losses, left and right slopes (3 x K) and the
         breakpoints of all ranks nearest each step (2 x K, see
-        :meth:`prbmrm.losses._line.PiecewiseLinearLine.nearest`).
+        :meth:`prbmrm.losses._line.PiecewiseLinearLine.evaluate`).
 
         Raises
         ------
@@ -247,15 +252,14 @@ class DistributedRisk:
         count = int(self._trial[-2])
         etas, (lo, hi) = self._trial[:count], self._trial[-4:-2]
         partials = np.full((len(self._blocks), 3, count), np.nan)
-        ends = np.array([np.concatenate([[lo], etas[:-1]]), -np.concatenate([etas[1:], [hi]])])
+        ends = np.full((2, count), -np.inf)  # the largest breakpoint before, minus the smallest after
         error = self._line_error
         if error is None:
             try:
                 for partial, line in zip(partials, self._lines):
-                    partial[:] = line.sums(etas)
-                    if line.exact:
-                        below, above = line.nearest(etas, lo, hi)
-                        np.maximum(ends, [below, -above], out=ends)
+                    values = line.evaluate(etas, lo, hi)
+                    partial[:] = values[:3]
+                    np.maximum(ends, [values[3], -values[4]], out=ends)
             except Exception as problem:
                 error = problem
                 partials[:] = np.nan

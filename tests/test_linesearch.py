@@ -63,7 +63,7 @@ def test_scalar_loss_along_a_line(cls):
             crossings = ((kinks - f0[:, None]) / df[:, None]).ravel()
         etas = np.concatenate([etas, crossings[(crossings > 0.01) & (crossings < 3.0)]])
     etas = np.sort(etas)
-    values, left, right = line.sums(etas)
+    values, left, right = line.evaluate(etas, 0.0, np.inf)[:3]
 
     def total(eta):
         return float(np.sum(loss.value(f0 + eta * df, y)))
@@ -74,7 +74,8 @@ def test_scalar_loss_along_a_line(cls):
         assert slope_left == pytest.approx(backward, rel=1e-5, abs=1e-5)
         assert slope_right == pytest.approx(forward, rel=1e-5, abs=1e-5)
     # At 0 the right slope is the forward difference.
-    assert line.sums(np.array([0.0]))[2, 0] == pytest.approx(one_sided(total, 0.0)[1], rel=1e-5, abs=1e-5)
+    right = loss.line(f0, df, y).evaluate([0.0], 0.0, np.inf)[2, 0]
+    assert right == pytest.approx(one_sided(total, 0.0)[1], rel=1e-5, abs=1e-5)
 
 
 @pytest.mark.parametrize("name", ["multiclass_hinge", "scaled_multiclass_hinge"])
@@ -109,9 +110,34 @@ def test_multiclass_loss_along_a_line_at_every_crossing(name):
     steeper = S[:, None, :] > S[:, :, None]
     crossings = crossings[steeper & (crossings > 1e-3) & (crossings < 3.0)]
     etas = np.sort(np.unique(crossings))
-    values, left, right = line.sums(etas)
+    values, left, right = line.evaluate(etas, 0.0, np.inf)[:3]
     assert np.any(left < right - 1e-9)  # some crossings are breakpoints of the envelope
     for eta, value, slope_left, slope_right in zip(etas, values, left, right):
+        assert value == pytest.approx(total(eta), rel=1e-12)
+        backward, forward = one_sided(total, eta)
+        assert slope_left == pytest.approx(backward, rel=1e-5, abs=1e-5)
+        assert slope_right == pytest.approx(forward, rel=1e-5, abs=1e-5)
+
+
+def test_ontology_loss_along_a_line(tmp_path):
+    rng = np.random.default_rng(5)
+    dag = tmp_path / "dag.txt"
+    dag.write_text("root 1\nroot inner\ninner 2\ninner 3\n")
+    loss = get_loss("ontology", dag=str(dag))
+    loss.prepare(np.array([1.0, 2.0, 3.0]), "integer")
+    n, k = 30, loss.n_outputs
+    y = rng.integers(1, 4, n).astype(float)
+    F0, dF = rng.normal(size=(n, k)), rng.normal(size=(n, k))
+    line = loss.line(F0, dF, y)
+    assert line.exact
+
+    def total(eta):
+        return float(np.sum(loss.coefficients(F0 + eta * dF, y)[0]))
+
+    # Growing steps, a few at a time: the envelope is traced further at each call.
+    etas = np.sort(rng.uniform(0.0, 4.0, 12)) ** 2
+    sums = np.hstack([line.evaluate(chunk, 0.0, np.inf)[:3] for chunk in np.array_split(etas, 4)])
+    for eta, value, slope_left, slope_right in zip(etas, *sums):
         assert value == pytest.approx(total(eta), rel=1e-12)
         backward, forward = one_sided(total, eta)
         assert slope_left == pytest.approx(backward, rel=1e-5, abs=1e-5)
@@ -239,9 +265,9 @@ class BrokenHinge(Hinge):
             raise ValueError("line set-up failed on the last rank")
         line = super().line(f0, df, y)
         if self.where == "trial":
-            def fail(etas):
+            def fail(etas, lo, hi):
                 raise ValueError("trial step failed on the last rank")
-            line.sums = fail
+            line.evaluate = fail
         return line
 
 
@@ -281,7 +307,8 @@ def test_error_on_rank_zero_inside_a_line_search_stops_every_rank(comm):
     oracle = DistributedRisk(get_loss("hinge"), X[rows], y[rows], 600, comm)
     expected = ZeroDivisionError if comm.is_root else CollectiveError
     with pytest.raises(expected, match="division by zero"):
-        run_distributed(oracle, lambda risk: minimize_lsbmrm(risk, np.zeros(risk.dim), 1e-3, FailingRegularizer()))
+        run_distributed(oracle, lambda risk: minimize_lsbmrm(risk, np.zeros(risk.dim), 1e-3,
+                                                             FailingRegularizer()))
 
 
 # --------------------------------------------------------------------------

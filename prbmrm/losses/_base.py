@@ -118,9 +118,9 @@ class Loss:
         Returns
         -------
         line object
-            With ``sums(eta) -> (sum of losses, sum of left slopes, sum of
-            right slopes)`` (slopes with respect to eta), ``exact`` and, if
-            exact, ``nearest(eta, lo, hi)``; see :mod:`prbmrm.losses._line`.
+            With ``exact`` and ``evaluate(etas, lo, hi)`` (5 x K: at each
+            trial step the sum of losses, of their left and right slopes in
+            eta, and the nearest breakpoints); see :mod:`prbmrm.losses._line`.
             By default a :class:`~prbmrm.losses._line.GenericLine` over
             :meth:`line_values`; piecewise-linear losses return a
             :class:`~prbmrm.losses._line.PiecewiseLinearLine`.

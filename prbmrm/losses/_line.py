@@ -4,30 +4,40 @@ Along ``w(eta) = w_b + eta d`` the scores of a block are ``F0 + eta dF`` with
 ``F0 = X w_b`` and ``dF = X d``, computed once per line search. A loss turns
 them into a *line object* (:meth:`prbmrm.losses.Loss.line`) with
 
-- ``sums(etas)``: for each trial step, the sum of losses and the sums of
-  their left and right slopes (one-sided derivatives in eta);
-- ``exact``: True if the loss is piecewise linear along lines, and then
-  ``nearest(etas, lo, hi)``: around each step, the nearest breakpoints (steps
-  where some example changes its linear piece) before the neighbouring steps.
+- ``exact``: True if the loss is piecewise linear along lines;
+- ``evaluate(etas, lo, hi)``: for a round of increasing trial steps inside
+  the bracket [lo, hi), the sum of losses and the sums of their left and
+  right slopes (one-sided derivatives in eta) at each step, and around each
+  step the nearest breakpoints (steps where some example changes its linear
+  piece) before the neighbouring steps. Later rounds stay inside the bracket.
 
 A convex piecewise-linear loss is, per example, the maximum of a few lines in
 eta (two for the hinge loss, k for the multiclass hinge, paper 003 Alg. 4-5):
 :class:`EnvelopeLine` traces it on eta >= 0 (scalar losses find their
 breakpoints directly from their kinks), and every trial decides an example's
-piece by comparing eta with the same stored breakpoints. A trial placed exactly on a breakpoint therefore sees the
-slopes of both neighbouring pieces, and the search can stop where
-``0 in [phi'_-(eta), phi'_+(eta)]`` holds exactly.
+piece by comparing eta with the same stored breakpoints. A trial placed
+exactly on a breakpoint therefore sees the slopes of both neighbouring pieces,
+and the search can stop where ``0 in [phi'_-(eta), phi'_+(eta)]`` holds
+exactly.
 """
 
 import numpy as np
+
+
+def _neighbours(etas, lo, hi):
+    """The steps before and after each of `etas` (lo before the first, hi after the last), 2 x K."""
+    steps = np.concatenate([[lo], etas, [hi]])
+    return np.array([steps[:-2], steps[2:]])
 
 
 class PiecewiseLinearLine:
     """A sum of convex piecewise-linear functions of eta >= 0, from its slope jumps.
 
     The sum is ``value0 + eta slope0 + sum_{j: breaks_j <= eta} jumps_j (eta - breaks_j)``.
-    The breakpoints are sorted once with prefix sums of the jumps, so a trial
-    step costs two binary searches, O(log n).
+    The breakpoints are never sorted: a round bins those inside the bracket
+    between its K steps (O(n log K)); as the bracket shrinks, breakpoints
+    beyond it are dropped and those below it are folded into two constants,
+    so a whole search costs about one pass over them.
 
     Parameters
     ----------
@@ -37,61 +47,60 @@ class PiecewiseLinearLine:
         Every example's breakpoints in eta > 0 (with repeats, any order).
     jumps : ndarray
         The increase of the slope at each breakpoint (>= 0 for convex functions).
-
-    Attributes
-    ----------
-    exact : bool
-        True: :meth:`nearest` reports breakpoints.
     """
 
     exact = True
 
     def __init__(self, value0, slope0, breaks, jumps):
-        self._value0, self._slope0 = float(value0), float(slope0)
+        self._value0 = float(value0)
+        self._slope0 = float(slope0)  # with the jumps folded in: those at or below the bracket
+        self._offset = 0.0  # sum of jumps * breaks folded in
+        self._breaks, self._jumps = np.asarray(breaks, dtype=np.float64), np.asarray(jumps, dtype=np.float64)
         self._reach = np.inf  # every breakpoint up to here is known
-        self._add(breaks, jumps)
-
-    def _add(self, breaks, jumps):
-        """Merge the events (breaks, jumps) into the sorted ones and their prefix sums."""
-        if hasattr(self, "_breaks"):
-            breaks = np.concatenate([self._breaks, breaks])
-            jumps = np.concatenate([self._jumps, jumps])
-        order = np.argsort(breaks, kind="stable")
-        self._breaks = np.asarray(breaks, dtype=np.float64)[order]
-        self._jumps = np.asarray(jumps, dtype=np.float64)[order]
-        self._slopes = np.concatenate([[0.0], np.cumsum(self._jumps)])
-        self._offsets = np.concatenate([[0.0], np.cumsum(self._jumps * self._breaks)])
 
     def _trace(self, eta):
         """Make every breakpoint up to eta known (all are, here)."""
 
-    def sums(self, etas):
-        """Return the sums of the functions, their left and right slopes at each step of `etas` (3 x K).
+    def _narrow(self, lo, hi):
+        """Keep the breakpoints in (lo, hi]; fold those at or below lo into the constants."""
+        breaks, jumps = self._breaks, self._jumps
+        below = breaks <= lo
+        if below.any():
+            self._slope0 += float(np.sum(jumps[below]))
+            self._offset += float(np.dot(jumps[below], breaks[below]))
+        keep = ~below & (breaks <= hi)
+        if not keep.all():
+            self._breaks, self._jumps = breaks[keep], jumps[keep]
 
+    def evaluate(self, etas, lo, hi):
+        """Return the sum, its left and right slopes and the nearest breakpoints at each of `etas` (5 x K).
+
+        `etas` increase inside [lo, hi). Rows 3 and 4: the largest breakpoint
+        between the previous step (lo before the first) and the step, and the
+        smallest between the step and the next one (hi after the last); the
+        neighbouring step itself where there is none. Beyond the breakpoints
+        known (see :class:`EnvelopeLine`) row 4 is no further than the last
+        known point: an affine stretch is never claimed longer than it is.
         The left slope at eta = 0 is the right one (nothing is known left of 0).
         """
-        self._trace(np.max(etas))
-        left = np.searchsorted(self._breaks, etas, "left")
-        right = np.searchsorted(self._breaks, etas, "right")
-        slope = self._slope0 + self._slopes[right]
-        return np.array([self._value0 + etas * slope - self._offsets[right], self._slope0 + self._slopes[left],
-                         slope])
-
-    def nearest(self, etas, lo, hi):
-        """Return, for each of the sorted `etas`, the largest breakpoint between it and the previous step
-        and the smallest between it and the next step (2 x K; lo and hi are the steps before the first and
-        after the last; the neighbouring step itself where there is no breakpoint between).
-
-        Beyond the breakpoints known (see :class:`EnvelopeLine`) the smallest
-        is reported no further than the last known point: an affine stretch
-        is never claimed longer than it is.
-        """
-        self._trace(np.max(etas))
-        steps = np.concatenate([[lo], etas, [hi]])
-        breaks = np.concatenate([[-np.inf], self._breaks, [np.inf]])  # sentinels: no index checks
-        below = breaks[np.searchsorted(breaks, etas, "left") - 1]
-        above = breaks[np.searchsorted(breaks, etas, "right")]
-        return np.array([np.maximum(below, steps[:-2]), np.minimum(np.minimum(above, steps[2:]), self._reach)])
+        etas = np.asarray(etas, dtype=np.float64)
+        self._trace(etas[-1])
+        self._narrow(lo, hi)
+        breaks, jumps, k = self._breaks, self._jumps, len(etas)
+        after = np.searchsorted(etas, breaks, "left")  # the steps from here on are >= the breakpoint
+        beyond = np.searchsorted(etas, breaks, "right")  # ... and from here on are > it
+        weighted = jumps * breaks
+        right = self._slope0 + np.cumsum(np.bincount(after, jumps, k + 1))[:k]
+        left = self._slope0 + np.cumsum(np.bincount(beyond, jumps, k + 1))[:k]
+        offset = self._offset + np.cumsum(np.bincount(after, weighted, k + 1))[:k]
+        below, above = _neighbours(etas, lo, hi)
+        inside = after < k
+        strictly = inside & (breaks < etas[np.minimum(after, k - 1)])
+        np.maximum.at(below, after[strictly], breaks[strictly])
+        past = beyond > 0
+        strictly = past & (breaks > etas[np.maximum(beyond, 1) - 1])
+        np.minimum.at(above, beyond[strictly] - 1, breaks[strictly])
+        return np.array([self._value0 + etas * right - offset, left, right, below, np.minimum(above, self._reach)])
 
 
 class EnvelopeLine(PiecewiseLinearLine):
@@ -123,6 +132,11 @@ class EnvelopeLine(PiecewiseLinearLine):
         self._front = (np.arange(n), a, s, np.zeros(n))
         self._reach = 0.0
 
+    def _narrow(self, lo, hi):
+        super()._narrow(lo, hi)
+        if hi <= self._reach:  # no step will go further: the rest of the envelopes is not needed
+            self._front = tuple(x[:0] for x in self._front)
+
     def _trace(self, eta):
         if eta <= self._reach:
             return
@@ -150,16 +164,16 @@ class EnvelopeLine(PiecewiseLinearLine):
             s = s_next
         self._front = tuple(np.concatenate(parts) for parts in zip(*later))
         self._reach = reach
-        if breaks:
-            self._add(np.concatenate(breaks), np.concatenate(jumps))
+        self._breaks = np.concatenate([self._breaks] + breaks)
+        self._jumps = np.concatenate([self._jumps] + jumps)
 
 
 class GenericLine:
-    """A loss along a line evaluated afresh at every trial, O(n): the search is not exact.
+    """A loss along a line evaluated afresh at every trial step, O(n): the search is not exact.
 
-    ``sums(eta)`` returns the loss's :meth:`line_values` at ``F0 + eta dF``;
+    :meth:`evaluate` takes the loss's ``line_values`` at ``F0 + eta dF``;
     left and right slopes are equal (the derivative, or one subgradient's
-    slope where the loss has a kink).
+    slope where the loss has a kink), and no breakpoint is known.
     """
 
     exact = False
@@ -167,7 +181,8 @@ class GenericLine:
     def __init__(self, loss, F0, dF, y):
         self._loss, self._F0, self._dF, self._y = loss, F0, dF, y
 
-    def sums(self, etas):
-        """Return the sums of the losses, their left and right slopes at each step of `etas` (3 x K)."""
-        values = np.array([self._loss.line_values(self._F0, self._dF, self._y, eta) for eta in etas]).T
-        return np.array([values[0], values[1], values[1]]).reshape(3, len(etas))
+    def evaluate(self, etas, lo, hi):
+        """Return the sum of losses, its slope twice and the neighbouring steps at each of `etas` (5 x K)."""
+        value, slope = np.array([self._loss.line_values(self._F0, self._dF, self._y, eta)
+                                 for eta in etas]).reshape(-1, 2).T
+        return np.vstack([value, slope, slope, _neighbours(etas, lo, hi)])

@@ -103,7 +103,9 @@ def minimize_line(phi, exact=False, points=1, first=1.0, ftol=1e-10, xtol=1e-12,
             etas = [(lo.eta or first / 4.0) * 4.0 ** j for j in range(1, points + 1)]
             continue
         width = hi.eta - lo.eta
-        if width <= xtol * hi.eta or (not exact and best.value - _tangent_bound(lo, hi) <= ftol * abs(best.value)):
+        if width <= xtol * hi.eta:
+            break
+        if not exact and best.value - _tangent_bound(lo, hi) <= ftol * abs(best.value):
             break
         stalled = width > 0.5 * widths[-2]  # not halved in two rounds: bisect
         widths = [widths[-1], width]

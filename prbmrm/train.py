@@ -113,7 +113,12 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     else:
         local = load_local(data, comm, bias=bias)
     where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
-    problem = loss_object.check_labels(local.classes, local.label_kind)
+    if local.label_kind == "multioutput" and not loss_object.multioutput:
+        problem = (f"loss {loss!r} needs one label per example, the data has "
+                   f"{len(local.classes)} real targets per example (multioutput; "
+                   "multivariate_regression fits them)")
+    else:
+        problem = loss_object.check_labels(local.classes, local.label_kind)
     if problem is None and loss_object.needs_qid and local.qid is None:
         problem = f"loss {loss!r} needs query ids (qid:) and the data has none"
     if problem is not None:

@@ -36,6 +36,7 @@ class Loss:
     task = None
     params = {}
     decomposable = True
+    multioutput = False  # accepts several real targets per example (label kind "multioutput")
     n_outputs = 1
     needs_qid = False
 
@@ -83,7 +84,8 @@ class Loss:
             Sorted distinct label values over the whole data set (None for
             real-valued labels).
         label_kind : str
-            ``"binary"``, ``"integer"``, ``"real"`` or ``"multilabel"``.
+            One of :data:`prbmrm.data.LABEL_KINDS`; ``"multioutput"`` reaches
+            only losses whose :attr:`multioutput` is True.
 
         Returns
         -------

@@ -395,14 +395,15 @@ class MultivariateRegression(VectorLoss):
     ``M`` is symmetric positive semidefinite, read from ``--loss-param M=FILE``
     (k x k), or the identity. Gradient with respect to f: ``M (f - y)``.
 
-    Labels are an (n, k) array of real targets. The data layer has no such
-    label kind yet; :meth:`prepare` takes ``label_kind="multioutput"`` with
-    ``classes`` the k target ids (as for a multilabel indicator), and for
-    one-dimensional real labels k = 1 (least squares weighted by M).
+    Labels are an (n, k) array of real targets: the data's label kind
+    ``"multioutput"`` with ``classes`` the k target ids (``prbmrm.shard``
+    writes it from a 2-D ``y`` or several CSV label columns). One-dimensional
+    real labels give k = 1 (least squares weighted by M).
     """
 
     name = "multivariate_regression"
     task = "regression"
+    multioutput = True
     params = {"M": ""}
 
     def __init__(self, **params):
@@ -426,7 +427,8 @@ class MultivariateRegression(VectorLoss):
 
     def check_labels(self, classes, label_kind):
         if label_kind == "multilabel":
-            return f"loss {self.name!r} needs real-valued targets, the data is multilabel"
+            return (f"loss {self.name!r} needs real-valued targets, the data is multilabel "
+                    "(shard a 0/1 'y' with `prbmrm.shard --multioutput` to fit it as targets)")
         k = self._outputs(classes, label_kind)
         if self._M is not None and self._M.shape[0] != k:
             return (f"loss {self.name!r}: --loss-param M={self.M} is {self._M.shape[0]} x "

@@ -376,6 +376,23 @@ def test_missing_parameter_files(tmp_path):
         get_loss("multilabel_hinge", margin="-1")
 
 
+def test_multilabel_ranking_measures_by_brute_force():
+    rng = np.random.default_rng(3)
+    F = rng.integers(-2, 3, size=(50, 5)).astype(float)  # small integers: many ties
+    Y = (rng.random((50, 5)) < 0.4).astype(np.int8)
+    loss = get_loss("multilabel_hinge")
+    loss.prepare(np.arange(5.0), "multilabel")
+    fractions = []
+    for f, z in zip(F, Y):
+        pairs = [(r, s) for r in range(5) for s in range(5) if z[r] and not z[s]]
+        if pairs:
+            fractions.append(sum(1.0 if f[s] > f[r] else 0.5 if f[s] == f[r] else 0.0
+                                 for r, s in pairs) / len(pairs))
+    measures = loss.metrics(F, Y)
+    assert measures["ranking_loss"] == pytest.approx(np.mean(fractions))
+    assert measures["one_error"] == pytest.approx(np.mean([not z[np.argmax(f)] for f, z in zip(F, Y)]))
+
+
 # --------------------------------------------------------------------------
 # (d) BMRM reaches cvxpy's optimum of the full primal on real data
 # --------------------------------------------------------------------------

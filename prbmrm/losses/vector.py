@@ -331,6 +331,12 @@ class MultilabelHinge(VectorLoss):
     example and is unchanged by adding one constant to all k scores, so with
     the L2 regularizer the trained scores of every example sum to 0 and the
     threshold 0 is not learned (on scene it marks about half the labels).
+    The metrics therefore include the ranking measures this loss optimizes:
+    ``ranking_loss`` (the fraction of (relevant, irrelevant) label pairs of an
+    example scored in the wrong order, ties counting half, averaged over the
+    examples that have both) and ``one_error`` (the fraction of examples whose
+    top-scored label is not relevant), next to the Hamming loss and subset
+    accuracy of ``f > 0``.
     """
 
     name = "multilabel_hinge"
@@ -383,10 +389,31 @@ class MultilabelHinge(VectorLoss):
         if y.shape != predicted.shape:
             raise UsageError(f"the data has {y.shape[1]} labels, the model {predicted.shape[1]}")
         if not len(y):
-            return {"hamming_loss": float("nan"), "subset_accuracy": float("nan")}
-        wrong = predicted != (y != 0)
+            return dict.fromkeys(("hamming_loss", "subset_accuracy", "ranking_loss", "one_error"),
+                                 float("nan"))
+        relevant = y != 0
+        wrong = predicted != relevant
+        F = np.asarray(f, dtype=np.float64).reshape(predicted.shape)
         return {"hamming_loss": float(np.mean(wrong)),
-                "subset_accuracy": float(np.mean(~wrong.any(axis=1)))}
+                "subset_accuracy": float(np.mean(~wrong.any(axis=1))),
+                "ranking_loss": _ranking_loss(F, relevant),
+                "one_error": float(np.mean(~relevant[np.arange(len(F)), np.argmax(F, axis=1)]))}
+
+
+def _ranking_loss(F, relevant, rows_per_chunk=4096):
+    """Mean over examples with relevant and irrelevant labels of the fraction of misordered pairs."""
+    total, counted = 0.0, 0
+    for start in range(0, len(F), rows_per_chunk):
+        f, z = F[start:start + rows_per_chunk], relevant[start:start + rows_per_chunk]
+        # pairs (r, s): r relevant, s irrelevant; wrong if f_s > f_r, half if equal.
+        pair = z[:, :, None] & ~z[:, None, :]
+        order = f[:, None, :] - f[:, :, None]
+        wrong = np.sum(pair * ((order > 0) + 0.5 * (order == 0)), axis=(1, 2))
+        pairs = pair.sum(axis=(1, 2))
+        both = pairs > 0
+        total += float(np.sum(wrong[both] / pairs[both]))
+        counted += int(np.count_nonzero(both))
+    return total / counted if counted else float("nan")
 
 
 class MultivariateRegression(VectorLoss):

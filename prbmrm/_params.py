@@ -86,7 +86,9 @@ class Parametrized:
 
     def _where(self, param):
         """``KIND 'NAME': OPTION PARAM=VALUE``, the start of a message about a file parameter."""
-        return f"{self.kind} {self.name!r}: {self.option} {param}={getattr(self, param)}"
+        value = getattr(self, param)
+        shown = value if np.ndim(value) == 0 else f"<array of shape {np.shape(value)}>"
+        return f"{self.kind} {self.name!r}: {self.option} {param}={shown}"
 
     def _read_numbers(self, param):
         """Read the whitespace-separated text file named by parameter `param` as a 2-D array.

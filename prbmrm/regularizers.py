@@ -182,8 +182,6 @@ class Quadratic(Regularizer):
         w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
         return w, qp.value, qp.x
 
-    solve_subproblem.__doc__ = Regularizer.solve_subproblem.__doc__
-
 
 class L2(Quadratic):
     """``Omega(w) = ||w||^2 / 2`` (``Omega^* = Omega``): :class:`Quadratic` with B = I."""
@@ -258,8 +256,6 @@ class L1(Regularizer):
         lower_bound = float(b @ alpha) + self.risk_floor * max(0.0, 1.0 - alpha.sum())
         return w, lower_bound, alpha
 
-    solve_subproblem.__doc__ = Regularizer.solve_subproblem.__doc__
-
 
 class _PlaneLP:
     """The HiGHS model of :class:`L1`, kept in step with a bundle that appends and drops planes.
@@ -270,28 +266,38 @@ class _PlaneLP:
     bundle does.
     """
 
+    # HiGHS refuses matrix entries above its large_matrix_value and takes
+    # bounds from its infinite_bound on as infinite.
+    LARGEST = 1e15
+
     def __init__(self, dim, lam, floor):
-        # highspy.Highs() prints a banner before any option can be set; the
-        # core class it wraps does not.
-        from highspy import kHighsInf
-        from highspy._core import _Highs
+        from highspy import Highs, kHighsInf
 
         self.shape = (dim, lam, floor)
         self.dim = dim
         self.inf = kHighsInf
-        self.model = _Highs()
+        # highspy.Highs() prints a banner before any option can be set; the
+        # compiled class it extends (its module varies between versions) does not.
+        self.model = Highs.__bases__[0]()
         self.model.setOptionValue("output_flag", False)
         n = 2 * dim + 1
-        self.model.addVars(n, np.r_[floor, np.zeros(2 * dim)], np.full(n, kHighsInf))
-        self.model.changeColsCost(n, np.arange(n, dtype=np.int32), np.r_[1.0, np.full(2 * dim, lam)])
+        self._call("addVars", n, np.r_[floor, np.zeros(2 * dim)], np.full(n, kHighsInf))
+        self._call("changeColsCost", n, np.arange(n, dtype=np.int32), np.r_[1.0, np.full(2 * dim, lam)])
         self.keys = []
+
+    def _call(self, method, *args):
+        from highspy import HighsStatus
+
+        status = getattr(self.model, method)(*args)
+        if status not in (HighsStatus.kOk, HighsStatus.kWarning):
+            raise RuntimeError(f"HiGHS {method} failed in the L1 subproblem: {status}")
 
     def solve(self, A, b):
         """Solve with the planes ``(A, b)``; return the columns and the row duals in bundle order."""
         from highspy import HighsModelStatus
 
         order = self._sync(A, b)
-        self.model.run()
+        self._call("run")
         status = self.model.getModelStatus()
         if status != HighsModelStatus.kOptimal:
             raise RuntimeError(f"HiGHS did not solve the L1 subproblem: {self.model.modelStatusToString(status)}")
@@ -314,7 +320,7 @@ class _PlaneLP:
                 new.append(j)
         stale = sorted(row for rows in held.values() for row in rows)
         if stale:
-            self.model.deleteRows(len(stale), np.array(stale, dtype=np.int32))
+            self._call("deleteRows", len(stale), np.array(stale, dtype=np.int32))
             kept = np.ones(len(self.keys), dtype=bool)
             kept[stale] = False
             # Rows after a deleted one move up: renumber the survivors.
@@ -329,6 +335,9 @@ class _PlaneLP:
         return order
 
     def _add_rows(self, A, b):
+        if max(np.abs(A).max(), np.abs(b).max()) > self.LARGEST:
+            raise InputError(f"the l1 subproblem got a cutting plane with entries beyond {self.LARGEST:g} "
+                             "(the iterates diverge: try a larger --lam or scaled features)")
         starts, index, values = [], [], []
         for a in A:
             nz = np.flatnonzero(a)
@@ -336,8 +345,8 @@ class _PlaneLP:
             index.append(np.r_[0, 1 + nz, 1 + self.dim + nz])
             values.append(np.r_[-1.0, a[nz], -a[nz]])
         index, values = np.concatenate(index).astype(np.int32), np.concatenate(values)
-        self.model.addRows(len(b), np.full(len(b), -self.inf), -b, len(index),
-                           np.array(starts, dtype=np.int32), index, values)
+        self._call("addRows", len(b), np.full(len(b), -self.inf), -b, len(index),
+                   np.array(starts, dtype=np.int32), index, values)
 
 
 # --------------------------------------------------------------------------
@@ -363,8 +372,6 @@ class SmoothDual(Regularizer):
         alpha, value, w = maximize_smooth_dual(self, bundle.A, bundle.b, lam, alpha0, self.tol,
                                                self.max_iter)
         return w, value, alpha
-
-    solve_subproblem.__doc__ = Regularizer.solve_subproblem.__doc__
 
 
 def maximize_smooth_dual(regularizer, A, b, lam, alpha0=None, tol=1e-10, max_iter=200):

@@ -265,6 +265,14 @@ def test_cli_reports_and_stores_nonzeros(tmp_path, capsys):
     assert model.attrs["nonzeros"] == nonzeros < model.w.size
     assert f"{nonzeros} of {model.w.size} weights nonzero" in output.out
     assert model.attrs["reg"] == "l1"
+    # On 2 ranks (rank 0 alone holds the LP) the same iterates, hence the same model.
+    out2 = tmp_path / "m2.h5"
+    completed, _ = run_ranks(2, ["-m", "prbmrm.train", "--reg", "l1", "--lam", "1e-2", "--quiet",
+                                 "--out", str(out2)], timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    model2 = load_model(str(out2))
+    assert model2.attrs["iterations"] == model.attrs["iterations"]
+    np.testing.assert_allclose(model2.w, model.w, rtol=1e-9, atol=1e-12)
 
     status, output, out = train(tmp_path, capsys, "--reg", "lp", "--reg-param", "p=1.2", "--quiet")
     assert status == 0, output.err

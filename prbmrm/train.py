@@ -14,11 +14,12 @@ import numpy as np
 
 from . import __version__
 from ._cli import ArgumentParser, run
+from ._params import parse_params
 from .data import load_local, split_local
 from .errors import UsageError
 from .losses import LOSSES, get_loss
 from .model import check_writable, save_model
-from .regularizers import REGULARIZERS
+from .regularizers import REGULARIZERS, get_regularizer
 from .risk import DistributedRisk, run_distributed
 from .solvers import SOLVERS, minimize
 
@@ -53,7 +54,7 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age):
 
 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
-        epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, callback=None, comm=None):
+        reg_params=None, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, callback=None, comm=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -72,9 +73,13 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         Regularization constant, > 0.
     bias : bool
         Append a constant feature whose weight is the (regularized) offset.
-    solver, reg : str
-        Keys of :data:`prbmrm.solvers.SOLVERS` and
-        :data:`prbmrm.regularizers.REGULARIZERS`.
+    solver : str
+        A key of :data:`prbmrm.solvers.SOLVERS`.
+    reg : str or prbmrm.regularizers.Regularizer
+        A key of :data:`prbmrm.regularizers.REGULARIZERS`, or a regularizer
+        object (then `reg_params` is ignored).
+    reg_params : dict, optional
+        The regularizer's parameters (``--reg-param NAME=VALUE``).
     epsilon, rel_epsilon : float
         Stop when the gap is at most `epsilon`, or at most `rel_epsilon` times
         the best objective (0 disables either).
@@ -103,8 +108,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     loss_object = get_loss(loss, **(loss_params or {}))
     if solver not in SOLVERS:
         raise UsageError(f"unknown solver {solver!r}; known solvers: {', '.join(sorted(SOLVERS))}")
-    if reg not in REGULARIZERS:
-        raise UsageError(f"unknown regularizer {reg!r}; known: {', '.join(sorted(REGULARIZERS))}")
+    regularizer = get_regularizer(reg, **(reg_params or {})) if isinstance(reg, str) else reg
     if data is None:
         X, y = load_demo()
         local = split_local(X, y, comm, bias=bias, source=DEMO_NAME)
@@ -126,22 +130,12 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     loss_object.prepare(local.classes, local.label_kind)
     oracle = DistributedRisk(loss_object, local.X, local.y, local.n_examples_total, comm, local.blocks,
                              local.qid)
-    w0 = np.zeros(oracle.dim)
+    regularizer.prepare(oracle.dim, loss_object.risk_floor)
+    w0 = regularizer.initial_point(oracle.dim)
     result = run_distributed(oracle, lambda risk: minimize(
-        risk, w0, lam, method=solver, reg=reg, epsilon=epsilon, rel_epsilon=rel_epsilon,
+        risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
         max_iter=max_iter, idle_age=idle_age, callback=callback))
     return result, local, loss_object
-
-
-def parse_loss_params(pairs):
-    """Turn ``["tau=0.3", "cost=linear"]`` into ``{"tau": "0.3", "cost": "linear"}``."""
-    params = {}
-    for pair in pairs or ():
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise UsageError(f"--loss-param expects NAME=VALUE, got {pair!r}")
-        params[name.strip()] = value.strip()
-    return params
 
 
 class ProgressTable:
@@ -196,6 +190,8 @@ def build_parser():
     parser.add_argument("--lam", type=float, default=1e-4, help="regularization constant > 0 (default 1e-4)")
     parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join(SOLVERS)} (default bmrm)")
     parser.add_argument("--reg", default="l2", help=f"regularizer: {', '.join(REGULARIZERS)} (default l2)")
+    parser.add_argument("--reg-param", action="append", metavar="NAME=VALUE",
+                        help="a parameter of the regularizer, e.g. p=1.5 for lp (repeatable)")
     parser.add_argument("--epsilon", type=float, default=0.0,
                         help="stop when the gap (best objective - lower bound) <= this (default 0: off)")
     parser.add_argument("--rel-epsilon", type=float, default=1e-3,
@@ -216,8 +212,10 @@ def main(argv, comm):
     """Entry point of ``python -m prbmrm.train``; returns the exit status."""
     args = build_parser().parse_args(argv)
     check_options(args.lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age)
-    loss_params = parse_loss_params(args.loss_param)
+    loss_params = parse_params(args.loss_param, "--loss-param")
     get_loss(args.loss, **loss_params)
+    reg_params = parse_params(args.reg_param, "--reg-param")
+    regularizer = get_regularizer(args.reg, **reg_params)
     error = None
     if comm.is_root:
         try:
@@ -229,7 +227,7 @@ def main(argv, comm):
     table = ProgressTable(args.print_every) if verbose else None
     started = time.perf_counter()
     result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=args.lam,
-                              bias=args.bias, solver=args.solver, reg=args.reg, epsilon=args.epsilon,
+                              bias=args.bias, solver=args.solver, reg=regularizer, epsilon=args.epsilon,
                               rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
                               idle_age=args.idle_age, callback=table, comm=comm)
     if not comm.is_root:
@@ -237,11 +235,13 @@ def main(argv, comm):
     seconds = time.perf_counter() - started
     W = result.w.reshape(-1, loss.n_outputs) if loss.n_outputs > 1 else result.w
     w, bias = (W[:-1], W[-1]) if args.bias else (W, np.zeros(W.shape[1:]))
+    nonzeros = int(np.count_nonzero(w))
     options = {key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")}
     attrs = {"objective": result.fun, "lower_bound": result.lower_bound, "gap": result.gap,
              "iterations": result.nit, "status": result.status, "message": result.message,
              "lam": args.lam, "loss": args.loss, "loss_params": json.dumps(loss_params),
-             "solver": args.solver, "reg": args.reg,
+             "solver": args.solver, "reg": args.reg, "reg_params": json.dumps(reg_params),
+             "nonzeros": nonzeros,
              "has_bias": bool(args.bias), "n_features": local.n_features,
              "n_examples": local.n_examples_total, "ranks": comm.size,
              "data": args.data or DEMO_NAME, "label_kind": local.label_kind,
@@ -259,7 +259,8 @@ def main(argv, comm):
               f"seconds: risk {totals['seconds_risk']:.3f}, subproblem {totals['seconds_subproblem']:.3f}, "
               f"comm {totals['seconds_comm']:.3f}, total {seconds:.3f} on {comm.size} rank(s); "
               f"{local.n_examples_total} examples x {local.n_features} features"
-              f"{' + bias' if args.bias else ''}\nmodel written to {args.out}")
+              f"{' + bias' if args.bias else ''}; {nonzeros} of {w.size} weights nonzero\n"
+              f"model written to {args.out}")
     return 0
 
 

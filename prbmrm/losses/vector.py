@@ -55,21 +55,11 @@ def _pair_coefficients(n, k, plus, minus, scale):
                          shape=(n, k))
 
 
-def _read_matrix(path, param, loss_name):
-    """Read a whitespace-separated text matrix; raise UsageError naming the file."""
-    where = f"loss {loss_name!r}: --loss-param {param}={path}"
-    try:
-        M = np.loadtxt(path, dtype=np.float64, ndmin=2, comments="#")
-    except OSError as error:
-        raise UsageError(f"{where}: cannot read the file: {error.strerror or error}") from None
-    except ValueError as error:
-        raise UsageError(f"{where}: not a matrix of numbers ({error})") from None
-    if M.size == 0:
-        raise UsageError(f"{where}: the file holds no matrix")
-    if not np.isfinite(M).all():
-        raise UsageError(f"{where}: the matrix has a non-finite entry")
+def _read_matrix(loss, param):
+    """Read the square text matrix named by the loss's parameter `param`; raise UsageError naming the file."""
+    M = loss._read_numbers(param)
     if M.shape[0] != M.shape[1]:
-        raise UsageError(f"{where}: expected a square matrix, got {M.shape[0]} x {M.shape[1]}")
+        raise UsageError(f"{loss._where(param)}: expected a square matrix, got {M.shape[0]} x {M.shape[1]}")
     return M
 
 
@@ -162,7 +152,7 @@ class MulticlassHinge(MulticlassLoss):
         super().__init__(**params)
         self._cost = None
         if self.cost:
-            self._cost = _read_matrix(self.cost, "cost", self.name)
+            self._cost = _read_matrix(self, "cost")
             _check_cost(self._cost, self.cost, self.name)
 
     def prepare(self, classes, label_kind):
@@ -207,7 +197,7 @@ class ScaledMulticlassHinge(MulticlassHinge):
         super().__init__(**params)
         self._gamma = None
         if self.gamma:
-            self._gamma = _read_matrix(self.gamma, "gamma", self.name)
+            self._gamma = _read_matrix(self, "gamma")
             if (self._gamma < 0).any():
                 i, j = np.argwhere(self._gamma < 0)[0]
                 raise UsageError(f"loss {self.name!r}: --loss-param gamma={self.gamma}: entries must "
@@ -437,7 +427,7 @@ class MultivariateRegression(VectorLoss):
         super().__init__(**params)
         self._M = None
         if self.M:
-            M = _read_matrix(self.M, "M", self.name)
+            M = _read_matrix(self, "M")
             where = f"loss {self.name!r}: --loss-param M={self.M}"
             scale = max(1.0, float(np.max(np.abs(M))))
             if np.max(np.abs(M - M.T)) > 1e-10 * scale:

@@ -28,8 +28,9 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
         Regularization constant, > 0.
     method : str
         A key of :data:`SOLVERS`.
-    reg : str
-        A key of :data:`prbmrm.regularizers.REGULARIZERS`.
+    reg : str or prbmrm.regularizers.Regularizer
+        A key of :data:`prbmrm.regularizers.REGULARIZERS` (with default
+        parameters), or a regularizer object.
     **options
         Passed to the solver (``epsilon``, ``rel_epsilon``, ``max_iter``,
         ``idle_age``, ``callback``, ...).
@@ -42,7 +43,8 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
         solver = SOLVERS[method]
     except KeyError:
         raise UsageError(f"unknown solver {method!r}; known solvers: {', '.join(sorted(SOLVERS))}") from None
-    return solver(risk, w0, lam, get_regularizer(reg), **options)
+    regularizer = get_regularizer(reg) if isinstance(reg, str) else reg
+    return solver(risk, w0, lam, regularizer, **options)
 
 
 __all__ = ["HISTORY_COLUMNS", "SOLVERS", "Bundle", "Progress", "Result", "minimize"]

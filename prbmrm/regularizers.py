@@ -8,7 +8,7 @@ Found by name in :data:`REGULARIZERS`.
 import numpy as np
 
 from .errors import UsageError
-from .qp import solve_simplex_qp
+from .qp import solve_simplex_qp, solve_two_plane_qp
 
 
 class L2:
@@ -24,6 +24,10 @@ class L2:
     def value(self, w):
         """Return Omega(w)."""
         return 0.5 * float(np.dot(w, w))
+
+    def subgradient(self, w):
+        """Return a subgradient of Omega at w: its gradient, w itself."""
+        return w
 
     def solve_subproblem(self, bundle, lam, alpha0=None):
         """Minimize ``lam * Omega(w) + max_i <a_i, w> + b_i`` over the bundle's planes.
@@ -46,7 +50,10 @@ class L2:
         alpha : ndarray
             The multipliers, on the simplex.
         """
-        qp = solve_simplex_qp(bundle.gram / lam, bundle.b, x0=alpha0)
+        if bundle.size == 2:  # paper 000, Alg. 4 (eq. 14): a closed form, no QP
+            qp = solve_two_plane_qp(bundle.gram / lam, bundle.b)
+        else:
+            qp = solve_simplex_qp(bundle.gram / lam, bundle.b, x0=alpha0)
         w = -(qp.x @ bundle.A) / lam
         return w, qp.value, qp.x
 

@@ -24,7 +24,7 @@ from scipy.special import logsumexp, softmax, xlogy
 
 from ._params import Parametrized
 from .errors import InputError, UsageError
-from .qp import _to_simplex, solve_simplex_qp
+from .qp import _to_simplex, solve_simplex_qp, solve_two_plane_qp
 
 _EPS = np.finfo(np.float64).eps
 
@@ -178,7 +178,11 @@ class Quadratic(Regularizer):
         return mu / self._diagonal if self._matrix is None else cho_solve(self._factor, mu)
 
     def solve_subproblem(self, bundle, lam, alpha0=None):
-        qp = solve_simplex_qp(bundle.gram / (lam * self._scale), bundle.b, x0=alpha0)
+        Q = bundle.gram / (lam * self._scale)
+        if bundle.size == 2:  # paper 000, Alg. 4 (eq. 14): a closed form, no QP
+            qp = solve_two_plane_qp(Q, bundle.b)
+        else:
+            qp = solve_simplex_qp(Q, bundle.b, x0=alpha0)
         w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
         return w, qp.value, qp.x
 

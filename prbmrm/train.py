@@ -40,7 +40,7 @@ def load_demo():
         return archive["X"], archive["y"]
 
 
-def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age):
+def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0):
     """Raise UsageError for option values no run can use."""
     if not (math.isfinite(lam) and lam > 0):
         raise UsageError(f"--lam must be a positive number, got {lam:g}")
@@ -51,10 +51,13 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age):
         raise UsageError(f"--max-iter must be >= 1, got {max_iter}")
     if idle_age < 0:
         raise UsageError(f"--idle-age must be >= 0 (0 keeps every plane), got {idle_age}")
+    if bundle_size < 0 or bundle_size == 1:
+        raise UsageError(f"--bundle-size must be 0 (no limit) or >= 2, got {bundle_size}")
 
 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
-        reg_params=None, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, callback=None, comm=None):
+        reg_params=None, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, bundle_size=0,
+        callback=None, comm=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -86,6 +89,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     max_iter : int
     idle_age : int
         Drop planes idle this many iterations (0: never).
+    bundle_size : int
+        Keep at most this many planes, aggregating the oldest (0: no limit).
     callback : callable, optional
         Called on rank 0 with a :class:`prbmrm.solvers.Progress` per iteration.
     comm : prbmrm.comm.SerialComm or MPIComm, optional
@@ -104,7 +109,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     from .comm import get_comm
 
     comm = get_comm() if comm is None else comm
-    check_options(lam, epsilon, rel_epsilon, max_iter, idle_age)
+    check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size)
     loss_object = get_loss(loss, **(loss_params or {}))
     if solver not in SOLVERS:
         raise UsageError(f"unknown solver {solver!r}; known solvers: {', '.join(sorted(SOLVERS))}")
@@ -134,7 +139,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     w0 = regularizer.initial_point(oracle.dim)
     result = run_distributed(oracle, lambda risk: minimize(
         risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
-        max_iter=max_iter, idle_age=idle_age, callback=callback))
+        max_iter=max_iter, idle_age=idle_age, bundle_size=bundle_size, callback=callback))
     return result, local, loss_object
 
 
@@ -199,6 +204,8 @@ def build_parser():
     parser.add_argument("--max-iter", type=int, default=10000, help="maximum iterations (default 10000)")
     parser.add_argument("--idle-age", type=int, default=10,
                         help="drop planes whose multiplier stayed 0 this many iterations (default 10; 0: never)")
+    parser.add_argument("--bundle-size", type=int, default=0,
+                        help="keep at most this many planes (>= 2), aggregating the oldest (default 0: no limit)")
     parser.add_argument("--bias", action="store_true", help="learn an offset (a constant feature, regularized)")
     parser.add_argument("--out", default="model.h5", help="model file to write (default model.h5)")
     parser.add_argument("--print-every", type=int, default=0,
@@ -211,7 +218,7 @@ def build_parser():
 def main(argv, comm):
     """Entry point of ``python -m prbmrm.train``; returns the exit status."""
     args = build_parser().parse_args(argv)
-    check_options(args.lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age)
+    check_options(args.lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age, args.bundle_size)
     loss_params = parse_params(args.loss_param, "--loss-param")
     get_loss(args.loss, **loss_params)
     reg_params = parse_params(args.reg_param, "--reg-param")
@@ -229,7 +236,7 @@ def main(argv, comm):
     result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=args.lam,
                               bias=args.bias, solver=args.solver, reg=regularizer, epsilon=args.epsilon,
                               rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
-                              idle_age=args.idle_age, callback=table, comm=comm)
+                              idle_age=args.idle_age, bundle_size=args.bundle_size, callback=table, comm=comm)
     if not comm.is_root:
         return 0
     seconds = time.perf_counter() - started

@@ -92,6 +92,37 @@ def check_against_serial(make_loss, local, comm, X, y, atol_relative=False):
             np.testing.assert_allclose(a, a_serial, rtol=1e-12, atol=atol)
 
 
+def check_run_against_serial(comm, tmp_path, loss, lam, rows=6000, **options):
+    """Run ``minimize`` on the first `rows` examples of a9a, sharded over the ranks (with a bias).
+
+    Rank 0 repeats the run serially on the same shards and asserts the same
+    number of iterations, the same objectives and lower bounds (1e-9
+    relative) and the same w. `options` go to ``minimize``.
+    """
+    from prbmrm.comm import SerialComm
+    from prbmrm.data import load_local
+    from prbmrm.losses import get_loss
+    from prbmrm.risk import DistributedRisk, run_distributed
+    from prbmrm.solvers import minimize
+
+    X, y = load_svmlight("a9a.xz")
+    X, y = X[:rows], y[:rows]
+    directory = shared_shards(comm, tmp_path, X, y, parts=comm.size + 1)
+    local = load_local(directory, comm, bias=True)
+    oracle = DistributedRisk(get_loss(loss), local.X, local.y, local.n_examples_total, comm,
+                             local.blocks)
+    result = run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), lam, **options))
+    if comm.is_root:
+        serial_data = load_local(directory, SerialComm(), bias=True)
+        serial = DistributedRisk(get_loss(loss), serial_data.X, serial_data.y, len(y), SerialComm(),
+                                 serial_data.blocks)
+        expected = minimize(serial, np.zeros(serial.dim), lam, **options)
+        assert result.nit == expected.nit
+        for column in ("objective", "best_objective", "lower_bound"):
+            np.testing.assert_allclose(result.history[column], expected.history[column], rtol=1e-9)
+        np.testing.assert_allclose(result.w, expected.w, rtol=1e-7, atol=1e-9)
+
+
 def hinge_objective(X, y, w, lam):
     """J(w) for the hinge loss, written out independently of prbmrm."""
     return 0.5 * lam * w @ w + np.mean(np.maximum(0.0, 1.0 - y * (X @ w)))

@@ -9,8 +9,9 @@ from ..errors import UsageError
 from ..regularizers import get_regularizer
 from ._base import HISTORY_COLUMNS, Bundle, Progress, Result
 from .bmrm import minimize_bmrm
+from .proximal import minimize_proximal
 
-SOLVERS = {"bmrm": minimize_bmrm}
+SOLVERS = {"bmrm": minimize_bmrm, "proximal": minimize_proximal}
 """Registry of solvers by name: the values of ``--solver``."""
 
 
@@ -33,7 +34,7 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
         parameters), or a regularizer object.
     **options
         Passed to the solver (``epsilon``, ``rel_epsilon``, ``max_iter``,
-        ``idle_age``, ``callback``, ...).
+        ``idle_age``, ``bundle_size``, ``callback``, ...).
 
     Returns
     -------

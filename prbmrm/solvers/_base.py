@@ -17,7 +17,8 @@ class Bundle:
 
     Rows of :attr:`A` are the subgradients a_i. Adding a plane costs one
     product ``A @ a`` (O(t d)) to extend the Gram matrix; storage grows by
-    doubling so the hot path does not reallocate every iteration.
+    doubling so the hot path does not reallocate every iteration, up to
+    `max_size` rows if given.
 
     Parameters
     ----------
@@ -26,14 +27,21 @@ class Bundle:
     metric : callable, optional
         ``metric(a) -> M a`` for a positive definite M: the Gram matrix is then
         ``A M A^T`` (the quadratic-form regularizer's ``B^-1``); identity by default.
+    max_size : int, optional
+        Most planes ever held (storage never exceeds it); the solver keeps
+        within it with :meth:`aggregate_oldest`. Unlimited by default.
     """
 
-    def __init__(self, dim, metric=None):
+    def __init__(self, dim, metric=None, max_size=None):
+        if max_size is not None and max_size < 2:
+            raise ValueError(f"a bundle holds at least 2 planes, got max_size={max_size}")
         self._metric = metric
-        self._A = np.empty((8, dim))
-        self._b = np.empty(8)
-        self._gram = np.empty((8, 8))
-        self._idle = np.empty(8, dtype=np.int64)
+        self.max_size = max_size
+        capacity = 8 if max_size is None else min(8, max_size)
+        self._A = np.empty((capacity, dim))
+        self._b = np.empty(capacity)
+        self._gram = np.empty((capacity, capacity))
+        self._idle = np.empty(capacity, dtype=np.int64)
         self.size = 0
 
     @property
@@ -55,7 +63,9 @@ class Bundle:
         """Append the plane (a, b)."""
         t = self.size
         if t == len(self._b):
-            self._grow(2 * t)
+            if t == self.max_size:
+                raise ValueError(f"the bundle already holds its maximum of {t} planes")
+            self._grow(2 * t if self.max_size is None else min(2 * t, self.max_size))
         self._A[t] = a
         self._b[t] = b
         row = self._A[:t + 1] @ (a if self._metric is None else self._metric(a))
@@ -91,13 +101,77 @@ class Bundle:
         if keep.all():
             return alpha
         index = np.flatnonzero(keep)
-        n = len(index)
-        self._A[:n] = self._A[index]
-        self._b[:n] = self._b[index]
-        self._gram[:n, :n] = self._gram[np.ix_(index, index)]
-        self._idle[:n] = self._idle[index]
-        self.size = n
+        self._select(index, 0)
         return alpha[index]
+
+    def make_room(self, alpha):
+        """Make room for one more plane: if the bundle is full, aggregate all but the newest max_size - 2.
+
+        For max_size 2 this is Alg. 4 of paper 000: one aggregate and the new
+        plane. Returns the multipliers of the planes left.
+        """
+        if self.size == self.max_size:
+            return self.aggregate_oldest(alpha, self.max_size - 2)
+        return alpha
+
+    def aggregate_oldest(self, alpha, keep):
+        """Replace all planes but the newest `keep` by their aggregate; return the new multipliers.
+
+        With the multipliers alpha of the last subproblem and I the oldest
+        planes, the aggregate (paper 000, Sec. 3.1; Kiwiel 1983) is
+        ``a_I = sum_{i in I} alpha_i a_i / alpha_I``, the same for b, with
+        multiplier ``alpha_I = sum_{i in I} alpha_i``. Being a convex
+        combination of planes it is a plane below R_emp, and the returned
+        multipliers give the same dual value, so the subproblem's optimum and
+        the lower bound are unchanged. If alpha_I is 0 the planes I are dropped
+        (the same argument). The aggregate becomes the first plane. The Gram
+        matrix follows from the old one, in O(t^2); the only O(d) work is
+        forming a_I, in O(|I| d).
+
+        Parameters
+        ----------
+        alpha : ndarray of shape (t,)
+            The multipliers of the bundle's planes, >= 0.
+        keep : int
+            How many of the newest planes stay as they are, >= 0.
+
+        Returns
+        -------
+        ndarray
+            The multipliers of the planes left, aggregate first.
+        """
+        old = self.size - keep
+        if old <= 0:
+            return alpha
+        total = float(np.sum(alpha[:old]))
+        kept = np.arange(old, self.size)
+        if total <= 0.0:
+            self._select(kept, 0)
+            return alpha[kept]
+        weights = alpha[:old] / total
+        gram = self._gram[:self.size, :self.size]
+        cross = weights @ gram[:old]  # <a_I, a_j> for every plane j, in the Gram metric
+        diagonal = float(cross[:old] @ weights)
+        a = weights @ self._A[:old]
+        b = float(weights @ self._b[:old])
+        self._select(kept, 1)
+        self._A[0] = a
+        self._b[0] = b
+        self._gram[0, 1:keep + 1] = cross[old:]
+        self._gram[1:keep + 1, 0] = cross[old:]
+        self._gram[0, 0] = diagonal
+        self._idle[0] = 0
+        return np.concatenate(([total], alpha[kept]))
+
+    def _select(self, index, start):
+        """Move the planes `index` (increasing) to rows ``start, start + 1, ...``; keep only those."""
+        n = len(index)
+        rows = slice(start, start + n)
+        self._A[rows] = self._A[index]
+        self._b[rows] = self._b[index]
+        self._gram[rows, rows] = self._gram[np.ix_(index, index)]
+        self._idle[rows] = self._idle[index]
+        self.size = start + n
 
 
 _MESSAGES = {0: "gap <= epsilon", 1: "gap <= rel_epsilon * objective",

@@ -7,6 +7,7 @@ Without ``--data`` it trains on a small real data set shipped in the package.
 
 import json
 import math
+import os
 import sys
 import time
 
@@ -215,6 +216,12 @@ def build_parser():
     return parser
 
 
+def _absolute_files(params):
+    """`params` with file names made absolute, so `prbmrm.predict` finds them from any directory."""
+    return {name: os.path.abspath(value) if isinstance(value, str) and os.path.isfile(value) else value
+            for name, value in params.items()}
+
+
 def main(argv, comm):
     """Entry point of ``python -m prbmrm.train``; returns the exit status."""
     args = build_parser().parse_args(argv)
@@ -246,8 +253,8 @@ def main(argv, comm):
     options = {key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")}
     attrs = {"objective": result.fun, "lower_bound": result.lower_bound, "gap": result.gap,
              "iterations": result.nit, "status": result.status, "message": result.message,
-             "lam": args.lam, "loss": args.loss, "loss_params": json.dumps(loss_params),
-             "solver": args.solver, "reg": args.reg, "reg_params": json.dumps(reg_params),
+             "lam": args.lam, "loss": args.loss, "loss_params": json.dumps(_absolute_files(loss_params)),
+             "solver": args.solver, "reg": args.reg, "reg_params": json.dumps(_absolute_files(reg_params)),
              "nonzeros": nonzeros,
              "has_bias": bool(args.bias), "n_features": local.n_features,
              "n_examples": local.n_examples_total, "ranks": comm.size,

@@ -593,6 +593,21 @@ def test_cli_trains_and_predicts_multiclass(tmp_path):
     assert os.path.exists(labels)
 
 
+def test_predict_finds_a_relative_parameter_file_from_another_directory(tmp_path):
+    X, y = multiclass_dna()
+    write_shards(X, y, tmp_path / "dna", 1)
+    (tmp_path / "train").mkdir()
+    write_matrix(tmp_path / "train" / "cost.txt", SCALED_COST)
+    completed, _ = run_ranks(1, ["-m", "prbmrm.train", "--data", str(tmp_path / "dna"), "--loss",
+                                 "multiclass_hinge", "--loss-param", "cost=cost.txt", "--lam", "1e-2",
+                                 "--out", str(tmp_path / "model.h5"), "--quiet"], cwd=tmp_path / "train")
+    assert completed.returncode == 0, completed.stderr
+    completed, _ = run_ranks(1, ["-m", "prbmrm.predict", "--model", str(tmp_path / "model.h5"),
+                                 "--data", str(tmp_path / "dna")], cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert "accuracy" in completed.stdout
+
+
 def test_cli_multilabel_predicts_label_sets_from_a_text_file(tmp_path):
     from sklearn.datasets import load_svmlight_file
 

@@ -27,7 +27,7 @@ def only_errors(stderr):
     return [line for line in stderr.splitlines() if ": error" in line]
 
 
-@pytest.mark.parametrize("variable", LAUNCHER_SIZE_VARIABLES + SLURM_TASKS_VARIABLES)
+@pytest.mark.parametrize("variable", ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"])
 def test_copy_started_as_a_singleton_fails_clearly(tmp_path, variable):
     out = tmp_path / "m.h5"
     completed, _ = run_ranks(1, ["-m", "prbmrm.train", "--out", str(out)], timeout=TIMEOUT,
@@ -132,6 +132,12 @@ def test_single_process_without_launcher_passes():
     check_launch(SerialComm(), {"SLURM_NTASKS": "1", "SLURM_JOB_ID": "7"})
 
 
+@pytest.mark.parametrize("variable", LAUNCHER_SIZE_VARIABLES + SLURM_TASKS_VARIABLES)
+def test_every_launcher_variable_exposes_a_singleton(variable):
+    with pytest.raises(CollectiveError, match=f"^{variable}=2: "):
+        check_launch(SerialComm(), {variable: "2"})
+
+
 # ---- prbmrm.shard runs on one process: the same variables, read without MPI ----
 
 @pytest.fixture
@@ -159,3 +165,58 @@ def test_shard_runs_in_a_batch_script_of_a_larger_job(tmp_path, no_launcher, cap
     no_launcher.setenv("SLURM_NTASKS", "8")
     assert shard.main([str(source), "-p", "2", "-o", str(tmp_path / "o"), "--quiet"]) == 0
     assert sorted(os.listdir(tmp_path / "o")) == ["part-00000.h5", "part-00001.h5"]
+
+
+# ---- the Slurm templates, run by bash with a stand-in srun (mpiexec -n SLURM_NTASKS) ----
+
+FAKE_SRUN = """#!/bin/sh
+while [ "${1#--}" != "$1" ]; do echo "srun $1" >> "$SRUN_LOG"; shift; done
+exec "$MPIEXEC" -n "$SLURM_NTASKS" "$@"
+"""
+
+
+def sbatch(tmp_path, script, *args, **slurm):
+    """Run slurm/SCRIPT like a batch job of SLURM_NTASKS tasks; srun becomes mpiexec."""
+    from conftest import mpiexec
+
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    srun = tmp_path / "bin" / "srun"
+    srun.write_text(FAKE_SRUN)
+    srun.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_SIZE_VARIABLES + SLURM_TASKS_VARIABLES}
+    env.update(PATH=os.pathsep.join([str(tmp_path / "bin"), os.path.dirname(sys.executable), env["PATH"]]),
+               PYTHONPATH=REPO, SLURM_SUBMIT_DIR=REPO, MPIEXEC=mpiexec(),
+               SRUN_LOG=str(tmp_path / "srun.log"), **slurm)
+    return subprocess.run(["bash", os.path.join(REPO, "slurm", script), *map(str, args)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def test_slurm_templates_shard_train_and_sweep(tmp_path):
+    from sklearn.datasets import dump_svmlight_file
+
+    from conftest import load_svmlight
+    from prbmrm.model import load_model
+
+    X, y = load_svmlight("a9a.xz")
+    source = tmp_path / "a9a-3000.txt"
+    dump_svmlight_file(X[:3000], y[:3000], str(source), zero_based=False)
+    shards = tmp_path / "shards"
+    done = sbatch(tmp_path, "shard.sbatch", source, 4, shards, "--quiet", SLURM_NTASKS="1")
+    assert done.returncode == 0, done.stderr
+    assert len(os.listdir(shards)) == 4
+    done = sbatch(tmp_path, "train.sbatch", shards, tmp_path / "a9a.h5", "--quiet", "--lam", "1e-2",
+                  SLURM_NTASKS="2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("MPICH")  # the MPI library mpi4py uses, then nothing (--quiet)
+    assert load_model(str(tmp_path / "a9a.h5")).attrs["ranks"] == 2
+    assert (tmp_path / "srun.log").read_text() == "srun --mpi=pmix\n"
+    done = sbatch(tmp_path, "lambda_sweep.sbatch", shards, tmp_path / "sweep", "--quiet", "--lam", "9",
+                  SLURM_NTASKS="2", SLURM_ARRAY_TASK_ID="1", SLURM_MPI_TYPE="pmi2", VALID=source)
+    assert done.returncode == 0, done.stderr
+    model = load_model(str(tmp_path / "sweep" / "model-lam3e-3.h5"))
+    assert model.attrs["lam"] == 3e-3  # the array's lambda wins over --lam in the options
+    assert f"3000 examples from {source}: accuracy" in done.stdout
+    assert (tmp_path / "srun.log").read_text().splitlines()[1:] == ["srun --mpi=pmi2"] * 2
+    done = sbatch(tmp_path, "lambda_sweep.sbatch", shards, tmp_path / "sweep", SLURM_NTASKS="2",
+                  SLURM_ARRAY_TASK_ID="8")
+    assert done.returncode == 1 and "array task 8 but only 8 lambdas" in done.stderr

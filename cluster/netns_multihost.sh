@@ -103,9 +103,9 @@ chmod +x "$WORK/netns-ssh"
 for h in $hosts; do echo "$h:$PPN"; done > "$WORK/hostfile"
 
 # ---- the network the ranks use ----
-# MPICH's default UCX netmod would move data between
-# processes of one machine through shared memory even across namespaces; a
-# cluster keeps UCX's default transports and only names the interface.
+# MPICH's default netmod, UCX, would move data between processes of one machine
+# through shared memory even across namespaces: allow TCP only. On a cluster
+# keep UCX's default transports and only name the interface (UCX_NET_DEVICES).
 export UCX_TLS=tcp,self UCX_NET_DEVICES=eth0
 export FI_PROVIDER=tcp FI_TCP_IFACE=eth0             # the same for MPIR_CVAR_CH4_NETMOD=ofi
 
@@ -118,7 +118,7 @@ run_mpi() {
 eth0_bytes() { in_ns "$1" cat /sys/class/net/eth0/statistics/rx_bytes /sys/class/net/eth0/statistics/tx_bytes | paste -sd' '; }
 
 echo "== $HOSTS hosts x $PPN rank(s), mpiexec on 'login' ($("$PYTHON" -m mpi4py --mpi-lib-version | sed -n 1p | tr -s ' '))"
-cat "$WORK/hostfile" | paste -sd' ' | sed 's/^/hostfile: /'
+echo "hostfile: $(paste -sd' ' "$WORK/hostfile")"
 run_mpi "$PYTHON" -c '
 import os, socket, sys, prbmrm
 from mpi4py import MPI
@@ -148,8 +148,7 @@ import sys
 import numpy as np
 from prbmrm.model import load_model
 spread, serial = load_model(sys.argv[1]), load_model(sys.argv[2])
-for name, model in ((f"{model.attrs['ranks']} ranks on {sys.argv[3]} hosts" if model is spread else "1 process", model)
-                    for model in (spread, serial)):
+for name, model in ((f"{spread.attrs['ranks']} ranks on {sys.argv[3]} hosts", spread), ("1 process", serial)):
     print(f"{name}: objective {model.attrs['objective']:.15g}, {model.attrs['iterations']} iterations")
 # Sums over examples are exact in fixed point, so any split gives the same path, bit for bit.
 same = np.array_equal(spread.w, serial.w) and spread.attrs["iterations"] == serial.attrs["iterations"]

@@ -19,6 +19,7 @@ from argparse import ArgumentTypeError
 
 from . import data
 from ._cli import EXIT_INPUT, ArgumentParser
+from .comm import launched_size
 from .errors import InputError, PrbmrmError, UsageError
 
 PROG = "prbmrm.shard"
@@ -108,16 +109,12 @@ def _summary(paths, out_dir):
     return lines
 
 
-def _launched_on_several_ranks():
-    # Read from the launcher's environment: this command never initialises MPI.
-    return any(int(os.environ.get(v, "1") or 1) > 1
-               for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
-
-
 def _main(argv):
     args = build_parser().parse_args(argv)
-    if _launched_on_several_ranks():
-        raise UsageError("runs on one process; start it without mpiexec")
+    name, copies = launched_size()  # from the environment: this command never initialises MPI
+    if copies > 1:
+        raise UsageError(f"runs on one process, and {name}={copies} says {copies} were started: "
+                         "start it without mpiexec or srun -n (slurm/shard.sbatch is a single-task job)")
     _check_options(args)
     try:
         X, y, qid = data.read_input(args.inputs, multilabel=args.multilabel,

@@ -44,15 +44,21 @@ def mpiexec():
     return candidate if os.path.exists(candidate) else shutil.which("mpiexec")
 
 
-def run_ranks(ranks, args, timeout=60, cwd=None):
+def run_ranks(ranks, args, timeout=60, cwd=None, env=None):
     """Run ``python ARGS`` on `ranks` ranks (plainly for 1) and return (CompletedProcess, seconds).
 
     A deadlock fails the calling test through the timeout instead of hanging.
+    The launch counts of an enclosing launcher (the suite may run inside a
+    Slurm job) are removed from the environment, which `env` then extends.
     """
+    from prbmrm.comm import LAUNCHER_SIZE_VARIABLES, SLURM_TASKS_VARIABLES
+
     command = [sys.executable, *args]
     if ranks > 1:
         command = [mpiexec(), "-n", str(ranks), *command]
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    outer = LAUNCHER_SIZE_VARIABLES + SLURM_TASKS_VARIABLES
+    env = {**{k: v for k, v in os.environ.items() if k not in outer},
+           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
     started = time.monotonic()
     completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                                cwd=cwd or REPO, env=env, stdin=subprocess.DEVNULL)

@@ -20,7 +20,7 @@ from .losses import LOSSES, get_loss
 from .model import check_writable, save_model
 from .regularizers import REGULARIZERS
 from .risk import DistributedRisk, run_distributed
-from .solvers import SOLVERS, minimize
+from .solvers import SOLVERS, minimize, solver_options
 
 DEMO_NAME = "embedded demo: Wisconsin breast cancer (569 x 30, standardized)"
 
@@ -53,7 +53,8 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age):
 
 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
-        epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, callback=None, comm=None):
+        epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, solver_params=None, callback=None,
+        comm=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -81,6 +82,9 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     max_iter : int
     idle_age : int
         Drop planes idle this many iterations (0: never).
+    solver_params : dict, optional
+        The solver's own parameters (``--solver-param NAME=VALUE``, see
+        :func:`prbmrm.solvers.solver_options`).
     callback : callable, optional
         Called on rank 0 with a :class:`prbmrm.solvers.Progress` per iteration.
     comm : prbmrm.comm.SerialComm or MPIComm, optional
@@ -101,8 +105,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     comm = get_comm() if comm is None else comm
     check_options(lam, epsilon, rel_epsilon, max_iter, idle_age)
     loss_object = get_loss(loss, **(loss_params or {}))
-    if solver not in SOLVERS:
-        raise UsageError(f"unknown solver {solver!r}; known solvers: {', '.join(sorted(SOLVERS))}")
+    options = solver_options(solver, solver_params or {})
     if reg not in REGULARIZERS:
         raise UsageError(f"unknown regularizer {reg!r}; known: {', '.join(sorted(REGULARIZERS))}")
     if data is None:
@@ -129,17 +132,17 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     w0 = np.zeros(oracle.dim)
     result = run_distributed(oracle, lambda risk: minimize(
         risk, w0, lam, method=solver, reg=reg, epsilon=epsilon, rel_epsilon=rel_epsilon,
-        max_iter=max_iter, idle_age=idle_age, callback=callback))
+        max_iter=max_iter, idle_age=idle_age, callback=callback, **options))
     return result, local, loss_object
 
 
-def parse_loss_params(pairs):
+def parse_loss_params(pairs, option="--loss-param"):
     """Turn ``["tau=0.3", "cost=linear"]`` into ``{"tau": "0.3", "cost": "linear"}``."""
     params = {}
     for pair in pairs or ():
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise UsageError(f"--loss-param expects NAME=VALUE, got {pair!r}")
+            raise UsageError(f"{option} expects NAME=VALUE, got {pair!r}")
         params[name.strip()] = value.strip()
     return params
 
@@ -195,6 +198,8 @@ def build_parser():
                         help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")
     parser.add_argument("--lam", type=float, default=1e-4, help="regularization constant > 0 (default 1e-4)")
     parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join(SOLVERS)} (default bmrm)")
+    parser.add_argument("--solver-param", action="append", metavar="NAME=VALUE",
+                        help="a parameter of the solver, e.g. mu=1e-6 for smooth_lbfgs (repeatable)")
     parser.add_argument("--reg", default="l2", help=f"regularizer: {', '.join(REGULARIZERS)} (default l2)")
     parser.add_argument("--epsilon", type=float, default=0.0,
                         help="stop when the gap (best objective - lower bound) <= this (default 0: off)")
@@ -218,6 +223,8 @@ def main(argv, comm):
     check_options(args.lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age)
     loss_params = parse_loss_params(args.loss_param)
     get_loss(args.loss, **loss_params)
+    solver_params = parse_loss_params(args.solver_param, "--solver-param")
+    solver_options(args.solver, solver_params)
     error = None
     if comm.is_root:
         try:
@@ -231,7 +238,8 @@ def main(argv, comm):
     result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=args.lam,
                               bias=args.bias, solver=args.solver, reg=args.reg, epsilon=args.epsilon,
                               rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
-                              idle_age=args.idle_age, callback=table, comm=comm)
+                              idle_age=args.idle_age, solver_params=solver_params, callback=table,
+                              comm=comm)
     if not comm.is_root:
         return 0
     seconds = time.perf_counter() - started

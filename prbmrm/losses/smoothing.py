@@ -52,7 +52,7 @@ import math
 import numpy as np
 
 from ._base import MultivariateLoss
-from .multivariate import Prbep, RocArea, _plus_minus_counts
+from .multivariate import Prbep, RocArea, _plus_minus_counts, prbep_totals
 
 
 class SmoothedLoss(MultivariateLoss):
@@ -105,17 +105,19 @@ class SmoothedLoss(MultivariateLoss):
 
     def coefficients(self, f, y, qid=None):
         f = np.asarray(f, dtype=np.float64)
-        exact_risk, exact_c = self.exact.coefficients(f, y, qid)
-        self.exact_risk = exact_risk / y.size
         self.last_mu = mu = self.smoothing(y)
         if mu == 0:
-            return exact_risk, exact_c
-        # Both risks ignore a constant offset of the scores: centring them keeps
-        # the prefix sums below small, so differences of them lose no digits.
-        return self._smoothed(f - np.mean(f), y, mu)
+            risk_sum, c = self.exact.coefficients(f, y, qid)
+            exact_sum = risk_sum
+        else:
+            # Both risks ignore a constant offset of the scores: centring them keeps
+            # the prefix sums below small, so differences of them lose no digits.
+            risk_sum, c, exact_sum = self._smoothed(f - np.mean(f), y, mu)
+        self.exact_risk = exact_sum / y.size
+        return risk_sum, c
 
     def _smoothed(self, f, y, mu):
-        """``(m R_mu, m dR_mu/df)`` for mu > 0."""
+        """``(m R_mu, m dR_mu/df, m R)`` for mu > 0: the nonsmooth risk comes from the same sorts."""
         raise NotImplementedError
 
 
@@ -144,8 +146,8 @@ class SmoothedRocArea(SmoothedLoss):
         pairs = float(m_pos) * m_neg
         kappa = mu * pairs
         pos_index, neg_index = np.flatnonzero(positive), np.flatnonzero(~positive)
-        pos_index = pos_index[np.argsort(f[pos_index], kind="stable")]
-        neg_index = neg_index[np.argsort(f[neg_index], kind="stable")]
+        pos_index = pos_index[np.argsort(f[pos_index])]
+        neg_index = neg_index[np.argsort(f[neg_index])]
         p = f[pos_index]
         q = f[neg_index] + 1.0   # t_ij = q_j - p_i
         q1, q2, p1 = _prefix(q), _prefix(q * q), _prefix(p)
@@ -159,6 +161,8 @@ class SmoothedRocArea(SmoothedLoss):
         beta_pos = n_full + (s1 - n_window * p) / kappa
         risk = (np.sum(full_sum - n_full * (p + 0.5 * kappa))
                 + np.sum(s2 - 2.0 * p * s1 + n_window * p * p) / (2.0 * kappa))
+        # The hinge itself: every negative with q_j > p_i adds q_j - p_i.
+        exact = np.sum(q1[-1] - q1[lo] - (m_neg - lo) * p)
         # Each negative q_j: positives with p_i <= q_j - kappa have beta = 1, those with
         # q_j - kappa < p_i < q_j have beta = (q_j - p_i) / kappa.
         full_end = np.searchsorted(p, q - kappa, side="right")
@@ -168,7 +172,7 @@ class SmoothedRocArea(SmoothedLoss):
         c = np.empty(y.size)
         c[pos_index] = -beta_pos * scale
         c[neg_index] = beta_neg * scale
-        return float(risk) * scale, c
+        return float(risk) * scale, c, float(exact) * scale
 
 
 class SmoothedPrbep(SmoothedLoss):
@@ -189,19 +193,24 @@ class SmoothedPrbep(SmoothedLoss):
     def _smoothed(self, f, y, mu):
         positive, m_pos, m_neg = _plus_minus_counts(self.exact.name, y)
         m = y.size
+        p = np.sort(f[positive])               # ascending
+        n = np.sort(f[~positive])[::-1]         # descending
+        top = min(m_pos, m_neg)
+        exact = float(np.max(prbep_totals(p[:top], n[:top], m_pos, m))) * m
         # In units of m/2: beta_i = clip((u_i - theta) / kappa, 0, 1) on the positives and
         # clip((v_j + theta) / kappa, 0, 1) on the negatives, theta balancing the two sums.
         half = 0.5 * m
         kappa = mu * half
         u = -f[positive] + half / m_pos
         v = f[~positive]
-        theta = _balance(np.concatenate([u, kappa - v]), kappa, m_neg)
+        # Both parts of the breakpoints' values are sorted already (ascending): -p reversed, kappa - n.
+        theta = _balance(np.concatenate([half / m_pos - p[::-1], kappa - n]), kappa, m_neg)
         beta = np.empty(m)
         beta[positive] = np.clip((u - theta) / kappa, 0.0, 1.0)
         beta[~positive] = np.clip((v + theta) / kappa, 0.0, 1.0)
         gain = np.where(positive, -f + half / m_pos, f)
         risk = (gain @ beta - 0.5 * kappa * (beta @ beta)) / half
-        return float(risk) * m, np.where(positive, -2.0, 2.0) * beta
+        return float(risk) * m, np.where(positive, -2.0, 2.0) * beta, exact
 
 
 def _balance(values, kappa, target):
@@ -213,7 +222,7 @@ def _balance(values, kappa, target):
     prefix sums, finds the segment where S crosses the target; S is
     interpolated there exactly.
     """
-    w = np.sort(values)
+    w = np.sort(values, kind="stable")   # timsort: linear on a few sorted runs
     prefix = _prefix(w)
     # Two sorted runs: the stable sort (timsort) merges them in linear time.
     points = np.sort(np.concatenate([w - kappa, w]), kind="stable")

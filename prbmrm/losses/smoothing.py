@@ -18,9 +18,10 @@ and ``m' = m+ m-``::
 
 a Huber-smoothed hinge per pair: ``huber_kappa(t) = 0`` (t <= 0),
 ``t^2 / (2 kappa)`` (0 <= t <= kappa), ``t - kappa/2`` (t >= kappa), with
-``beta_ij = clip(t_ij / kappa, 0, 1)``. The paper writes the same thing with
-``beta in [-1, 1]`` and an offset (its eq. 3 reads ``max(x, 1 - x)`` per pair,
-not the hinge; the smoothing of the hinge is the one above). The sums over
+``beta_ij = clip(t_ij / kappa, 0, 1)``. The paper smooths its eq. 3 the
+same way with ``beta in [-1, 1]`` (eq. 11); as printed, eq. 3 reads
+``max(x, 1 - x)`` per pair (``x = f_i - f_j``), not the hinge
+``max(0, 1 - x)`` of RocArea, which is what is smoothed here. The sums over
 partners of beta and huber come from sorted scores, prefix sums and binary
 searches: O(m log m) (Sec. 3.2).
 
@@ -36,10 +37,11 @@ totally unimodular: Q is the convex hull of the balanced flips) and
 
 ``D = max_Q d = min(m+, m-)`` (the paper bounds it by m/2). One scalar
 multiplier theta of the balance constraint decouples the beta_i into
-clipped linear functions of theta; the theta that balances them is found
-exactly among the 4m breakpoints of a monotone piecewise linear function
-with one sort and prefix sums: O(m log m) (Sec. 3.1 solves the same
-problem with one multiplier per example).
+clipped linear functions of theta; the theta that balances them is where a
+monotone piecewise linear function crosses m-: a binary search over its 2m
+sorted breakpoints, each step O(log m) with prefix sums, then exact
+interpolation: O(m log m) with the sort (Sec. 3.1 solves the same problem
+with one multiplier per example).
 
 Both return ``m R_mu`` and ``m dR_mu/df`` like every
 :class:`~prbmrm.losses.MultivariateLoss`, and also record the nonsmooth risk
@@ -205,12 +207,14 @@ class SmoothedPrbep(SmoothedLoss):
         v = f[~positive]
         # Both parts of the breakpoints' values are sorted already (ascending): -p reversed, kappa - n.
         theta = _balance(np.concatenate([half / m_pos - p[::-1], kappa - n]), kappa, m_neg)
-        beta = np.empty(m)
-        beta[positive] = np.clip((u - theta) / kappa, 0.0, 1.0)
-        beta[~positive] = np.clip((v + theta) / kappa, 0.0, 1.0)
-        gain = np.where(positive, -f + half / m_pos, f)
-        risk = (gain @ beta - 0.5 * kappa * (beta @ beta)) / half
-        return float(risk) * m, np.where(positive, -2.0, 2.0) * beta, exact
+        beta_pos = np.clip((u - theta) / kappa, 0.0, 1.0)
+        beta_neg = np.clip((v + theta) / kappa, 0.0, 1.0)
+        risk = (u @ beta_pos + v @ beta_neg
+                - 0.5 * kappa * (beta_pos @ beta_pos + beta_neg @ beta_neg)) / half
+        c = np.empty(m)
+        c[positive] = -2.0 * beta_pos
+        c[~positive] = 2.0 * beta_neg
+        return float(risk) * m, c, exact
 
 
 def _balance(values, kappa, target):

@@ -194,7 +194,7 @@ class Result:
         3: stopped by the callback; 4: no further progress (L-BFGS's line search failed).
     message : str
     w_last : ndarray
-        The last iterate (the minimizer of the last model J_t).
+        The last iterate (BMRM: the minimizer of the last model J_t).
     history : dict of str to ndarray
         One array per column of :data:`HISTORY_COLUMNS`.
     """

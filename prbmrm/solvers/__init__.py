@@ -47,7 +47,8 @@ def solver_options(method, params):
         For an unknown solver, a parameter the solver does not have (the
         message lists the ones it has) or a value of the wrong type.
     """
-    own = {name: parameter.default for name, parameter in inspect.signature(_solver(method)).parameters.items()
+    parameters = inspect.signature(_solver(method)).parameters.items()
+    own = {name: parameter.default for name, parameter in parameters
            if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in COMMON_OPTIONS}
     options = {}
     for name, value in params.items():

@@ -51,6 +51,7 @@ class Regularizer(Parametrized):
     kind = "regularizer"
     option = "--reg-param"
     metric = None
+    differentiable = False  # on all of R^d, so that gradient methods (L-BFGS) apply
 
     def prepare(self, dim, risk_floor=0.0):
         """Set up what depends on the problem; called once before training.
@@ -123,6 +124,7 @@ class Quadratic(Regularizer):
     """
 
     name = "quadratic"
+    differentiable = True
     params = {"B": None}
 
     def check_params(self):
@@ -496,6 +498,7 @@ class Lp(SmoothDual):
     """
 
     name = "lp"
+    differentiable = True  # 1 < p: the gradient |w|_p^(2-p) sign(w) |w|^(p-1) is continuous
     params = {"p": 1.5}
 
     def check_params(self):

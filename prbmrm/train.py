@@ -22,7 +22,7 @@ from .losses import LOSSES, get_loss
 from .model import check_writable, save_model
 from .regularizers import REGULARIZERS, get_regularizer
 from .risk import DistributedRisk, run_distributed
-from .solvers import SOLVERS, minimize
+from .solvers import SOLVERS, minimize, solver_options
 
 DEMO_NAME = "embedded demo: Wisconsin breast cancer (569 x 30, standardized)"
 
@@ -58,7 +58,7 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0):
 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
         reg_params=None, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, bundle_size=0,
-        callback=None, comm=None):
+        solver_params=None, callback=None, comm=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -91,7 +91,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     idle_age : int
         Drop planes idle this many iterations (0: never).
     bundle_size : int
-        Keep at most this many planes, aggregating the oldest (0: no limit).
+        Keep at most this many planes, aggregating the oldest (0: no limit;
+        solvers with a bundle only).
+    solver_params : dict, optional
+        The solver's own parameters (``--solver-param NAME=VALUE``, see
+        :func:`prbmrm.solvers.solver_options`).
     callback : callable, optional
         Called on rank 0 with a :class:`prbmrm.solvers.Progress` per iteration.
     comm : prbmrm.comm.SerialComm or MPIComm, optional
@@ -112,8 +116,9 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     comm = get_comm() if comm is None else comm
     check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size)
     loss_object = get_loss(loss, **(loss_params or {}))
-    if solver not in SOLVERS:
-        raise UsageError(f"unknown solver {solver!r}; known solvers: {', '.join(sorted(SOLVERS))}")
+    # A bundle size is a parameter of the solvers that keep a bundle; others refuse it.
+    own = dict(solver_params or {}, **({"bundle_size": bundle_size} if bundle_size else {}))
+    options = solver_options(solver, own)
     regularizer = get_regularizer(reg, **(reg_params or {})) if isinstance(reg, str) else reg
     if data is None:
         X, y = load_demo()
@@ -140,7 +145,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     w0 = regularizer.initial_point(oracle.dim)
     result = run_distributed(oracle, lambda risk: minimize(
         risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
-        max_iter=max_iter, idle_age=idle_age, bundle_size=bundle_size, callback=callback))
+        max_iter=max_iter, idle_age=idle_age, callback=callback, **options))
     return result, local, loss_object
 
 
@@ -195,6 +200,8 @@ def build_parser():
                         help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")
     parser.add_argument("--lam", type=float, default=1e-4, help="regularization constant > 0 (default 1e-4)")
     parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join(SOLVERS)} (default bmrm)")
+    parser.add_argument("--solver-param", action="append", metavar="NAME=VALUE",
+                        help="a parameter of the solver, e.g. mu=1e-6 for smooth_lbfgs (repeatable)")
     parser.add_argument("--reg", default="l2", help=f"regularizer: {', '.join(REGULARIZERS)} (default l2)")
     parser.add_argument("--reg-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the regularizer, e.g. p=1.5 for lp (repeatable)")
@@ -230,6 +237,8 @@ def main(argv, comm):
     get_loss(args.loss, **loss_params)
     reg_params = parse_params(args.reg_param, "--reg-param")
     regularizer = get_regularizer(args.reg, **reg_params)
+    solver_params = parse_params(args.solver_param, "--solver-param")
+    solver_options(args.solver, solver_params)
     error = None
     if comm.is_root:
         try:
@@ -243,7 +252,8 @@ def main(argv, comm):
     result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=args.lam,
                               bias=args.bias, solver=args.solver, reg=regularizer, epsilon=args.epsilon,
                               rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
-                              idle_age=args.idle_age, bundle_size=args.bundle_size, callback=table, comm=comm)
+                              idle_age=args.idle_age, bundle_size=args.bundle_size,
+                              solver_params=solver_params, callback=table, comm=comm)
     if not comm.is_root:
         return 0
     seconds = time.perf_counter() - started

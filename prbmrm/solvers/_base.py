@@ -175,7 +175,8 @@ class Bundle:
 
 
 _MESSAGES = {0: "gap <= epsilon", 1: "gap <= rel_epsilon * objective",
-             2: "maximum number of iterations reached", 3: "stopped by the callback"}
+             2: "maximum number of iterations reached", 3: "stopped by the callback",
+             4: "no further progress (the line search failed)"}
 
 
 class Recorder:
@@ -199,20 +200,34 @@ class Recorder:
         self.started = time.perf_counter()
         self.status = 2
 
+    def _test_gap(self, gap, best_objective):
+        if gap <= self.epsilon:
+            self.status = 0
+        elif gap <= self.rel_epsilon * abs(best_objective):
+            self.status = 1
+
     def record(self, row):
         """Append one :class:`Progress` row and return True if the solver must stop."""
         for name in HISTORY_COLUMNS:
             self.history[name].append(getattr(row, name))
-        if row.gap <= self.epsilon:
-            self.status = 0
-        elif row.gap <= self.rel_epsilon * abs(row.best_objective):
-            self.status = 1
+        self._test_gap(row.gap, row.best_objective)
         if self.callback is not None:
             try:
                 self.callback(row)
             except StopIteration:
                 self.status = 3 if self.status == 2 else self.status
         return self.status != 2
+
+    def raise_lower_bound(self, lower_bound):
+        """Give the last row a better `lower_bound`, computed later for the same iterates, and
+        re-test the gap (a solver that computes its bound only every few iterations
+        calls this when it ends)."""
+        if lower_bound > self.history["lower_bound"][-1]:
+            gap = self.history["best_objective"][-1] - lower_bound
+            self.history["lower_bound"][-1] = lower_bound
+            self.history["gap"][-1] = gap
+            if self.status in (2, 4):
+                self._test_gap(gap, self.history["best_objective"][-1])
 
     def result(self, w, fun, w_last):
         """Return the :class:`Result` with the best iterate `w`, its objective `fun` and `w_last`."""
@@ -250,10 +265,10 @@ class Result:
         Iterations, i.e. risk evaluations.
     status : int
         0: gap <= epsilon; 1: gap <= rel_epsilon * fun; 2: max_iter reached;
-        3: stopped by the callback.
+        3: stopped by the callback; 4: no further progress (L-BFGS's line search failed).
     message : str
     w_last : ndarray
-        The last iterate (the minimizer of the last model J_t).
+        The last iterate (BMRM: the minimizer of the last model J_t).
     history : dict of str to ndarray
         One array per column of :data:`HISTORY_COLUMNS`.
     """
@@ -288,3 +303,110 @@ class Progress:
     seconds_subproblem: float
     seconds_comm: float
     seconds_total: float
+
+
+class CuttingPlaneBound:
+    """A certified lower bound of min J from every point a solver evaluates.
+
+    Each evaluation ``(w, R_emp(w), a)`` gives the plane ``R_emp >= <a, .> + b``
+    with ``b = R_emp(w) - <a, w>``; the dual value of the BMRM subproblem over
+    the planes kept (``regularizer.solve_subproblem``, warm-started) is a
+    lower bound of min J for any set of planes below R_emp, whatever solver
+    produced them. With ``Omega = ||w||^2 / 2`` the one-plane bound
+    ``b - ||a||^2 / (2 lam)``, which equals paper 002's eq. 15
+    ``J_-(w) = J(w) - ||a + lam w||^2 / (2 lam)``, is also taken at every
+    plane: Lemma 5's proof needs only the subgradient inequality, so it holds
+    for any subgradient, and it is tight near the optimum where J is
+    differentiable (there the gradient vanishes), which is why L-BFGS on a
+    smooth loss gets a small certified gap without solving the QP.
+
+    Planes of any function below R_emp (a smoothed risk ``R_mu <= R_emp``)
+    are planes below R_emp too.
+
+    Parameters
+    ----------
+    dim : int
+        Length of w.
+    regularizer : object
+        Provides ``solve_subproblem(bundle, lam, alpha0)``.
+    lam : float
+    max_planes : int
+        Keep at most this many planes (0: no limit, >= 2 otherwise). A plane
+        arriving at a full bundle first makes the QP be solved; the planes
+        whose multiplier is 0 are dropped, and if every plane is active they
+        are replaced by their aggregate ``sum_i alpha_i (a_i, b_i)`` (paper
+        000, Sec. 3.1), which keeps the dual value.
+    idle_age : int
+        After each solve drop the planes whose multiplier has been 0 at this
+        many consecutive solves, as BMRM does (0: never).
+
+    Attributes
+    ----------
+    value : float
+        The best lower bound found so far (-inf before any plane).
+    bundle : Bundle
+    seconds : float
+        Seconds spent in the QP so far.
+    """
+
+    def __init__(self, dim, regularizer, lam, *, max_planes=0, idle_age=10):
+        if max_planes == 1 or max_planes < 0:
+            raise ValueError(f"max_planes must be 0 (no limit) or >= 2, got {max_planes}")
+        self.regularizer = regularizer
+        self.lam = lam
+        self.max_planes = max_planes
+        self.idle_age = idle_age
+        self._metric = getattr(regularizer, "metric", None)
+        self.bundle = Bundle(dim, self._metric)
+        self._alpha = np.zeros(0)
+        self._stale = False
+        self._one_plane = getattr(regularizer, "name", None) == "l2"
+        self.value = -np.inf
+        self.seconds = 0.0
+
+    @property
+    def stale(self):
+        """bool: planes were added since the QP was last solved."""
+        return self._stale
+
+    def add(self, w, risk, a):
+        """Add the plane of the evaluation ``(w, R_emp(w) = risk, a)``."""
+        b = risk - float(np.dot(a, w))
+        if self._one_plane:
+            self.value = max(self.value, b - float(np.dot(a, a)) / (2.0 * self.lam))
+        if self.max_planes and self.bundle.size >= self.max_planes:
+            self._make_room()
+        self.bundle.add(a, b)
+        self._alpha = np.append(self._alpha, 0.0)
+        self._stale = True
+
+    def lower_bound(self):
+        """Return the best bound, solving the QP first if planes arrived since the last solve."""
+        if self._stale:
+            self._solve()
+        return self.value
+
+    def _solve(self):
+        started = time.perf_counter()
+        _, value, alpha = self.regularizer.solve_subproblem(self.bundle, self.lam, self._alpha)
+        self.value = max(self.value, value)
+        self._stale = False
+        if self.idle_age > 0:
+            self.bundle.update_idle(alpha)
+            alpha = self.bundle.prune(self.idle_age, alpha)
+        self._alpha = alpha
+        self.seconds += time.perf_counter() - started
+
+    def _make_room(self):
+        if self._stale:
+            self._solve()
+        # update_idle marked the planes whose multiplier is 0 now: they do not
+        # contribute to the optimum, so dropping them keeps the bound.
+        self.bundle.update_idle(self._alpha)
+        self._alpha = self.bundle.prune(1, self._alpha)
+        if self.bundle.size >= self.max_planes:
+            a = self._alpha @ self.bundle.A
+            b = float(self._alpha @ self.bundle.b)
+            self.bundle = Bundle(len(a), self._metric)
+            self.bundle.add(a, b)
+            self._alpha = np.ones(1)

@@ -3,14 +3,19 @@
 Dispatch by name, as scipy.optimize.minimize does::
 
     result = minimize(risk, w0, lam, method="bmrm", reg="l2", rel_epsilon=1e-3)
+
+Solvers that work in the dual (``pragam``, ``pragam_b``) need the examples, not only
+``risk(w)``: they take the :class:`prbmrm.risk.DistributedRisk` itself as `risk` and run
+their per-rank steps through its :meth:`~prbmrm.risk.DistributedRisk.attach` service.
 """
 
 from ..errors import UsageError
 from ..regularizers import get_regularizer
 from ._base import HISTORY_COLUMNS, Bundle, Progress, Result
 from .bmrm import minimize_bmrm
+from .pragam import minimize_pragam, minimize_pragam_b
 
-SOLVERS = {"bmrm": minimize_bmrm}
+SOLVERS = {"bmrm": minimize_bmrm, "pragam": minimize_pragam, "pragam_b": minimize_pragam_b}
 """Registry of solvers by name: the values of ``--solver``."""
 
 
@@ -21,7 +26,8 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
     ----------
     risk : callable
         ``risk(w) -> (R_emp(w), subgradient)``, e.g. a
-        :class:`prbmrm.risk.DistributedRisk` on rank 0.
+        :class:`prbmrm.risk.DistributedRisk` on rank 0 (``pragam`` and
+        ``pragam_b`` need the latter: they use its data).
     w0 : ndarray
         Starting point.
     lam : float

@@ -106,18 +106,33 @@ def project_box_equality(v, y, upper):
     return alpha_at(v, y, upper, nu), float(nu)
 
 
-def segment_sums(values, starts):
-    """Sums of `values` over the consecutive segments beginning at `starts` (sorted; may repeat).
+class Segments:
+    """Consecutive segments of a per-example array (the canonical blocks), each summed on its own.
 
-    Each segment is summed on its own (``np.add.reduceat``), so a block's sum
-    does not depend on what precedes it in the array: on any number of ranks
-    a canonical block gives bitwise the same sum.
+    A block's sum (``np.add.reduceat`` over its segment) does not depend on
+    what precedes it in the array, so on any number of ranks a canonical block
+    gives bitwise the same sum.
+
+    Parameters
+    ----------
+    lengths : array_like of int
+        Length of each segment, in order; zero-length segments sum to 0.
     """
-    sums = np.zeros(len(starts))
-    filled = np.diff(np.append(starts, len(values))) > 0
-    if filled.any():
-        sums[filled] = np.add.reduceat(values, starts[filled], dtype=np.float64)
-    return sums
+
+    def __init__(self, lengths):
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self._filled = self.lengths > 0
+        self._starts = (np.cumsum(self.lengths) - self.lengths)[self._filled]
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def sums(self, values):
+        """Return the sum of `values` over each segment, shape (len(self),)."""
+        sums = np.zeros(len(self.lengths))
+        if len(self._starts):
+            sums[self._filled] = np.add.reduceat(values, self._starts, dtype=np.float64)
+        return sums
 
 
 class DistributedProjection:
@@ -141,7 +156,8 @@ class DistributedProjection:
     3. otherwise examples whose breakpoints left the bracket become per-block
        constants (the "aggregation of slope and offset" of the appendix), and
        the next trial is Newton's ``t + g(t) / slope`` if it falls inside the
-       bracket, else the secant of the bracket (else its midpoint); when no
+       bracket, else the secant of the bracket (its midpoint after a secant
+       round, which halves the bracket at least every other round); when no
        breakpoint lies between Newton's point and its origin, g is linear
        there and the point is the root.
 
@@ -178,8 +194,9 @@ class DistributedProjection:
         self.n_parts = n_parts
         self.upper = float(upper)
         self.equality = equality
-        self._starts = np.asarray(bounds[:-1], dtype=np.int64)
-        self._positives = segment_sums(self.y > 0, self._starts)
+        self._blocks = Segments(np.diff(bounds))
+        self._positives = self._blocks.sums(self.y > 0)
+        self._shift = self.upper * (self.y > 0)  # breakpoints(v, y, upper) = y v - shift
         counts = comm.allreduce_sum(np.array([np.count_nonzero(self.y > 0),
                                               np.count_nonzero(self.y < 0)], dtype=np.int64))
         self._n_positive, self._n_negative = (int(c) for c in counts)
@@ -198,7 +215,7 @@ class DistributedProjection:
         if not self.equality:
             return np.clip(v, 0.0, self.upper), 0.0
         u = self.upper
-        low = breakpoints(v, self.y, u)
+        low = self.y * v - self._shift
         extremes = self.comm.allreduce_max([-np.min(low, initial=np.inf), np.max(low, initial=-np.inf)])
         a, b = -extremes[0], extremes[1] + u
         # At a every alpha_i of y_i = +1 is upper and every other is 0; at b the other way round.
@@ -211,61 +228,98 @@ class DistributedProjection:
             nu = self._search(low, a, b, g_a, g_b, guess)
         return alpha_at(v, self.y, u, nu), float(nu)
 
-    def _search(self, low, a, b, g_a, g_b, t):
+    def _search(self, low, a, b, g_a, g_b, guess):
         """The bracketed search of the class docstring; returns the multiplier."""
-        u, starts = self.upper, self._starts
+        u, blocks = self.upper, self._blocks
         # On the bracket, g restricted to a block is offset - sloped * nu minus the sum of
         # clip(nu - l_i, 0, u) over its undecided examples, kept in block order in `low`.
         offset = u * self._positives
-        sloped = np.zeros(len(starts))
-        origin = None  # the bracket end that t is a Newton step from: "a" or "b"
-        if not a < t < b:
-            t = 0.5 * (a + b)
+        sloped = np.zeros(len(blocks))
+        # This rank's breakpoints <= a and < b among the undecided examples.
+        at_a = _breakpoints_below(low, u, a, inclusive=True)
+        at_b = _breakpoints_below(low, u, b, inclusive=False)
+        points, origin = [guess if a < guess < b else 0.5 * (a + b)], None
         while True:
             self.trials += 1
-            high = low + u
-            partial = np.zeros((len(starts), 5))
-            partial[:, 0] = offset - sloped * t - segment_sums(np.clip(t - low, 0.0, u), starts)
-            # Integer counts are summed exactly; they ride in the first block's row. g's slope
-            # just right of t is minus the number of examples with low <= t < high, just left
-            # of it minus the number with low < t <= high.
-            inner = sloped.sum() + np.count_nonzero((low < t) & (t < high))
-            partial[0, 1] = inner + np.count_nonzero(low == t)
-            partial[0, 2] = inner + np.count_nonzero(high == t)
-            partial[0, 3] = _count_between(low, high, a, t)
-            partial[0, 4] = _count_between(low, high, t, b)
-            g_t, slope_right, slope_left, left, right = self.comm.reproducible_sum(partial, self.n_parts)
-            # No breakpoint between Newton's origin and t: g is linear there and t is its root
-            # (g_t is then rounding noise, whose sign must not move the bracket).
-            if g_t == 0 or (origin == "a" and left == 0) or (origin == "b" and right == 0):
-                return t
-            if g_t > 0:
-                a, g_a, inside, origin, slope = t, g_t, right, "a", slope_right
-            else:
-                b, g_b, inside, origin, slope = t, g_t, left, "b", slope_left
-            if inside == 0:
+            g, right, left, below, upto, inside = self._evaluate(low, blocks, offset, sloped, points,
+                                                                 at_a, at_b)
+            for p, g_p in zip(points, g):
+                if g_p == 0:
+                    return p
+            # No breakpoint between Newton's point and its origin: g is linear there and the
+            # point is its root (g there is rounding noise, whose sign must not move the bracket).
+            if (origin == "a" and inside[0] == 0) or (origin == "b" and inside[-1] == 0):
+                return points[0] if origin == "a" else points[-1]
+            k = int(np.count_nonzero(g > 0))  # the root lies between point k - 1 and point k
+            if k > 0:
+                a, g_a, at_a = points[k - 1], g[k - 1], upto[k - 1]
+            if k < len(points):
+                b, g_b, at_b = points[k], g[k], below[k]
+            if inside[k] == 0:
                 return interpolate_root(a, b, g_a, g_b)
+            high = low + u
             saturated = high <= a
             spanning = (low <= a) & (high >= b)
-            offset = offset + segment_sums(np.where(spanning, low, 0.0) - u * saturated, starts)
-            sloped = sloped + segment_sums(spanning, starts)
+            offset = offset + blocks.sums(np.where(spanning, low, 0.0) - u * saturated)
+            sloped = sloped + blocks.sums(spanning)
             keep = ~(saturated | spanning | (low >= b))
-            starts = np.concatenate([[0], np.cumsum(segment_sums(keep, starts)[:-1])]).astype(np.int64)
+            removed = 2 * np.count_nonzero(saturated) + np.count_nonzero(spanning)
+            at_a, at_b = at_a - removed, at_b - removed
+            blocks = Segments(blocks.sums(keep))
             low = np.compress(keep, low)
-            newton = t + g_t / slope if slope > 0 else np.nan
-            if newton == t:  # the root is within rounding of t
-                return t
-            if not a < newton < b:
-                # Newton left the bracket: secant, and bisection if that stalls at an end.
-                newton, origin = interpolate_root(a, b, g_a, g_b), None
-                if not a < newton < b:
-                    newton = 0.5 * (a + b)
-            t = newton
+            # Newton from the end with the shorter step, plus a guard a quarter step beyond
+            # it, so that one round usually brackets the root tightly from both sides.
+            previous, newtons = origin, []
+            if k > 0 and right[k - 1] > 0:
+                newtons.append((g_a / right[k - 1], a, "a"))
+            if k < len(points) and left[k] > 0:
+                newtons.append((g_b / left[k], b, "b"))
+            step, end, origin = min(newtons, key=lambda n: abs(n[0])) if newtons else (np.nan, a, None)
+            newton = end + step
+            if newton == end:  # the root is within rounding of that end
+                return end
+            if a < newton < b:
+                points = sorted(p for p in {newton, newton + 0.25 * step} if a < p < b)
+            else:
+                # No Newton step inside the bracket: the secant, but the midpoint if the last
+                # round was a secant too (the secant alone can creep along a flat g).
+                secant = interpolate_root(a, b, g_a, g_b)
+                bisect = previous == "secant" or not a < secant < b
+                points, origin = [0.5 * (a + b) if bisect else secant], None if bisect else "secant"
+
+    def _evaluate(self, low, blocks, offset, sloped, points, at_a, at_b):
+        """g, its one-sided slopes and breakpoint counts at the sorted trial `points`, over all ranks.
+
+        Returns global arrays: g and the numbers of sloped examples just right
+        and just left of each point (minus g's one-sided slopes); this rank's
+        numbers of breakpoints below and up to each point; and the global
+        numbers of breakpoints strictly inside the len(points) + 1 intervals
+        that the points cut the bracket into.
+        """
+        u, m = self.upper, len(points)
+        high = low + u
+        partial = np.zeros((len(blocks), 4 * m + 1))
+        below, upto = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+        for j, p in enumerate(points):
+            partial[:, j] = offset - sloped * p - blocks.sums(np.clip(p - low, 0.0, u))
+            low_below, high_below = np.count_nonzero(low < p), np.count_nonzero(high < p)
+            low_upto, high_upto = np.count_nonzero(low <= p), np.count_nonzero(high <= p)
+            below[j], upto[j] = low_below + high_below, low_upto + high_upto
+            # Examples on a sloped piece just right of p: low <= p < high; just left: low < p <= high.
+            partial[0, m + j] = low_upto - high_upto
+            partial[0, 2 * m + j] = low_below - high_below
+        # Counts are integers, summed exactly; they ride in the first block's row.
+        partial[0, m:3 * m] += sloped.sum()
+        partial[0, 3 * m:-1] = below - np.concatenate([[at_a], upto[:-1]])
+        partial[0, -1] = at_b - upto[-1]
+        total = self.comm.reproducible_sum(partial, self.n_parts)
+        return (total[:m], total[m:2 * m], total[2 * m:3 * m], below, upto, total[3 * m:])
 
 
-def _count_between(low, high, a, b):
-    """Number of breakpoints (entries of `low` and `high`) strictly between a and b."""
-    return (np.count_nonzero((low > a) & (low < b)) + np.count_nonzero((high > a) & (high < b)))
+def _breakpoints_below(low, upper, x, inclusive):
+    """Number of breakpoints (entries of `low` and ``low + upper``) below `x` (or equal, if `inclusive`)."""
+    below = np.less_equal if inclusive else np.less
+    return np.count_nonzero(below(low, x)) + np.count_nonzero(below(low + upper, x))
 
 
 class SVMDual:
@@ -297,9 +351,8 @@ class SVMDual:
     problem : str or None
         Why the data do not suit the dual (labels not +-1, no constant last
         column for the offset); the same on every rank.
-    seconds : dict
-        Seconds this rank spent in data passes (``"data"``) and in the
-        reproducible sums of d-vectors (``"comm"``), accumulated.
+    data_seconds : float
+        Seconds this rank spent in passes over its data, accumulated.
     """
 
     def __init__(self, risk, lam, offset):
@@ -311,6 +364,8 @@ class SVMDual:
         self._X = [X for X, _ in risk.blocks]
         self.y = np.concatenate([np.asarray(y, dtype=np.float64) for _, y in risk.blocks])
         self._bounds = np.concatenate([[0], np.cumsum([X.shape[0] for X in self._X])])
+        self._blocks = Segments(np.diff(self._bounds))
+        self._XT = [X.T for X in self._X]  # built once: scipy's transpose is a new object per call
         self.dim = risk.dim
         self.mask = np.ones(self.dim)
         if offset:
@@ -325,11 +380,11 @@ class SVMDual:
                         if no_offset else None)
         self.project = DistributedProjection(self.y, self._bounds, self.n_parts, self.comm,
                                              self.upper, equality=offset)
-        self.seconds = {"data": 0.0, "comm": 0.0}
+        self.data_seconds = 0.0
 
     def block_sums(self, values):
         """Per-block sums of a local per-example vector, shape (blocks,)."""
-        return segment_sums(values, self._bounds[:-1])
+        return self._blocks.sums(values)
 
     def adjoint(self, columns, extras=()):
         """Return ``[X^T c for c in columns]`` and the totals of `extras`, summed over all ranks.
@@ -349,22 +404,20 @@ class SVMDual:
         started = time.perf_counter()
         k, d = len(columns), self.dim
         partial = np.empty((len(self._X), k * d + len(extras)))
-        for row, (X, a, b) in enumerate(zip(self._X, self._bounds[:-1], self._bounds[1:])):
+        for row, (XT, a, b) in enumerate(zip(self._XT, self._bounds[:-1], self._bounds[1:])):
             for j, c in enumerate(columns):
-                partial[row, j * d:(j + 1) * d] = X.T @ c[a:b]
+                partial[row, j * d:(j + 1) * d] = XT @ c[a:b]
         for j, extra in enumerate(extras):
             partial[:, k * d + j] = extra
-        summed = time.perf_counter()
+        self.data_seconds += time.perf_counter() - started
         total = self.comm.reproducible_sum(partial, self.n_parts)
-        self.seconds["data"] += summed - started
-        self.seconds["comm"] += time.perf_counter() - summed
         return [total[j * d:(j + 1) * d] for j in range(k)], total[k * d:]
 
     def scores(self, w):
         """Return ``X w`` for this rank's examples (no communication)."""
         started = time.perf_counter()
-        z = np.concatenate([X @ w for X in self._X]) if self._X else np.zeros(0)
-        self.seconds["data"] += time.perf_counter() - started
+        z = np.concatenate([X @ w for X in self._X])
+        self.data_seconds += time.perf_counter() - started
         return z
 
     def weights(self, alpha_y):

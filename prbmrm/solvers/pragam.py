@@ -92,7 +92,7 @@ class PragamRanks:
     def _step(self):
         dual, y, lam = self.dual, self.dual.y, self.dual.lam
         tau = 2.0 / (self.k + 3)
-        data, comm = dual.seconds["data"], dual.seconds["comm"]
+        data = dual.data_seconds
         started = time.perf_counter()
         # The equality's multiplier in eq. 23 is the offset that minimizes the smoothed J(w_k, .).
         smooth, nu = dual.project((1.0 - y * self.z) / self.mu, guess=self.b / self.mu)
@@ -117,7 +117,7 @@ class PragamRanks:
         self.mu *= 1.0 - tau
         self.k += 1
         self.b = b
-        return _Step(objective, lower_bound, model, dual.seconds["data"] - data, projection)
+        return _Step(objective, lower_bound, model, dual.data_seconds - data, projection)
 
 
 def minimize_pragam(risk, w0, lam, regularizer, *, offset=False, epsilon=0.0, rel_epsilon=1e-3,

@@ -144,28 +144,30 @@ class DistributedProjection:
     found by a safeguarded Newton search on the bracket
     ``[min_i l_i, max_i l_i + upper]``:
 
-    1. every rank evaluates its blocks' parts of g at the trial ``t``, its
-       counts of examples on a sloped piece just left and just right of t
-       (g's one-sided slopes are minus the totals) and its counts of
-       breakpoints strictly inside each half of the bracket; one
+    1. every rank evaluates its blocks' parts of g at one or two trial points,
+       its counts of examples on a sloped piece just left and just right of
+       each (g's one-sided slopes are minus the totals) and its counts of
+       breakpoints strictly between consecutive points and bracket ends; one
        reproducible sum over the canonical blocks (two Allreduces) combines
        them;
-    2. t replaces the bracket end of g's sign; if the new bracket holds no
-       breakpoint, g is linear on it and its root is found by interpolation:
+    2. the points where g changes sign become the new bracket; if it holds no
+       breakpoint, g is linear on it and its root is found by interpolation,
        exact up to rounding;
     3. otherwise examples whose breakpoints left the bracket become per-block
        constants (the "aggregation of slope and offset" of the appendix), and
-       the next trial is Newton's ``t + g(t) / slope`` if it falls inside the
-       bracket, else the secant of the bracket (its midpoint after a secant
-       round, which halves the bracket at least every other round); when no
-       breakpoint lies between Newton's point and its origin, g is linear
-       there and the point is the root.
+       the next points are Newton's ``t + g(t) / slope`` from the bracket end
+       with the shorter step, plus a guard a quarter step beyond it so that
+       the next bracket is usually tight on both sides; if Newton's point
+       falls outside the bracket, the secant of the bracket (its midpoint
+       after a secant round, which halves the bracket at least every other
+       round). When no breakpoint lies between Newton's point and its origin,
+       g is linear there and the point is the root.
 
-    The bracket shrinks strictly at every trial, so the search ends; every
+    The bracket shrinks strictly at every round, so the search ends; every
     decision uses sums that do not depend on the number of ranks, so 1, 2 or
     3 ranks holding the same blocks find bitwise the same multiplier. Warm
     started near the root (Pragam's successive projections), it takes two or
-    three trials, each O(number of examples still undecided).
+    three rounds, each O(number of examples still undecided).
 
     Parameters
     ----------
@@ -185,7 +187,7 @@ class DistributedProjection:
     Attributes
     ----------
     trials : int
-        Trial multipliers of the last call (one reproducible sum each).
+        Rounds of the last call (one reproducible sum each).
     """
 
     def __init__(self, y, bounds, n_parts, comm, upper, equality=True):
@@ -441,17 +443,19 @@ class SVMDual:
         squares = self.block_sums(np.concatenate([
             np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else np.einsum("ij,ij->i", X, X)
             for X in self._X]))
+        # The offset's column of ones adds 1 per example to ||X||_F^2.
+        frobenius = self.adjoint([], [squares])[1][0] - (self.n if self.mask[-1] == 0.0 else 0.0)
         v = self.mask * np.random.default_rng(0).standard_normal(self.dim)
         rho = 0.0
-        for iteration in range(max_iter):
-            v /= np.linalg.norm(v)
-            (product,), (frobenius,) = self.adjoint([self.scores(v)], [squares])
+        for _ in range(max_iter):
+            norm = np.linalg.norm(v)
+            if norm == 0.0:  # X_w v = 0: no larger singular value is left to find
+                break
+            (product,), _ = self.adjoint([self.scores(v / norm)])
             product *= self.mask
-            previous, rho = rho, float(v @ product)
-            if not np.any(product) or abs(rho - previous) <= tol * rho:
+            previous, rho = rho, float(v @ product) / norm
+            if abs(rho - previous) <= tol * rho:
                 break
             v = product
-        # The offset's column of ones adds 1 per example to ||X||_F^2.
-        frobenius -= self.n if self.mask[-1] == 0.0 else 0.0
         bound = min(1.1 * rho, frobenius)
         return max(bound, np.finfo(np.float64).eps) / self.lam

@@ -8,14 +8,15 @@ Rank 0 runs the solver and calls the oracle; every other rank sits in
               <--reproducible Allreduce (d + 1 values)-->  R = risk_sum / m,  a = grad_sum / m
 
 The flag rides with ``w`` so no extra message is needed to stop the workers.
-Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every
-rank) attach a service through the same protocol: :meth:`DistributedRisk.attach`
-builds it on every rank, and each :meth:`DistributedRisk.request` runs one of
-its collective steps everywhere.
 Sums are formed per canonical block of rows (one per shard file) and added
 with :meth:`prbmrm.comm.SerialComm.reproducible_sum`, so 1, 2 or 3 ranks
 holding the same shards compute bitwise the same R and a, and BMRM takes the
 same path on any number of ranks.
+
+Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every
+rank) attach a service through the same protocol: :meth:`DistributedRisk.attach`
+builds it on every rank, and each :meth:`DistributedRisk.request` runs one of
+its collective steps everywhere.
 """
 
 import time

@@ -148,8 +148,8 @@ class DistributedProjection:
        its counts of examples on a sloped piece just left and just right of
        each (g's one-sided slopes are minus the totals) and its counts of
        breakpoints strictly between consecutive points and bracket ends; one
-       reproducible sum over the canonical blocks (two Allreduces) combines
-       them;
+       reproducible sum over the canonical blocks combines them (a single
+       Allreduce: the values have known bounds);
     2. the points where g changes sign become the new bracket; if it holds no
        breakpoint, g is linear on it and its root is found by interpolation,
        exact up to rounding;
@@ -187,7 +187,7 @@ class DistributedProjection:
     Attributes
     ----------
     trials : int
-        Rounds of the last call (one reproducible sum each).
+        Rounds of the last call (one Allreduce each).
     """
 
     def __init__(self, y, bounds, n_parts, comm, upper, equality=True):
@@ -202,6 +202,7 @@ class DistributedProjection:
         counts = comm.allreduce_sum(np.array([np.count_nonzero(self.y > 0),
                                               np.count_nonzero(self.y < 0)], dtype=np.int64))
         self._n_positive, self._n_negative = (int(c) for c in counts)
+        self._g_bound = self.upper * comm.allreduce_max([np.max(np.diff(bounds), initial=0)])[0]
         self.trials = 0
 
     def __call__(self, v, guess=0.0):
@@ -220,6 +221,8 @@ class DistributedProjection:
         low = self.y * v - self._shift
         extremes = self.comm.allreduce_max([-np.min(low, initial=np.inf), np.max(low, initial=-np.inf)])
         a, b = -extremes[0], extremes[1] + u
+        if not np.isfinite(b - a):  # v is not finite on some rank
+            return np.full_like(v, np.nan), np.nan
         # At a every alpha_i of y_i = +1 is upper and every other is 0; at b the other way round.
         g_a, g_b = u * self._n_positive, -u * self._n_negative
         if g_a <= 0:
@@ -303,7 +306,10 @@ class DistributedProjection:
         partial = np.zeros((len(blocks), 4 * m + 1))
         below, upto = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
         for j, p in enumerate(points):
-            partial[:, j] = offset - sloped * p - blocks.sums(np.clip(p - low, 0.0, u))
+            # g restricted to a block b lies in [-u n_b, u n_b]; the clip removes only rounding
+            # excess, so that the fixed-point sum below may take u max_b n_b as its bound.
+            partial[:, j] = np.clip(offset - sloped * p - blocks.sums(np.clip(p - low, 0.0, u)),
+                                    -self._g_bound, self._g_bound)
             low_below, high_below = np.count_nonzero(low < p), np.count_nonzero(high < p)
             low_upto, high_upto = np.count_nonzero(low <= p), np.count_nonzero(high <= p)
             below[j], upto[j] = low_below + high_below, low_upto + high_upto
@@ -314,7 +320,10 @@ class DistributedProjection:
         partial[0, m:3 * m] += sloped.sum()
         partial[0, 3 * m:-1] = below - np.concatenate([[at_a], upto[:-1]])
         partial[0, -1] = at_b - upto[-1]
-        total = self.comm.reproducible_sum(partial, self.n_parts)
+        # Known bounds (for g, and the number of breakpoints for counts) save the Allreduce-max.
+        bound = np.full(4 * m + 1, 2.0 * (self._n_positive + self._n_negative))
+        bound[:m] = self._g_bound
+        total = self.comm.reproducible_sum(partial, self.n_parts, bound)
         return (total[:m], total[m:2 * m], total[2 * m:3 * m], below, upto, total[3 * m:])
 
 

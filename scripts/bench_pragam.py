@@ -16,6 +16,7 @@ over the last decade of k, and prints the slopes: the paper's rate is slope <= -
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 
@@ -43,7 +44,9 @@ def main():
     from prbmrm.train import fit
 
     comm = get_comm()
-    with tempfile.TemporaryDirectory() as workdir:
+    # One directory for every rank (each would otherwise make its own).
+    workdir = comm.bcast_object(tempfile.mkdtemp() if comm.is_root else None)
+    try:
         shards = os.path.join(workdir, "a9a")
         if comm.is_root:
             X, y, _ = read_input(os.path.join(DATA, "a9a.xz"))
@@ -54,6 +57,10 @@ def main():
         result, local, _ = fit(shards, loss="hinge", lam=args.lam, bias=args.offset, solver=method,
                                rel_epsilon=args.rel_epsilon, max_iter=args.max_iter, comm=comm)
         seconds = time.perf_counter() - started
+    finally:
+        comm.barrier()
+        if comm.is_root:
+            shutil.rmtree(workdir)
     if not comm.is_root:
         return
     h = result.history

@@ -93,6 +93,23 @@ def test_projection_equals_the_sort_based_kernel(instance):
     assert abs(y @ alpha) <= len(v) * tolerance
 
 
+def test_projection_of_a_non_finite_vector_is_nan():
+    alpha, nu = distributed_projection(np.array([0.1, np.nan, 0.2]), np.array([1.0, -1.0, 1.0]), 1 / 3, 1)
+    assert np.all(np.isnan(alpha)) and np.isnan(nu)
+
+
+def test_reproducible_sum_with_a_known_bound():
+    """A bound known on every rank replaces the Allreduce-max: same sums, integers exact."""
+    rng = np.random.default_rng(3)
+    partials = rng.normal(size=(7, 4))
+    comm = SerialComm()
+    largest = np.abs(partials).max(axis=0)
+    np.testing.assert_array_equal(comm.reproducible_sum(partials, 7, largest),
+                                  comm.reproducible_sum(partials, 7))
+    counts = rng.integers(0, 10**6, size=(7, 3)).astype(np.float64)
+    np.testing.assert_array_equal(comm.reproducible_sum(counts, 7, 2e6), counts.sum(axis=0))
+
+
 @pytest.fixture(scope="module")
 def a9a_1000():
     X, y = load_svmlight("a9a.xz")

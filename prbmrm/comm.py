@@ -66,7 +66,7 @@ class SerialComm:
         """Return the element-wise minimum over ranks of a small float64 array."""
         return np.array(values, dtype=np.float64)
 
-    def reproducible_sum(self, partials, n_parts):
+    def reproducible_sum(self, partials, n_parts, bound=None):
         """Sum float64 vectors over all ranks with a result independent of the rank count.
 
         Floating-point addition is not associative, so a plain Allreduce gives
@@ -85,13 +85,22 @@ class SerialComm:
             This rank's partial sums, one row per canonical block of data.
         n_parts : int
             Number of partial sums over all ranks (bounds the integer sum).
+        bound : array_like, optional
+            A bound on every |partial|, per component or one for all, known
+            alike on every rank: it sets the scale in place of the
+            Allreduce-max, so the sum costs a single Allreduce. Each partial
+            then keeps ``62 - log2(n_parts)`` bits relative to the bound
+            (integers below it are summed exactly); the partials must be finite.
 
         Returns
         -------
         ndarray of shape (n,)
-            The sum, or all NaN if any partial is not finite.
+            The sum, or all NaN if any partial is not finite (without `bound`).
         """
-        largest = self.allreduce_max(np.max(np.abs(partials), axis=0, initial=0.0))
+        if bound is None:
+            largest = self.allreduce_max(np.max(np.abs(partials), axis=0, initial=0.0))
+        else:
+            largest = np.broadcast_to(np.asarray(bound, dtype=np.float64), partials.shape[1:])
         if not np.all(np.isfinite(largest)):
             return np.full(partials.shape[1], np.nan)
         # Scale so that every |partial| < 2**bits and the sum of n_parts of them fits in int64.

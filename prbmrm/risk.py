@@ -12,6 +12,11 @@ Sums are formed per canonical block of rows (one per shard file) and added
 with :meth:`prbmrm.comm.SerialComm.reproducible_sum`, so 1, 2 or 3 ranks
 holding the same shards compute bitwise the same R and a, and BMRM takes the
 same path on any number of ranks.
+
+Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every
+rank) attach a service through the same protocol: :meth:`DistributedRisk.attach`
+builds it on every rank, and each :meth:`DistributedRisk.request` runs one of
+its collective steps everywhere.
 """
 
 import time
@@ -21,7 +26,7 @@ import scipy.sparse as sp
 
 from .errors import CollectiveError, PrbmrmError
 
-_EVALUATE, _STOP, _FAIL = 0.0, 1.0, 2.0
+_EVALUATE, _STOP, _FAIL, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0
 
 # Rows per chunk of a block are chosen so that one chunk's nonzeros (12 bytes each)
 # stay in the last-level cache between the two passes f = X w and X^T l'(f): one
@@ -90,6 +95,17 @@ class DistributedRisk:
         self.total_seconds = {"risk": 0.0, "comm": 0.0}
         self.evaluations = 0
         self._deferred_error = None
+        self._service = None
+
+    @property
+    def blocks(self):
+        """list of (X, y): this rank's canonical blocks of rows, in order (views, not copies)."""
+        return [(X, y) for X, y, _ in self._blocks]
+
+    @property
+    def n_parts(self):
+        """int: the number of canonical blocks over all ranks (see ``comm.reproducible_sum``)."""
+        return self._n_parts
 
     def __call__(self, w):
         """Return ``(R_emp(w), a)`` with ``a`` a subgradient of R_emp at `w` (rank 0 only).
@@ -179,7 +195,51 @@ class DistributedRisk:
                 return
             if flag == _FAIL:
                 raise CollectiveError(self.comm.bcast_object(None))
-            self._evaluate(time.perf_counter() - started)
+            if flag == _ATTACH:
+                factory, args = self.comm.bcast_object(None)
+                self._service = factory(self, *args)
+            elif flag == _REQUEST:
+                self._service.handle(int(self._message[0]))
+            else:
+                self._evaluate(time.perf_counter() - started)
+
+    def attach(self, factory, *args):
+        """Build the service ``factory(self, *args)`` on every rank (rank 0 only); return rank 0's.
+
+        A solver that keeps state on every rank (Pragam's dual variables of
+        each rank's own examples) runs its collective steps as a service:
+        `factory` and `args` are pickled once to the serving ranks, which
+        build their own instance in :meth:`serve`; afterwards
+        :meth:`request` runs ``service.handle(code)`` on every rank.
+
+        The service must run the same collective calls on every rank and raise
+        only on rank 0, after its last collective of a step (for instance on a
+        problem the ranks agreed on through an Allreduce): rank 0's error then
+        reaches the serving ranks through :meth:`stop`, as for the risk.
+        """
+        self._message[-1] = _ATTACH
+        self.comm.bcast_array(self._message)
+        self.comm.bcast_object((factory, args))
+        self._service = factory(self, *args)
+        return self._service
+
+    def request(self, code):
+        """Run ``handle(code)`` of the attached service on every rank (rank 0 only).
+
+        Parameters
+        ----------
+        code : int
+            Which step; it rides in the broadcast message in place of ``w``.
+
+        Returns
+        -------
+        object
+            What rank 0's ``handle`` returned.
+        """
+        self._message[0] = code
+        self._message[-1] = _REQUEST
+        self.comm.bcast_array(self._message)
+        return self._service.handle(code)
 
     def stop(self, error=None):
         """Release the serving ranks (rank 0 only); with `error`, make them raise its message."""

@@ -3,6 +3,10 @@
 Dispatch by name, as scipy.optimize.minimize does::
 
     result = minimize(risk, w0, lam, method="bmrm", reg="l2", rel_epsilon=1e-3)
+
+Solvers that work in the dual (``pragam``, ``pragam_b``) need the examples, not only
+``risk(w)``: they take the :class:`prbmrm.risk.DistributedRisk` itself as `risk` and run
+their per-rank steps through its :meth:`~prbmrm.risk.DistributedRisk.attach` service.
 """
 
 import inspect
@@ -12,11 +16,12 @@ from ..regularizers import get_regularizer
 from ._base import HISTORY_COLUMNS, Bundle, CuttingPlaneBound, Progress, Result
 from .bmrm import minimize_bmrm
 from .lbfgs import minimize_lbfgs
+from .pragam import minimize_pragam, minimize_pragam_b
 from .proximal import minimize_proximal
 from .smooth_lbfgs import minimize_smooth_lbfgs
 
 SOLVERS = {"bmrm": minimize_bmrm, "proximal": minimize_proximal, "lbfgs": minimize_lbfgs,
-           "smooth_lbfgs": minimize_smooth_lbfgs}
+           "smooth_lbfgs": minimize_smooth_lbfgs, "pragam": minimize_pragam, "pragam_b": minimize_pragam_b}
 """Registry of solvers by name: the values of ``--solver``."""
 
 COMMON_OPTIONS = ("epsilon", "rel_epsilon", "max_iter", "idle_age", "callback")
@@ -73,7 +78,8 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
     ----------
     risk : callable
         ``risk(w) -> (R_emp(w), subgradient)``, e.g. a
-        :class:`prbmrm.risk.DistributedRisk` on rank 0.
+        :class:`prbmrm.risk.DistributedRisk` on rank 0 (``pragam`` and
+        ``pragam_b`` need the latter: they use its data).
     w0 : ndarray
         Starting point.
     lam : float

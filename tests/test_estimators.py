@@ -19,7 +19,8 @@ from prbmrm.train import fit
 
 # lam = 1e-2: the checks' data are tiny and unscaled (targets up to ~500), and BMRM needs of
 # the order of 1 / (lam * gap) iterations; at the default 1e-4 every check passes too, but the
-# multi-target regression check alone takes 10,000 iterations.
+# regressor's and the softmax classifier's checks take about 50 s each (the multi-target
+# regression check alone 10,000 iterations).
 CHECKED = [BMRMClassifier(lam=1e-2), BMRMClassifier(lam=1e-2, loss="logistic"),
            BMRMClassifier(lam=1e-2, loss="softmax"), BMRMRegressor(lam=1e-2),
            BMRMRanker(lam=1e-2), BMRMRanker(lam=1e-2, loss="preference"),

@@ -158,9 +158,9 @@ class _BMRMEstimator(BaseEstimator):
         comm.bcast_array(w)
         summary = None
         if comm.is_root:
-            summary = (result.nit, result.fun, result.gap, result.status, result.message, result.history)
-        self.n_iter_, self.objective_, self.gap_, status, message, self.history_ = comm.bcast_object(summary)
-        if status == 2:
+            summary = (result.nit, result.fun, result.gap, result.success, result.message, result.history)
+        self.n_iter_, self.objective_, self.gap_, success, message, self.history_ = comm.bcast_object(summary)
+        if not success:
             warnings.warn(f"BMRM stopped before its gap test: {message}", ConvergenceWarning)
         W = w.reshape(-1, k)
         self.coef_ = np.ascontiguousarray(W[:-1].T if self.bias else W.T)

@@ -5,6 +5,7 @@ import itertools
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MultiLabelBinarizer, StandardScaler
@@ -85,6 +86,16 @@ def test_softmax_probabilities_are_the_softmax_of_the_scores():
     assert not hasattr(BMRMClassifier(), "predict_proba")
 
 
+def test_run_summary_and_convergence_warning():
+    X, y = a9a(500)
+    with pytest.warns(ConvergenceWarning, match="maximum number of iterations"):
+        model = BMRMClassifier(max_iter=3).fit(X, y)
+    assert model.n_iter_ == 3 and len(model.history_["gap"]) == 3
+    assert model.gap_ == model.history_["gap"][-1] > 0 and model.objective_ == model.history_["best_objective"][-1]
+    plain = BMRMClassifier(bias=False, lam=1e-1).fit(X, y)
+    np.testing.assert_array_equal(plain.intercept_, [0.0])
+
+
 def test_grid_search_over_lam_on_a9a():
     X, y = a9a()
     search = GridSearchCV(BMRMClassifier(), {"lam": [1e-3, 1e-2, 1e-1]}, cv=3).fit(X, y)
@@ -155,6 +166,9 @@ def test_ranker_ndcg_is_train_fit_and_scores_ndcg():
     per_query = [ndcg_score([2.0 ** y[qid == q] - 1], [f[qid == q]], k=5) for q in np.unique(qid)
                  if np.any(y[qid == q] > 0)]
     assert model.score(X, y, qid=qid) == pytest.approx(np.mean(per_query), rel=1e-12)
+    shuffled = np.random.default_rng(0).permutation(len(y))
+    with pytest.raises(ValueError, match="the rows of a query must be contiguous"):
+        model.fit(X[shuffled], y[shuffled], qid=qid[shuffled])
 
 
 def test_preference_pairs_and_ranker():

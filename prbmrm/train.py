@@ -65,10 +65,12 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
 
     Parameters
     ----------
-    data : str, list of str, tuple (X, y) or None
+    data : str, list of str, tuple (X, y) or (X, y, options), or None
         A shard directory, glob or list of shard files (each rank opens only
         its own block), or in-memory arrays ``(X, y)`` present on every rank
-        (each rank keeps its block of rows). None: the embedded demo data.
+        (each rank keeps its block of rows); `options` are keywords of
+        :func:`prbmrm.data.split_local` (``qid``, ``label_kind``, ``classes``).
+        None: the embedded demo data.
     loss : str
         A key of :data:`prbmrm.losses.LOSSES`.
     loss_params : dict, optional
@@ -124,7 +126,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         X, y = load_demo()
         local = split_local(X, y, comm, bias=bias, source=DEMO_NAME)
     elif isinstance(data, tuple):
-        local = split_local(data[0], data[1], comm, bias=bias, source="arrays")
+        X, y, *data_options = data
+        local = split_local(X, y, comm, bias=bias, source="arrays", **(data_options[0] if data_options else {}))
     else:
         local = load_local(data, comm, bias=bias)
     where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"

@@ -4,7 +4,9 @@ Every rank parses the same argv and validates options the same way, so those
 errors are collective by construction; file problems go through
 ``comm.check``. Only rank 0 prints an error; every rank exits non-zero. An
 unexpected exception on one rank aborts the whole job (MPI_Abort) instead of
-leaving the others blocked in a collective call.
+leaving the others blocked in a collective call. Before anything else, the
+ranks check that the launcher started as many of them as MPI connected
+(:func:`prbmrm.comm.check_launch`).
 """
 
 import argparse
@@ -40,7 +42,7 @@ def run(main, prog, argv=None):
     int
         The exit status (0 on success).
     """
-    from .comm import get_comm
+    from .comm import check_launch, get_comm
 
     comm = get_comm()
     if comm.size > 1:
@@ -50,6 +52,7 @@ def run(main, prog, argv=None):
 
         threadpool_limits(1)
     try:
+        check_launch(comm)
         return main(argv, comm)
     except (CollectiveError, UsageError) as error:
         # Raised on every rank together: rank 0 speaks for all.

@@ -17,7 +17,18 @@ import sys
 
 import numpy as np
 
-from .errors import CollectiveError
+from .errors import CollectiveError, UsageError
+
+# Where a launcher tells each process how many it started, innermost launcher
+# first: MPICH's hydra, Intel MPI and Slurm's pmi2 plugin set PMI_SIZE, Open MPI
+# OMPI_COMM_WORLD_SIZE, MVAPICH2's mpirun_rsh MV2_COMM_WORLD_SIZE, srun (any
+# --mpi, also none and pmix, which sets no size of its own) SLURM_STEP_NUM_TASKS.
+# An mpiexec inside a Slurm job starts its per-node daemons with srun, so its
+# ranks may also see the daemons' SLURM_STEP_NUM_TASKS: the first one set wins.
+LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
+                           "SLURM_STEP_NUM_TASKS")
+# The task count of the Slurm job, or under srun of the step (SLURM_NPROCS is its old name).
+SLURM_TASKS_VARIABLES = ("SLURM_NTASKS", "SLURM_NPROCS")
 
 
 class SerialComm:
@@ -55,7 +66,7 @@ class SerialComm:
         """Return the element-wise minimum over ranks of a small float64 array."""
         return np.array(values, dtype=np.float64)
 
-    def reproducible_sum(self, partials, n_parts):
+    def reproducible_sum(self, partials, n_parts, bound=None):
         """Sum float64 vectors over all ranks with a result independent of the rank count.
 
         Floating-point addition is not associative, so a plain Allreduce gives
@@ -74,13 +85,22 @@ class SerialComm:
             This rank's partial sums, one row per canonical block of data.
         n_parts : int
             Number of partial sums over all ranks (bounds the integer sum).
+        bound : array_like, optional
+            A bound on every |partial|, per component or one for all, known
+            alike on every rank: it sets the scale in place of the
+            Allreduce-max, so the sum costs a single Allreduce. Each partial
+            then keeps ``62 - log2(n_parts)`` bits relative to the bound
+            (integers below it are summed exactly); the partials must be finite.
 
         Returns
         -------
         ndarray of shape (n,)
-            The sum, or all NaN if any partial is not finite.
+            The sum, or all NaN if any partial is not finite (without `bound`).
         """
-        largest = self.allreduce_max(np.max(np.abs(partials), axis=0, initial=0.0))
+        if bound is None:
+            largest = self.allreduce_max(np.max(np.abs(partials), axis=0, initial=0.0))
+        else:
+            largest = np.broadcast_to(np.asarray(bound, dtype=np.float64), partials.shape[1:])
         if not np.all(np.isfinite(largest)):
             return np.full(partials.shape[1], np.nan)
         # Scale so that every |partial| < 2**bits and the sum of n_parts of them fits in int64.
@@ -214,6 +234,86 @@ class MPIComm(SerialComm):
         sys.stdout.flush()
         sys.stderr.flush()
         self.comm.Abort(status)
+
+
+def _first_count(names, environ):
+    for name in names:
+        value = environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return name, int(value)
+    return None, None
+
+
+def launched_size(environ=None):
+    """Return how many processes the launcher of this one started, from its environment.
+
+    Reads only environment variables (never initialises MPI), so a serial
+    command can tell that it was started as one of several copies.
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        Defaults to ``os.environ``.
+
+    Returns
+    -------
+    name : str or None
+        The variable that says so (one of :data:`LAUNCHER_SIZE_VARIABLES`),
+        None if no launcher variable is set.
+    size : int
+        The number of processes (1 if no launcher variable is set).
+    """
+    name, size = _first_count(LAUNCHER_SIZE_VARIABLES, os.environ if environ is None else environ)
+    return name, size or 1
+
+
+def _mpi_library():
+    from mpi4py import MPI
+
+    return " ".join(MPI.Get_library_version().split("\n")[0].split())
+
+
+def check_launch(comm, environ=None):
+    """Check that the MPI communicator has as many ranks as the launcher started.
+
+    Two launch mistakes would otherwise run silently: N copies started as N
+    independent single-process MPI jobs (``srun`` without a PMI plugin that
+    the MPI library of mpi4py speaks, or the ``mpiexec`` of another MPI), each
+    training on all the data and writing the same model file; and a rank
+    count that differs from the Slurm job's task count (``SLURM_NTASKS``),
+    e.g. a plain ``python`` in a batch script or ``mpiexec -n`` with another
+    count. Collective: every rank calls it and every rank raises together.
+
+    Parameters
+    ----------
+    comm : SerialComm or MPIComm
+    environ : mapping, optional
+        Defaults to ``os.environ``.
+
+    Raises
+    ------
+    CollectiveError
+        On every rank, with a message naming the variable and the fix (a
+        copy started as a single-process job raises it in every copy).
+    """
+    environ = os.environ if environ is None else environ
+    name, started = launched_size(environ)
+    tasks_name, tasks = _first_count(SLURM_TASKS_VARIABLES, environ)
+    error = None
+    if comm.size == 1 and started > 1:
+        error = UsageError(
+            f"{name}={started}: {started} processes were started, but each runs as its own "
+            f"1-rank MPI job and would do the whole job alone: the launcher does not speak "
+            f"to the MPI library of mpi4py ({_mpi_library()}); start them with that library's "
+            f"mpiexec, or srun --mpi=pmi2 (MPICH) or --mpi=pmix (Open MPI 5, PMIx builds), "
+            f"see slurm/train.sbatch")
+    elif name is not None and started != comm.size:
+        error = UsageError(f"{name}={started} but MPI_COMM_WORLD has {comm.size} ranks")
+    elif tasks is not None and tasks != comm.size:
+        fix = "start it with srun" if comm.size == 1 else f"start {tasks} ranks (srun, or mpiexec -n {tasks})"
+        error = UsageError(f"{tasks_name}={tasks}: the Slurm job has {tasks} tasks but MPI_COMM_WORLD "
+                           f"has {comm.size} rank{'s' if comm.size > 1 else ''}: {fix}, one rank per task")
+    comm.check(error)
 
 
 def get_comm():

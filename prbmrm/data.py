@@ -16,9 +16,10 @@ Root attributes
     ``format`` = ``"prbmrm-shard"``, ``format_version`` = 1, ``n_features``,
     ``n_examples`` (rows in this shard), ``n_examples_total`` (rows over all
     shards), ``shard_index``, ``shard_count``, ``label_kind`` (one of
-    ``"binary"``, ``"integer"``, ``"real"``, ``"multilabel"``), ``classes``
-    (float64, the sorted distinct label values over *all* shards, or the label
-    ids for multilabel data; absent for ``"real"``), ``source`` (the input
+    ``"binary"``, ``"integer"``, ``"real"``, ``"multilabel"``, ``"multioutput"``),
+    ``classes`` (float64, the sorted distinct label values over *all* shards,
+    the label ids for multilabel data, the target ids 0..k-1 for multioutput
+    data; absent for ``"real"``), ``source`` (the input
     file names) and, when the labels were mapped one-vs-rest, ``positive``.
 ``/X``
     Either a group in the anndata CSR convention (attributes
@@ -28,7 +29,8 @@ Root attributes
     All the shards of a set share one layout.
 ``/y``
     float64 (n,) labels; for multilabel data an int8 (n, k) 0/1 indicator
-    whose columns follow ``classes``.
+    whose columns follow ``classes``; for multioutput data (several real
+    targets per example, e.g. multivariate regression) a float64 (n, k) array.
 ``/qid``
     int64 (n,) query ids, present when the input has them.
 
@@ -60,7 +62,7 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "LABEL_KINDS", "LocalData", "infer_label_
 
 FORMAT = "prbmrm-shard"
 FORMAT_VERSION = 1
-LABEL_KINDS = ("binary", "integer", "real", "multilabel")
+LABEL_KINDS = ("binary", "integer", "real", "multilabel", "multioutput")
 
 _INDEX_LIMIT = 2**31  # int32 indices and indptr below this
 _SPLIT_BLOCKS = 64  # canonical blocks of in-memory data (split_local)
@@ -80,7 +82,8 @@ class LocalData:
         where the sizes allow (int64 otherwise), or a C-contiguous array.
         With `bias` the last column is a constant 1.
     y : numpy.ndarray
-        float64 (n_local,) labels, or for multilabel data an int8
+        float64 (n_local,) labels, float64 (n_local, k) targets for
+        multioutput data, or for multilabel data an int8
         (n_local, k) 0/1 indicator whose columns follow `classes`.
     qid : numpy.ndarray or None
         int64 (n_local,) query ids, or None when the data has none.
@@ -89,7 +92,7 @@ class LocalData:
     n_examples_total : int
         Number of rows over all ranks.
     label_kind : str
-        One of ``"binary"``, ``"integer"``, ``"real"``, ``"multilabel"``.
+        One of :data:`LABEL_KINDS`.
     classes : numpy.ndarray or None
         Sorted distinct labels over all ranks (label ids for multilabel
         data); None for real labels.
@@ -151,8 +154,12 @@ def _check_finite(A, where, what="feature value", indptr=None, row_offset=0, lin
     raise InputError(f"{where}: {at} has a non-finite {what}")
 
 
+def _is_indicator(Y):
+    return bool(np.isin(Y, (0, 1)).all())
+
+
 def _check_indicator(Y, where):
-    if Y.size and not np.isin(Y, (0, 1)).all():
+    if Y.size and not _is_indicator(Y):
         raise InputError(f"{where}: a multilabel indicator must hold only 0 and 1")
 
 
@@ -252,19 +259,20 @@ def infer_label_kind(y, multilabel=False):
         Labels of *all* examples: a 1-D numeric array; for multilabel data
         a sequence of label sets (tuples of label ids, as from
         ``sklearn.datasets.load_svmlight_file(..., multilabel=True)``) or a
-        2-D 0/1 indicator array.
+        2-D 0/1 indicator array; for multioutput data a 2-D array of targets.
     multilabel : bool, default False
-        Treat `y` as multilabel. A 2-D array is always multilabel.
+        Treat `y` as multilabel. A 2-D array is multilabel if it holds only
+        0 and 1, multioutput otherwise.
 
     Returns
     -------
     label_kind : str
-        ``"multilabel"``; ``"real"`` if some value is not an integer;
+        ``"multilabel"``; ``"multioutput"``; ``"real"`` if some value is not an integer;
         ``"binary"`` for exactly two distinct integer values; ``"integer"``
         otherwise (including a single value).
     classes : numpy.ndarray or None
         Sorted distinct values as float64 (label ids for multilabel data,
-        ``0..k-1`` for an indicator array); None for ``"real"``.
+        ``0..k-1`` for a 2-D array); None for ``"real"``.
 
     Raises
     ------
@@ -272,8 +280,8 @@ def infer_label_kind(y, multilabel=False):
         If the labels are not numeric or not finite.
     """
     if isinstance(y, np.ndarray) and y.ndim == 2:
-        _check_indicator(y, "labels")
-        return "multilabel", np.arange(y.shape[1], dtype=np.float64)
+        kind = "multilabel" if multilabel or _is_indicator(y) else "multioutput"
+        return _prepare_labels(y, y.shape[0], "labels", label_kind=kind)[1:]
     if multilabel:
         return "multilabel", np.unique(_label_sets(y, "labels")[1])
     y = _as_array(y, 1, "labels", "labels")
@@ -284,10 +292,27 @@ def infer_label_kind(y, multilabel=False):
     return ("binary" if values.size == 2 else "integer"), values
 
 
-def _prepare_labels(y, n, where, *, multilabel=False, positive=None,
+def _prepare_labels(y, n, where, *, multilabel=False, multioutput=False, positive=None,
                     label_kind=None, classes=None):
-    """Return (y as stored, label_kind, classes)."""
+    """Return (y as stored, label_kind, classes).
+
+    A 2-D `y` is multilabel (an indicator) if it holds only 0 and 1 and
+    multioutput (real targets) otherwise, unless `multilabel`, `multioutput`
+    or `label_kind` says which.
+    """
     is_2d = isinstance(y, np.ndarray) and y.ndim == 2
+    if multioutput or label_kind == "multioutput" or (
+            is_2d and not multilabel and label_kind is None and not _is_indicator(y)):
+        if positive is not None:
+            raise InputError(f"{where}: positive= (one-vs-rest) does not apply to multioutput data")
+        Y = _as_array(y, 2, where, "targets")
+        if Y.shape[0] != n:
+            raise InputError(f"{where}: {Y.shape[0]} rows of targets for {n} rows")
+        _check_finite(Y, where, "target")
+        classes = np.asarray(np.arange(Y.shape[1]) if classes is None else classes, np.float64)
+        if classes.shape != (Y.shape[1],):
+            raise InputError(f"{where}: {classes.size} target ids for {Y.shape[1]} target columns")
+        return Y, "multioutput", classes
     if multilabel or is_2d or label_kind == "multilabel":
         if positive is not None:
             raise InputError(f"{where}: positive= (one-vs-rest) does not apply to multilabel data")
@@ -409,7 +434,7 @@ def _content_lines(path):
                 yield lineno, line
 
 
-def read_input(path, *, multilabel=False, n_features=None, label_column=0):
+def read_input(path, *, multilabel=False, multioutput=False, n_features=None, label_column=0):
     """Read examples from SVMlight/LIBSVM text, ``.npz`` or ``.csv`` files.
 
     Parameters
@@ -420,28 +445,33 @@ def read_input(path, *, multilabel=False, n_features=None, label_column=0):
 
         - ``*.npz``: ``X`` (dense) or ``data``, ``indices``, ``indptr``,
           ``shape`` (the :func:`scipy.sparse.save_npz` layout, CSR or CSC),
-          with ``y`` and optionally ``qid``; multilabel ``y`` may be a 2-D
-          0/1 indicator (optional ``classes`` naming its columns).
+          with ``y`` and optionally ``qid``; a 2-D ``y`` is a multilabel 0/1
+          indicator (optional ``classes`` naming its columns) or, if it holds
+          other values or `multioutput` is set, real targets.
         - ``*.csv`` (also ``.gz``, ``.bz2``, ``.xz``): numeric values, the
-          label in column `label_column`; a first line that is not numeric is
-          a header.
+          label in column `label_column` (several columns: multioutput
+          targets); a first line that is not numeric is a header.
         - anything else: SVMlight/LIBSVM text, possibly compressed, read with
           :func:`sklearn.datasets.load_svmlight_file`. Feature indices are
           one-based unless some file uses index 0.
     multilabel : bool, default False
         Labels are comma-separated label sets (SVMlight), or a 2-D indicator
         (``.npz``).
+    multioutput : bool, default False
+        A 2-D ``y`` in ``.npz`` input holds real targets even if they are all 0 or 1.
     n_features : int, optional
         Number of features; at least the largest feature index found.
-    label_column : int, default 0
-        Column of the label in CSV input (negative counts from the end).
+    label_column : int or sequence of int, default 0
+        Column of the label in CSV input (negative counts from the end);
+        several columns give an (n, k) array of targets.
 
     Returns
     -------
     X : scipy.sparse.csr_matrix or numpy.ndarray
         float64 features: sparse if any input is (SVMlight always is).
     y : numpy.ndarray or list of tuple
-        float64 labels, or for multilabel data a list of label-id tuples.
+        float64 labels (n,) or targets (n, k), or for multilabel data a list
+        of label-id tuples.
     qid : numpy.ndarray or None
         int64 query ids if the input has them (then every row must have one).
 
@@ -464,7 +494,7 @@ def read_input(path, *, multilabel=False, n_features=None, label_column=0):
         if os.path.isdir(p):
             raise InputError(f"{p}: is a directory, not an input file")
         if p.lower().endswith(".npz"):
-            pieces.append(_read_npz(p, multilabel))
+            pieces.append(_read_npz(p, multilabel, multioutput))
         elif p.lower()[:len(p) - len(_compression(p))].endswith(".csv"):
             if multilabel:
                 raise InputError(f"{p}: multilabel input must be SVMlight or .npz, not CSV")
@@ -582,11 +612,15 @@ def _read_csv(path, label_column):
     if ncol < 2:
         raise InputError(f"{path}: needs a label column and at least one feature column, "
                          f"found {ncol} column")
-    if not -ncol <= label_column < ncol:
-        raise InputError(f"{path}: label column {label_column} does not exist "
-                         f"({ncol} columns)")
+    columns = np.atleast_1d(label_column)
+    for c in columns:
+        if not -ncol <= c < ncol:
+            raise InputError(f"{path}: label column {c} does not exist ({ncol} columns)")
+    if len(set(columns % ncol)) != len(columns) or len(columns) >= ncol:
+        raise InputError(f"{path}: label columns {list(columns)} must be distinct and leave "
+                         f"at least one of the {ncol} columns for features")
     y = np.ascontiguousarray(A[:, label_column])
-    X = np.delete(A, label_column % ncol, axis=1)
+    X = np.delete(A, columns % ncol, axis=1)
     _check_finite(X, path)
     _check_finite(y, path, "label")
     return dict(path=path, X=X, y=y, qid=None, svmlight=False)
@@ -606,7 +640,7 @@ def _csv_error(path, exc, skip, label_column):
                                   f"expected {width}")
             bad = next((c for c, v in enumerate(fields) if not _is_number(v)), None)
             if bad is not None:
-                what = ("non-numeric label" if bad == label_column % width
+                what = ("non-numeric label" if bad in np.atleast_1d(label_column) % width
                         else f"non-numeric value in column {bad + 1}")
                 return InputError(f"{path}: line {lineno}: {what} {fields[bad].strip()!r}")
     except _READ_ERRORS:
@@ -614,7 +648,7 @@ def _csv_error(path, exc, skip, label_column):
     return InputError(f"{path}: malformed CSV input: {exc}")
 
 
-def _read_npz(path, multilabel):
+def _read_npz(path, multilabel, multioutput):
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
@@ -648,7 +682,12 @@ def _read_npz(path, multilabel):
     n = X.shape[0]
     if n == 0:
         raise InputError(f"{path}: empty file (no data rows)")
-    if y.ndim == 2 or multilabel:
+    if y.ndim == 2 and (multioutput or not (multilabel or _is_indicator(y))):
+        y = _as_array(y, 2, path, "targets")
+        if y.shape[0] != n:
+            raise InputError(f"{path}: 'y' has {y.shape[0]} rows but X has {n}")
+        _check_finite(y, path, "target")
+    elif y.ndim == 2 or multilabel:
         if y.ndim != 2:
             raise InputError(f"{path}: multilabel 'y' must be a 2-D 0/1 indicator array")
         if y.shape[0] != n:
@@ -704,6 +743,10 @@ def _combine(pieces, n_features):
              else np.vstack(blocks))
     if any(isinstance(p["y"], list) for p in pieces):
         y = list(itertools.chain.from_iterable(p["y"] for p in pieces))
+    elif len({p["y"].shape[1:] for p in pieces}) > 1:
+        odd = next(p for p in pieces if p["y"].shape[1:] != pieces[0]["y"].shape[1:])
+        raise InputError(f"{odd['path']}: labels of shape {odd['y'].shape[1:]} per row do not "
+                         f"match {pieces[0]['path']}'s {pieces[0]['y'].shape[1:]}")
     else:
         y = np.concatenate([p["y"] for p in pieces])
     qid = np.concatenate([p["qid"] for p in pieces]) if with_q else None
@@ -728,7 +771,7 @@ def _existing_parts(out_dir):
 
 
 def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
-                 multilabel=False, positive=None, overwrite=False):
+                 multilabel=False, multioutput=False, positive=None, overwrite=False):
     """Split examples into `parts` HDF5 shard files of contiguous rows.
 
     The blocks are balanced by nonzeros + 1 per row (a dense row costs its
@@ -739,7 +782,8 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
     X : array_like or scipy.sparse matrix, shape (n, d)
         Features.
     y : array_like
-        Labels (n,); multilabel data as label-id tuples or a 2-D indicator.
+        Labels (n,); multilabel data as label-id tuples or a 2-D 0/1
+        indicator; several real targets per row as a 2-D array.
     out_dir : str or os.PathLike
         Output directory, created if needed; receives ``part-00000.h5``, ...
     parts : int
@@ -751,7 +795,9 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
     dense : bool, optional
         Store ``/X`` dense (True) or sparse (False); by default as `X` is.
     multilabel : bool, default False
-        `y` holds label sets (implied by a 2-D `y`).
+        `y` holds label sets (implied by a 2-D 0/1 `y`).
+    multioutput : bool, default False
+        A 2-D `y` holds real targets (implied unless it holds only 0 and 1).
     positive : float, optional
         One-vs-rest: this label becomes +1 and every other label -1.
     overwrite : bool, default False
@@ -779,7 +825,7 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
         raise InputError(f"{where}: the number of parts must be an integer, got {parts!r}")
     parts = int(parts)
     Y, label_kind, classes = _prepare_labels(y, n, where, multilabel=multilabel,
-                                             positive=positive)
+                                             multioutput=multioutput, positive=positive)
     qid = _as_qid(qid, n, where)
     _check_finite(X, where)
     dense_out = not sp.issparse(X) if dense is None else bool(dense)
@@ -977,7 +1023,7 @@ def _shard_meta(path, pos, files, label):
                 raise InputError(f"{path}: /X/data, /X/indices and /X/indptr do not make a "
                                  f"CSR matrix of {n} rows")
             meta.update(nnz=nnz, indptr=indptr)
-        want = (n, classes.size) if kind == "multilabel" else (n,)
+        want = (n, classes.size) if kind in ("multilabel", "multioutput") else (n,)
         if f["y"].shape != want:
             raise InputError(f"{path}: /y has shape {f['y'].shape}, expected {want}")
         if meta["has_qid"] and f["qid"].shape != (n,):
@@ -1027,7 +1073,7 @@ def _read_local(metas, bias):
     n, d = sum(m["n"] for m in metas), metas[0]["d"]
     kind, classes, sparse = metas[0]["kind"], metas[0]["classes"], metas[0]["sparse"]
     y = (np.empty((n, classes.size), dtype=np.int8) if kind == "multilabel"
-         else np.empty(n, dtype=np.float64))
+         else np.empty((n, classes.size)) if kind == "multioutput" else np.empty(n))
     qid = np.empty(n, dtype=np.int64) if metas[0]["has_qid"] else None
     if sparse:
         nnz = sum(m["nnz"] for m in metas)
@@ -1060,7 +1106,8 @@ def _read_local(metas, bias):
             _check_indicator(y[rows], path)
         else:
             _check_finite(y[rows], path, "label")
-            bad = np.flatnonzero(~np.isin(y[rows], classes)) if kind != "real" else []
+            bad = (np.flatnonzero(~np.isin(y[rows], classes))
+                   if kind not in ("real", "multioutput") else [])
             if len(bad):
                 raise InputError(f"{path}: row {bad[0] + 1} has label {_fmt_num(y[row + bad[0]])}"
                                  f", not one of the classes [{_fmt_values(classes)}]")

@@ -112,7 +112,7 @@ def load_model(path):
             if f.attrs.get("format") != MODEL_FORMAT:
                 raise InputError(f"{path}: not a prbmrm model file")
             attrs = {key: _plain(value) for key, value in f.attrs.items()}
-            history = {key: f["history"][key][()] for key in f["history"]}
+            history = {key: f["history"][key][()] for key in f.get("history", ())}
             return Model(w=f["w"][()], bias=attrs["bias"], attrs=attrs, history=history)
     except OSError as error:
         raise InputError(f"{path}: cannot read model file: {error}") from None

@@ -24,7 +24,7 @@ def _is_shard_spec(path):
     return os.path.isdir(path) or path.endswith(".h5") or glob.has_magic(path)
 
 
-def load_for_prediction(path, n_features, comm, multilabel=False):
+def load_for_prediction(path, n_features, comm, label_kind=None):
     """Return this rank's rows of `path` (shards or an SVMlight / npz / csv file).
 
     Parameters
@@ -34,8 +34,9 @@ def load_for_prediction(path, n_features, comm, multilabel=False):
         The model's number of features, so that a text file whose highest
         feature index is lower still parses to the model's width.
     comm : prbmrm.comm.SerialComm or MPIComm
-    multilabel : bool, default False
-        Read a text file's labels as label sets (the model is multilabel).
+    label_kind : str, optional
+        The model's label kind: ``"multilabel"`` reads a text file's labels
+        as label sets, ``"multioutput"`` a 2-D ``y`` as real targets.
 
     Returns
     -------
@@ -45,12 +46,14 @@ def load_for_prediction(path, n_features, comm, multilabel=False):
         return load_local(path, comm)
     error, arrays = None, None
     try:
-        arrays = read_input(path, multilabel=multilabel, n_features=n_features)
+        arrays = read_input(path, multilabel=label_kind == "multilabel",
+                            multioutput=label_kind == "multioutput", n_features=n_features)
     except InputError as problem:
         error = problem
     comm.check(error)
     X, y, qid = arrays
-    return split_local(X, y, comm, qid=qid, source=path, label_kind="multilabel" if multilabel else None)
+    two_d = label_kind if label_kind in ("multilabel", "multioutput") else None
+    return split_local(X, y, comm, qid=qid, source=path, label_kind=two_d)
 
 
 def align_label_columns(Y, data_classes, model_classes, where):
@@ -102,7 +105,7 @@ def main(argv, comm):
     n_model = model.w.shape[0]
     classes = model.attrs.get("classes")
     multilabel = model.attrs.get("label_kind") == "multilabel"
-    local = load_for_prediction(args.data, n_model, comm, multilabel=multilabel)
+    local = load_for_prediction(args.data, n_model, comm, model.attrs.get("label_kind"))
     if multilabel and local.label_kind == "multilabel":
         # Every rank sees the same global label ids, so every rank raises alike.
         local.y = align_label_columns(local.y, local.classes, classes, args.data)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 
-__all__ = ["SimplexQPResult", "solve_simplex_qp"]
+__all__ = ["SimplexQPResult", "solve_simplex_qp", "solve_two_plane_qp"]
 
 _EPS = np.finfo(np.float64).eps
 # A Cholesky pivot below this fraction of max(diag Q) is rounding noise
@@ -380,6 +380,34 @@ class _ActiveSet:
             S = S[keep]
         self.S, self.H, self.rg = S, H[ko][:, ko], rg[ko]
         self._factor()
+
+
+def solve_two_plane_qp(Q, b):
+    """Maximize ``b @ x - 0.5 * x @ Q @ x`` over the simplex of dimension 2, in closed form.
+
+    With ``x = (1 - eta, eta)`` the objective is a concave quadratic in eta:
+    its stationary point clipped to [0, 1] is the optimum. This is eq. 14 of
+    paper 000 (Alg. 4, BMRM with bundle size 2) written with the Gram matrix:
+    ``Q = A A^T / lam``, plane 0 the aggregate and plane 1 the new plane.
+
+    Parameters
+    ----------
+    Q : ndarray of shape (2, 2)
+        Symmetric positive semidefinite.
+    b : ndarray of shape (2,)
+
+    Returns
+    -------
+    SimplexQPResult
+        ``iterations`` is 0; ``converged`` is True.
+    """
+    slope = b[1] - b[0] + Q[0, 0] - Q[0, 1]  # derivative at eta = 0
+    curvature = Q[0, 0] - 2.0 * Q[0, 1] + Q[1, 1]  # |a_1 - a_0|^2 / lam
+    if curvature > 0.0:
+        eta = min(max(slope / curvature, 0.0), 1.0)
+    else:  # identical subgradients: the objective is linear in eta
+        eta = 1.0 if slope > 0.0 else 0.0
+    return _result(Q, b, np.array([1.0 - eta, eta]), 0, True)
 
 
 def _to_simplex(v):

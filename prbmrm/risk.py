@@ -26,6 +26,11 @@ same loop::
 
 so a round makes no pass over X (O(K log m_local) for piecewise-linear losses,
 O(K m_local) for the others) and moves a few numbers per rank.
+
+Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every
+rank) attach a service through the same protocol: :meth:`DistributedRisk.attach`
+builds it on every rank, and each :meth:`DistributedRisk.request` runs one of
+its collective steps everywhere.
 """
 
 import time
@@ -35,7 +40,7 @@ import scipy.sparse as sp
 
 from .errors import CollectiveError, PrbmrmError
 
-_EVALUATE, _STOP, _FAIL, _LINE, _END = 0.0, 1.0, 2.0, 3.0, 4.0
+_EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
 
 MAX_TRIALS = 16
 """Most trial steps of one round of a line search (one broadcast, one reduction)."""
@@ -114,6 +119,17 @@ class DistributedRisk:
         self._lines = None
         self._line_error = None
         self._line_open = False
+        self._service = None
+
+    @property
+    def blocks(self):
+        """list of (X, y): this rank's canonical blocks of rows, in order (views, not copies)."""
+        return [(X, y) for X, y, _ in self._blocks]
+
+    @property
+    def n_parts(self):
+        """int: the number of canonical blocks over all ranks (see ``comm.reproducible_sum``)."""
+        return self._n_parts
 
     def __call__(self, w):
         """Return ``(R_emp(w), a)`` with ``a`` a subgradient of R_emp at `w` (rank 0 only).
@@ -313,7 +329,52 @@ class DistributedRisk:
                     continue
             if flag == _FAIL:
                 raise CollectiveError(self.comm.bcast_object(None))
+            if flag == _ATTACH:
+                factory, args = self.comm.bcast_object(None)
+                self._service = factory(self, *args)
+                continue
+            if flag == _REQUEST:
+                self._service.handle(int(self._message[0]))
+                continue
             return
+
+    def attach(self, factory, *args):
+        """Build the service ``factory(self, *args)`` on every rank (rank 0 only); return rank 0's.
+
+        A solver that keeps state on every rank (Pragam's dual variables of
+        each rank's own examples) runs its collective steps as a service:
+        `factory` and `args` are pickled once to the serving ranks, which
+        build their own instance in :meth:`serve`; afterwards
+        :meth:`request` runs ``service.handle(code)`` on every rank.
+
+        The service must run the same collective calls on every rank and raise
+        only on rank 0, after its last collective of a step (for instance on a
+        problem the ranks agreed on through an Allreduce): rank 0's error then
+        reaches the serving ranks through :meth:`stop`, as for the risk.
+        """
+        self._message[-1] = _ATTACH
+        self.comm.bcast_array(self._message)
+        self.comm.bcast_object((factory, args))
+        self._service = factory(self, *args)
+        return self._service
+
+    def request(self, code):
+        """Run ``handle(code)`` of the attached service on every rank (rank 0 only).
+
+        Parameters
+        ----------
+        code : int
+            Which step; it rides in the broadcast message in place of ``w``.
+
+        Returns
+        -------
+        object
+            What rank 0's ``handle`` returned.
+        """
+        self._message[0] = code
+        self._message[-1] = _REQUEST
+        self.comm.bcast_array(self._message)
+        return self._service.handle(code)
 
     def stop(self, error=None):
         """Release the serving ranks (rank 0 only); with `error`, make them raise its message.

@@ -15,9 +15,11 @@ partial output and exits with status 2.
 
 import os
 import sys
+from argparse import ArgumentTypeError
 
 from . import data
 from ._cli import EXIT_INPUT, ArgumentParser
+from .comm import launched_size
 from .errors import InputError, PrbmrmError, UsageError
 
 PROG = "prbmrm.shard"
@@ -41,8 +43,12 @@ def build_parser():
                    help="number of shard files (at least the number of MPI ranks to use)")
     p.add_argument("--out", "-o", required=True, metavar="DIR",
                    help="output directory (created if needed)")
-    p.add_argument("--multilabel", action="store_true",
-                   help="labels are comma-separated label sets")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--multilabel", action="store_true",
+                      help="labels are comma-separated label sets")
+    kind.add_argument("--multioutput", action="store_true",
+                      help="a 2-D 'y' (.npz) holds real targets even if it is all 0/1 "
+                           "(implied when it holds other values, or several CSV label columns)")
     p.add_argument("--n-features", type=int, metavar="D",
                    help="number of features (default: the largest feature index)")
     p.add_argument("--positive", type=float, metavar="LABEL",
@@ -52,12 +58,21 @@ def build_parser():
                         help="store X dense (default for dense .npz and CSV input)")
     layout.add_argument("--sparse", dest="dense", action="store_const", const=False,
                         help="store X as CSR (default for SVMlight input)")
-    p.add_argument("--label-column", type=int, default=0, metavar="K",
-                   help="column of the label in CSV input (default 0; -1 for the last)")
+    p.add_argument("--label-column", type=_columns, default=0, metavar="K[,K...]",
+                   help="column of the label in CSV input (default 0; -1 for the last); "
+                        "several comma-separated columns are multioutput targets")
     p.add_argument("--overwrite", action="store_true",
                    help="replace existing part-*.h5 files in DIR")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
     return p
+
+
+def _columns(text):
+    try:
+        columns = [int(c) for c in text.split(",")]
+    except ValueError:
+        raise ArgumentTypeError(f"expected a column number or comma-separated numbers, got {text!r}") from None
+    return columns[0] if len(columns) == 1 else columns
 
 
 def _check_options(args):
@@ -65,8 +80,8 @@ def _check_options(args):
         raise UsageError(f"--parts must be at least 1, got {args.parts}")
     if args.n_features is not None and args.n_features < 1:
         raise UsageError(f"--n-features must be at least 1, got {args.n_features}")
-    if args.multilabel and args.positive is not None:
-        raise UsageError("--positive does not apply to --multilabel data")
+    if (args.multilabel or args.multioutput) and args.positive is not None:
+        raise UsageError("--positive does not apply to --multilabel or --multioutput data")
 
 
 def _summary(paths, out_dir):
@@ -83,7 +98,8 @@ def _summary(paths, out_dir):
         lines.append(text)
     labels = info["label_kind"]
     if info["n_classes"] is not None:
-        labels += f" ({info['n_classes']} {'labels' if labels == 'multilabel' else 'classes'})"
+        noun = {"multilabel": "labels", "multioutput": "targets"}.get(labels, "classes")
+        labels += f" ({info['n_classes']} {noun})"
     total = (f"total: {len(paths)} {info['layout']} shard{'s' if len(paths) != 1 else ''} "
              f"in {out_dir}: {rows:,} rows, {info['n_features']:,} features, "
              f"{nnz:,} nonzeros")
@@ -93,23 +109,21 @@ def _summary(paths, out_dir):
     return lines
 
 
-def _launched_on_several_ranks():
-    # Read from the launcher's environment: this command never initialises MPI.
-    return any(int(os.environ.get(v, "1") or 1) > 1
-               for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
-
-
 def _main(argv):
     args = build_parser().parse_args(argv)
-    if _launched_on_several_ranks():
-        raise UsageError("runs on one process; start it without mpiexec")
+    name, copies = launched_size()  # from the environment: this command never initialises MPI
+    if copies > 1:
+        raise UsageError(f"runs on one process, and {name}={copies} says {copies} were started: "
+                         "start it without mpiexec or srun -n (slurm/shard.sbatch is a single-task job)")
     _check_options(args)
     try:
         X, y, qid = data.read_input(args.inputs, multilabel=args.multilabel,
-                                    n_features=args.n_features, label_column=args.label_column)
+                                    multioutput=args.multioutput, n_features=args.n_features,
+                                    label_column=args.label_column)
         paths = data.write_shards(X, y, args.out, args.parts, qid=qid,
                                   source=", ".join(args.inputs), dense=args.dense,
-                                  multilabel=args.multilabel, positive=args.positive,
+                                  multilabel=args.multilabel, multioutput=args.multioutput,
+                                  positive=args.positive,
                                   overwrite=args.overwrite)
     except MemoryError:
         raise InputError("out of memory while converting the input") from None

@@ -7,6 +7,7 @@ Without ``--data`` it trains on a small real data set shipped in the package.
 
 import json
 import math
+import os
 import sys
 import time
 
@@ -14,13 +15,14 @@ import numpy as np
 
 from . import __version__
 from ._cli import ArgumentParser, run
+from ._params import parse_params
 from .data import load_local, split_local
 from .errors import UsageError
 from .losses import LOSSES, get_loss
 from .model import check_writable, save_model
-from .regularizers import REGULARIZERS
+from .regularizers import REGULARIZERS, get_regularizer
 from .risk import DistributedRisk, run_distributed
-from .solvers import SOLVERS, minimize
+from .solvers import SOLVERS, minimize, solver_options
 from .solvers.lsbmrm import check_theta
 
 DEMO_NAME = "embedded demo: Wisconsin breast cancer (569 x 30, standardized)"
@@ -40,7 +42,7 @@ def load_demo():
         return archive["X"], archive["y"]
 
 
-def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, solver="bmrm", theta=None):
+def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, solver="bmrm", theta=None):
     """Raise UsageError for option values no run can use."""
     if not (math.isfinite(lam) and lam > 0):
         raise UsageError(f"--lam must be a positive number, got {lam:g}")
@@ -51,6 +53,8 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, solver="bmrm", 
         raise UsageError(f"--max-iter must be >= 1, got {max_iter}")
     if idle_age < 0:
         raise UsageError(f"--idle-age must be >= 0 (0 keeps every plane), got {idle_age}")
+    if bundle_size < 0 or bundle_size == 1:
+        raise UsageError(f"--bundle-size must be 0 (no limit) or >= 2, got {bundle_size}")
     if theta is not None:
         if solver != "lsbmrm":
             raise UsageError(f"--theta is an option of --solver lsbmrm, not of {solver!r}")
@@ -58,17 +62,20 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, solver="bmrm", 
 
 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
-        epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, theta=None, callback=None, comm=None):
+        reg_params=None, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, bundle_size=0,
+        theta=None, solver_params=None, callback=None, comm=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
 
     Parameters
     ----------
-    data : str, list of str, tuple (X, y) or None
+    data : str, list of str, tuple (X, y) or (X, y, options), or None
         A shard directory, glob or list of shard files (each rank opens only
         its own block), or in-memory arrays ``(X, y)`` present on every rank
-        (each rank keeps its block of rows). None: the embedded demo data.
+        (each rank keeps its block of rows); `options` are keywords of
+        :func:`prbmrm.data.split_local` (``qid``, ``label_kind``, ``classes``).
+        None: the embedded demo data.
     loss : str
         A key of :data:`prbmrm.losses.LOSSES`.
     loss_params : dict, optional
@@ -77,18 +84,28 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         Regularization constant, > 0.
     bias : bool
         Append a constant feature whose weight is the (regularized) offset.
-    solver, reg : str
-        Keys of :data:`prbmrm.solvers.SOLVERS` and
-        :data:`prbmrm.regularizers.REGULARIZERS`.
+    solver : str
+        A key of :data:`prbmrm.solvers.SOLVERS`.
+    reg : str or prbmrm.regularizers.Regularizer
+        A key of :data:`prbmrm.regularizers.REGULARIZERS`, or a regularizer
+        object (then `reg_params` is ignored).
+    reg_params : dict, optional
+        The regularizer's parameters (``--reg-param NAME=VALUE``).
     epsilon, rel_epsilon : float
         Stop when the gap is at most `epsilon`, or at most `rel_epsilon` times
         the best objective (0 disables either).
     max_iter : int
     idle_age : int
         Drop planes idle this many iterations (0: never).
+    bundle_size : int
+        Keep at most this many planes, aggregating the oldest (0: no limit;
+        solvers with a bundle only).
     theta : float, optional
         ``lsbmrm`` only: where the next plane is taken between the line
         search's point and the model's minimizer (None: the solver's 0.9).
+    solver_params : dict, optional
+        The solver's own parameters (``--solver-param NAME=VALUE``, see
+        :func:`prbmrm.solvers.solver_options`).
     callback : callable, optional
         Called on rank 0 with a :class:`prbmrm.solvers.Progress` per iteration.
     comm : prbmrm.comm.SerialComm or MPIComm, optional
@@ -107,22 +124,28 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     from .comm import get_comm
 
     comm = get_comm() if comm is None else comm
-    check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, solver, theta)
-    options = {} if theta is None else {"theta": theta}
+    check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size, solver, theta)
     loss_object = get_loss(loss, **(loss_params or {}))
-    if solver not in SOLVERS:
-        raise UsageError(f"unknown solver {solver!r}; known solvers: {', '.join(sorted(SOLVERS))}")
-    if reg not in REGULARIZERS:
-        raise UsageError(f"unknown regularizer {reg!r}; known: {', '.join(sorted(REGULARIZERS))}")
+    # A bundle size is a parameter of the solvers that keep a bundle; others refuse it.
+    own = dict(solver_params or {}, **({"bundle_size": bundle_size} if bundle_size else {}),
+               **({} if theta is None else {"theta": theta}))
+    options = solver_options(solver, own)
+    regularizer = get_regularizer(reg, **(reg_params or {})) if isinstance(reg, str) else reg
     if data is None:
         X, y = load_demo()
         local = split_local(X, y, comm, bias=bias, source=DEMO_NAME)
     elif isinstance(data, tuple):
-        local = split_local(data[0], data[1], comm, bias=bias, source="arrays")
+        X, y, *data_options = data
+        local = split_local(X, y, comm, bias=bias, source="arrays", **(data_options[0] if data_options else {}))
     else:
         local = load_local(data, comm, bias=bias)
     where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
-    problem = loss_object.check_labels(local.classes, local.label_kind)
+    if local.label_kind == "multioutput" and not loss_object.multioutput:
+        problem = (f"loss {loss!r} needs one label per example, the data has "
+                   f"{len(local.classes)} real targets per example (multioutput; "
+                   "multivariate_regression fits them)")
+    else:
+        problem = loss_object.check_labels(local.classes, local.label_kind)
     if problem is None and loss_object.needs_qid and local.qid is None:
         problem = f"loss {loss!r} needs query ids (qid:) and the data has none"
     if problem is not None:
@@ -130,22 +153,12 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     loss_object.prepare(local.classes, local.label_kind)
     oracle = DistributedRisk(loss_object, local.X, local.y, local.n_examples_total, comm, local.blocks,
                              local.qid)
-    w0 = np.zeros(oracle.dim)
+    regularizer.prepare(oracle.dim, loss_object.risk_floor)
+    w0 = regularizer.initial_point(oracle.dim)
     result = run_distributed(oracle, lambda risk: minimize(
-        risk, w0, lam, method=solver, reg=reg, epsilon=epsilon, rel_epsilon=rel_epsilon,
+        risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
         max_iter=max_iter, idle_age=idle_age, callback=callback, **options))
     return result, local, loss_object
-
-
-def parse_loss_params(pairs):
-    """Turn ``["tau=0.3", "cost=linear"]`` into ``{"tau": "0.3", "cost": "linear"}``."""
-    params = {}
-    for pair in pairs or ():
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise UsageError(f"--loss-param expects NAME=VALUE, got {pair!r}")
-        params[name.strip()] = value.strip()
-    return params
 
 
 class ProgressTable:
@@ -201,7 +214,11 @@ def build_parser():
     parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join(SOLVERS)} (default bmrm)")
     parser.add_argument("--theta", type=float, help="lsbmrm: next plane at (1 - theta) w_b + theta w_t, "
                         "0 < theta <= 1 (default 0.9)")
+    parser.add_argument("--solver-param", action="append", metavar="NAME=VALUE",
+                        help="a parameter of the solver, e.g. mu=1e-6 for smooth_lbfgs (repeatable)")
     parser.add_argument("--reg", default="l2", help=f"regularizer: {', '.join(REGULARIZERS)} (default l2)")
+    parser.add_argument("--reg-param", action="append", metavar="NAME=VALUE",
+                        help="a parameter of the regularizer, e.g. p=1.5 for lp (repeatable)")
     parser.add_argument("--epsilon", type=float, default=0.0,
                         help="stop when the gap (best objective - lower bound) <= this (default 0: off)")
     parser.add_argument("--rel-epsilon", type=float, default=1e-3,
@@ -209,6 +226,8 @@ def build_parser():
     parser.add_argument("--max-iter", type=int, default=10000, help="maximum iterations (default 10000)")
     parser.add_argument("--idle-age", type=int, default=10,
                         help="drop planes whose multiplier stayed 0 this many iterations (default 10; 0: never)")
+    parser.add_argument("--bundle-size", type=int, default=0,
+                        help="keep at most this many planes (>= 2), aggregating the oldest (default 0: no limit)")
     parser.add_argument("--bias", action="store_true", help="learn an offset (a constant feature, regularized)")
     parser.add_argument("--out", default="model.h5", help="model file to write (default model.h5)")
     parser.add_argument("--print-every", type=int, default=0,
@@ -218,13 +237,23 @@ def build_parser():
     return parser
 
 
+def _absolute_files(params):
+    """`params` with file names made absolute, so `prbmrm.predict` finds them from any directory."""
+    return {name: os.path.abspath(value) if isinstance(value, str) and os.path.isfile(value) else value
+            for name, value in params.items()}
+
+
 def main(argv, comm):
     """Entry point of ``python -m prbmrm.train``; returns the exit status."""
     args = build_parser().parse_args(argv)
-    check_options(args.lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age, args.solver,
-                  args.theta)
-    loss_params = parse_loss_params(args.loss_param)
+    check_options(args.lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age, args.bundle_size,
+                  args.solver, args.theta)
+    loss_params = parse_params(args.loss_param, "--loss-param")
     get_loss(args.loss, **loss_params)
+    reg_params = parse_params(args.reg_param, "--reg-param")
+    regularizer = get_regularizer(args.reg, **reg_params)
+    solver_params = parse_params(args.solver_param, "--solver-param")
+    solver_options(args.solver, solver_params)
     error = None
     if comm.is_root:
         try:
@@ -236,19 +265,22 @@ def main(argv, comm):
     table = ProgressTable(args.print_every) if verbose else None
     started = time.perf_counter()
     result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=args.lam,
-                              bias=args.bias, solver=args.solver, reg=args.reg, epsilon=args.epsilon,
+                              bias=args.bias, solver=args.solver, reg=regularizer, epsilon=args.epsilon,
                               rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
-                              idle_age=args.idle_age, theta=args.theta, callback=table, comm=comm)
+                              idle_age=args.idle_age, bundle_size=args.bundle_size, theta=args.theta,
+                              solver_params=solver_params, callback=table, comm=comm)
     if not comm.is_root:
         return 0
     seconds = time.perf_counter() - started
     W = result.w.reshape(-1, loss.n_outputs) if loss.n_outputs > 1 else result.w
     w, bias = (W[:-1], W[-1]) if args.bias else (W, np.zeros(W.shape[1:]))
+    nonzeros = int(np.count_nonzero(w))
     options = {key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")}
     attrs = {"objective": result.fun, "lower_bound": result.lower_bound, "gap": result.gap,
              "iterations": result.nit, "status": result.status, "message": result.message,
-             "lam": args.lam, "loss": args.loss, "loss_params": json.dumps(loss_params),
-             "solver": args.solver, "reg": args.reg,
+             "lam": args.lam, "loss": args.loss, "loss_params": json.dumps(_absolute_files(loss_params)),
+             "solver": args.solver, "reg": args.reg, "reg_params": json.dumps(_absolute_files(reg_params)),
+             "nonzeros": nonzeros,
              "has_bias": bool(args.bias), "n_features": local.n_features,
              "n_examples": local.n_examples_total, "ranks": comm.size,
              "data": args.data or DEMO_NAME, "label_kind": local.label_kind,
@@ -266,7 +298,8 @@ def main(argv, comm):
               f"seconds: risk {totals['seconds_risk']:.3f}, subproblem {totals['seconds_subproblem']:.3f}, "
               f"comm {totals['seconds_comm']:.3f}, total {seconds:.3f} on {comm.size} rank(s); "
               f"{local.n_examples_total} examples x {local.n_features} features"
-              f"{' + bias' if args.bias else ''}\nmodel written to {args.out}")
+              f"{' + bias' if args.bias else ''}; {nonzeros} of {w.size} weights nonzero\n"
+              f"model written to {args.out}")
     return 0
 
 

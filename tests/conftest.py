@@ -44,15 +44,21 @@ def mpiexec():
     return candidate if os.path.exists(candidate) else shutil.which("mpiexec")
 
 
-def run_ranks(ranks, args, timeout=60, cwd=None):
+def run_ranks(ranks, args, timeout=60, cwd=None, env=None):
     """Run ``python ARGS`` on `ranks` ranks (plainly for 1) and return (CompletedProcess, seconds).
 
     A deadlock fails the calling test through the timeout instead of hanging.
+    The launch counts of an enclosing launcher (the suite may run inside a
+    Slurm job) are removed from the environment, which `env` then extends.
     """
+    from prbmrm.comm import LAUNCHER_SIZE_VARIABLES, SLURM_TASKS_VARIABLES
+
     command = [sys.executable, *args]
     if ranks > 1:
         command = [mpiexec(), "-n", str(ranks), *command]
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    outer = LAUNCHER_SIZE_VARIABLES + SLURM_TASKS_VARIABLES
+    env = {**{k: v for k, v in os.environ.items() if k not in outer},
+           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
     started = time.monotonic()
     completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                                cwd=cwd or REPO, env=env, stdin=subprocess.DEVNULL)
@@ -90,6 +96,37 @@ def check_against_serial(make_loss, local, comm, X, y, atol_relative=False):
             assert r == pytest.approx(r_serial, rel=1e-12)
             atol = 1e-15 * (np.abs(a_serial).max() if atol_relative else 1.0)
             np.testing.assert_allclose(a, a_serial, rtol=1e-12, atol=atol)
+
+
+def check_run_against_serial(comm, tmp_path, loss, lam, rows=6000, **options):
+    """Run ``minimize`` on the first `rows` examples of a9a, sharded over the ranks (with a bias).
+
+    Rank 0 repeats the run serially on the same shards and asserts the same
+    number of iterations, the same objectives and lower bounds (1e-9
+    relative) and the same w. `options` go to ``minimize``.
+    """
+    from prbmrm.comm import SerialComm
+    from prbmrm.data import load_local
+    from prbmrm.losses import get_loss
+    from prbmrm.risk import DistributedRisk, run_distributed
+    from prbmrm.solvers import minimize
+
+    X, y = load_svmlight("a9a.xz")
+    X, y = X[:rows], y[:rows]
+    directory = shared_shards(comm, tmp_path, X, y, parts=comm.size + 1)
+    local = load_local(directory, comm, bias=True)
+    oracle = DistributedRisk(get_loss(loss), local.X, local.y, local.n_examples_total, comm,
+                             local.blocks)
+    result = run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), lam, **options))
+    if comm.is_root:
+        serial_data = load_local(directory, SerialComm(), bias=True)
+        serial = DistributedRisk(get_loss(loss), serial_data.X, serial_data.y, len(y), SerialComm(),
+                                 serial_data.blocks)
+        expected = minimize(serial, np.zeros(serial.dim), lam, **options)
+        assert result.nit == expected.nit
+        for column in ("objective", "best_objective", "lower_bound"):
+            np.testing.assert_allclose(result.history[column], expected.history[column], rtol=1e-9)
+        np.testing.assert_allclose(result.w, expected.w, rtol=1e-7, atol=1e-9)
 
 
 def hinge_objective(X, y, w, lam):

@@ -173,6 +173,7 @@ def test_fewer_shard_files_than_ranks(tmp_path, ranks):
     (["--lam", "-1e-3"], "--lam"),
     (["--epsilon", "-1"], "--epsilon"),
     (["--rel-epsilon", "-0.1"], "--rel-epsilon"),
+    (["--bundle-size", "1"], "--bundle-size"),
     (["--loss", "hinje"], "unknown loss 'hinje'"),
     (["--lam", "abc"], "--lam"),
 ])

@@ -9,12 +9,10 @@ uneven shares.
 import numpy as np
 import pytest
 
-from conftest import check_against_serial, load_svmlight, shared_shards
-from prbmrm.comm import SerialComm
+from conftest import check_against_serial, check_run_against_serial, load_svmlight, shared_shards
 from prbmrm.data import load_local
 from prbmrm.losses import get_loss
 from prbmrm.risk import DistributedRisk, run_distributed
-from prbmrm.solvers import minimize
 
 pytestmark = pytest.mark.distributed
 
@@ -34,23 +32,7 @@ def test_risk_and_subgradient_equal_serial(comm, mpi_tmp_path, loss):
 
 @pytest.mark.parametrize("loss", ["hinge", "logistic", "least_squares"])
 def test_bmrm_run_equals_serial_run(comm, mpi_tmp_path, loss):
-    X, y = load_svmlight("a9a.xz")
-    X, y = X[:6000], y[:6000]
-    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
-    local = load_local(directory, comm, bias=True)
-    oracle = DistributedRisk(get_loss(loss), local.X, local.y, local.n_examples_total, comm,
-                             local.blocks)
-    options = dict(epsilon=0, rel_epsilon=1e-4, max_iter=2000)
-    result = run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), 1e-3, **options))
-    if comm.is_root:
-        serial_data = load_local(directory, SerialComm(), bias=True)
-        serial = DistributedRisk(get_loss(loss), serial_data.X, serial_data.y, len(y), SerialComm(),
-                                 serial_data.blocks)
-        expected = minimize(serial, np.zeros(serial.dim), 1e-3, **options)
-        assert result.nit == expected.nit
-        for column in ("objective", "best_objective", "lower_bound"):
-            np.testing.assert_allclose(result.history[column], expected.history[column], rtol=1e-9)
-        np.testing.assert_allclose(result.w, expected.w, rtol=1e-7, atol=1e-9)
+    check_run_against_serial(comm, mpi_tmp_path, loss, 1e-3, epsilon=0, rel_epsilon=1e-4, max_iter=2000)
 
 
 def test_collective_check_raises_on_every_rank(comm):

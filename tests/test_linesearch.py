@@ -289,6 +289,7 @@ class FailingRegularizer(L2):
     """L2 whose part of phi fails on rank 0 in the middle of the second line search."""
 
     def __init__(self):
+        super().__init__()
         self.calls = 0
 
     def line(self, w, d):
@@ -366,9 +367,9 @@ def test_lsbmrm_searches_through_the_oracle_for_non_decomposable_losses():
 def test_theta_checks_and_command_line(tmp_path):
     for theta in (0.0, 1.5, float("nan")):
         with pytest.raises(UsageError, match="--theta must be in"):
-            check_options(1e-4, 0.0, 1e-3, 100, 10, "lsbmrm", theta)
+            check_options(1e-4, 0.0, 1e-3, 100, 10, solver="lsbmrm", theta=theta)
     with pytest.raises(UsageError, match="--theta is an option of --solver lsbmrm"):
-        check_options(1e-4, 0.0, 1e-3, 100, 10, "bmrm", 0.5)
+        check_options(1e-4, 0.0, 1e-3, 100, 10, solver="bmrm", theta=0.5)
     out = tmp_path / "model.h5"
     completed, _ = run_ranks(1, ["-m", "prbmrm.train", "--solver", "lsbmrm", "--theta", "0.5", "--quiet",
                                  "--out", str(out)])

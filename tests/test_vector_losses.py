@@ -376,6 +376,23 @@ def test_missing_parameter_files(tmp_path):
         get_loss("multilabel_hinge", margin="-1")
 
 
+def test_multilabel_ranking_measures_by_brute_force():
+    rng = np.random.default_rng(3)
+    F = rng.integers(-2, 3, size=(50, 5)).astype(float)  # small integers: many ties
+    Y = (rng.random((50, 5)) < 0.4).astype(np.int8)
+    loss = get_loss("multilabel_hinge")
+    loss.prepare(np.arange(5.0), "multilabel")
+    fractions = []
+    for f, z in zip(F, Y):
+        pairs = [(r, s) for r in range(5) for s in range(5) if z[r] and not z[s]]
+        if pairs:
+            fractions.append(sum(1.0 if f[s] > f[r] else 0.5 if f[s] == f[r] else 0.0
+                                 for r, s in pairs) / len(pairs))
+    measures = loss.metrics(F, Y)
+    assert measures["ranking_loss"] == pytest.approx(np.mean(fractions))
+    assert measures["one_error"] == pytest.approx(np.mean([not z[np.argmax(f)] for f, z in zip(F, Y)]))
+
+
 # --------------------------------------------------------------------------
 # (d) BMRM reaches cvxpy's optimum of the full primal on real data
 # --------------------------------------------------------------------------
@@ -574,6 +591,21 @@ def test_cli_trains_and_predicts_multiclass(tmp_path):
     assert 0.93 <= accuracy <= 0.97
     assert f"accuracy {accuracy:.6g}" in completed.stdout
     assert os.path.exists(labels)
+
+
+def test_predict_finds_a_relative_parameter_file_from_another_directory(tmp_path):
+    X, y = multiclass_dna()
+    write_shards(X, y, tmp_path / "dna", 1)
+    (tmp_path / "train").mkdir()
+    write_matrix(tmp_path / "train" / "cost.txt", SCALED_COST)
+    completed, _ = run_ranks(1, ["-m", "prbmrm.train", "--data", str(tmp_path / "dna"), "--loss",
+                                 "multiclass_hinge", "--loss-param", "cost=cost.txt", "--lam", "1e-2",
+                                 "--out", str(tmp_path / "model.h5"), "--quiet"], cwd=tmp_path / "train")
+    assert completed.returncode == 0, completed.stderr
+    completed, _ = run_ranks(1, ["-m", "prbmrm.predict", "--model", str(tmp_path / "model.h5"),
+                                 "--data", str(tmp_path / "dna")], cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert "accuracy" in completed.stdout
 
 
 def test_cli_multilabel_predicts_label_sets_from_a_text_file(tmp_path):

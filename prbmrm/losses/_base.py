@@ -2,11 +2,11 @@
 
 import numpy as np
 
-from ..errors import UsageError
+from .._params import Parametrized
 from ._line import GenericLine, PiecewiseLinearLine
 
 
-class Loss:
+class Loss(Parametrized):
     """Base class: a convex loss and its subgradient on a local shard.
 
     Parameters
@@ -31,43 +31,20 @@ class Loss:
         always handed over flat, ``W.ravel()``.
     needs_qid : bool
         True if the loss needs query ids (ranking per query).
+    risk_floor : float
+        A lower bound of the risk ``R_emp`` (the mean loss), known after
+        :meth:`prepare`: 0 for every loss here but ``poisson``. The ``l1``
+        regularizer's LP needs one (see :class:`prbmrm.regularizers.L1`).
     """
 
-    name = None
+    kind = "loss"
+    option = "--loss-param"
     task = None
-    params = {}
     decomposable = True
+    multioutput = False  # accepts several real targets per example (label kind "multioutput")
     n_outputs = 1
     needs_qid = False
-
-    def __init__(self, **params):
-        unknown = sorted(set(params) - set(self.params))
-        if unknown:
-            known = ", ".join(self.params) or "none"
-            raise UsageError(f"loss {self.name!r} has no parameter {unknown[0]!r} (its parameters: {known})")
-        for key, default in self.params.items():
-            value = params.get(key, default)
-            try:
-                setattr(self, key, type(default)(value) if default is not None else value)
-            except ValueError:
-                kind = {"int": "an integer", "float": "a number"}.get(type(default).__name__,
-                                                                   type(default).__name__)
-                raise UsageError(f"loss parameter {key}={value!r}: expected {kind}") from None
-        self.check_params()
-
-    def check_params(self):
-        """Raise :class:`UsageError` if a parameter value is out of range (none are, by default).
-
-        Called at the end of ``__init__``, on every rank alike; the message
-        names the parameter (see :meth:`_require`).
-        """
-
-    def _require(self, name, ok, what):
-        """Raise UsageError ``loss 'NAME': PARAM must be WHAT, got VALUE`` unless `ok`."""
-        if not ok:
-            value = getattr(self, name)
-            shown = f"{value:g}" if isinstance(value, float) else repr(value)
-            raise UsageError(f"loss {self.name!r}: parameter {name} must be {what}, got {shown}")
+    risk_floor = 0.0
 
     def prepare(self, classes, label_kind):
         """Set up what depends on the whole data set's labels (e.g. :attr:`n_outputs`).
@@ -84,7 +61,8 @@ class Loss:
             Sorted distinct label values over the whole data set (None for
             real-valued labels).
         label_kind : str
-            ``"binary"``, ``"integer"``, ``"real"`` or ``"multilabel"``.
+            One of :data:`prbmrm.data.LABEL_KINDS`; ``"multioutput"`` reaches
+            only losses whose :attr:`multioutput` is True.
 
         Returns
         -------

@@ -483,6 +483,19 @@ class FBeta(MultivariateLoss):
         return {"f_beta": float(score), "prbep": precision_recall_break_even(f, y)}
 
 
+def prbep_totals(lowest_positive, highest_negative, m_pos, m):
+    """The PRBEP objective of the tables with k = 0, 1, ... flips in each class.
+
+    ``total[k] = k/m+ + (2/m) (sum of the k highest negative - sum of the k lowest positive scores)``,
+    given the lowest positive scores ascending and the highest negative ones
+    descending (as many of each); the risk is the largest total.
+    """
+    flips = np.arange(len(lowest_positive) + 1)
+    low_pos = np.concatenate([[0.0], np.cumsum(lowest_positive)])
+    high_neg = np.concatenate([[0.0], np.cumsum(highest_negative)])
+    return flips / m_pos + (2.0 / m) * (high_neg - low_pos)
+
+
 class Prbep(MultivariateLoss):
     """Precision/recall break-even risk in the contingency-table form (paper 004, eq. 2).
 
@@ -502,16 +515,12 @@ class Prbep(MultivariateLoss):
         return _check_plus_minus(self.name, classes, label_kind)
 
     def coefficients(self, f, y, qid=None):
-        m = y.size
         positive, m_pos, m_neg = _plus_minus_counts(self.name, y)
         pos, neg = _sorted_class_scores(f, positive)
         top = min(m_pos, m_neg)
-        flips = np.arange(top + 1)
-        low_pos = np.concatenate([[0.0], np.cumsum(f[pos[:top]])])
-        high_neg = np.concatenate([[0.0], np.cumsum(f[neg[:top]])])
-        total = flips / m_pos + (2.0 / m) * (high_neg - low_pos)
+        total = prbep_totals(f[pos[:top]], f[neg[:top]], m_pos, y.size)
         k = int(np.argmax(total))
-        return float(total[k]) * m, _labeling(y, pos, neg, k, k)
+        return float(total[k]) * y.size, _labeling(y, pos, neg, k, k)
 
     def metrics(self, f, y, qid=None):
         return {"prbep": precision_recall_break_even(f, y)}

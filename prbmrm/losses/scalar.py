@@ -13,7 +13,7 @@ solver stops with its "not finite" error instead of carrying on with NaN.
 """
 
 import numpy as np
-from scipy.special import expit
+from scipy.special import expit, xlogy
 
 from ._base import BinaryLoss, RegressionLoss, ScalarLoss, _format_labels
 
@@ -326,6 +326,11 @@ class Poisson(RegressionLoss):
             return (f"loss {self.name!r} needs counts (integers >= 0) as labels, the data has "
                     f"negative labels: {_format_labels(classes)}")
         return None
+
+    def prepare(self, classes, label_kind):
+        # min_f exp(f) - y f = y - y log y (0 at y = 0), negative for y > e:
+        # its least value over the data's counts bounds the mean loss below.
+        self.risk_floor = float(np.min(classes - xlogy(classes, classes)))
 
     def value(self, f, y):
         with np.errstate(over="ignore"):

@@ -56,21 +56,11 @@ def _pair_coefficients(n, k, plus, minus, scale):
                          shape=(n, k))
 
 
-def _read_matrix(path, param, loss_name):
-    """Read a whitespace-separated text matrix; raise UsageError naming the file."""
-    where = f"loss {loss_name!r}: --loss-param {param}={path}"
-    try:
-        M = np.loadtxt(path, dtype=np.float64, ndmin=2, comments="#")
-    except OSError as error:
-        raise UsageError(f"{where}: cannot read the file: {error.strerror or error}") from None
-    except ValueError as error:
-        raise UsageError(f"{where}: not a matrix of numbers ({error})") from None
-    if M.size == 0:
-        raise UsageError(f"{where}: the file holds no matrix")
-    if not np.isfinite(M).all():
-        raise UsageError(f"{where}: the matrix has a non-finite entry")
+def _read_matrix(loss, param):
+    """Read the square text matrix named by the loss's parameter `param`; raise UsageError naming the file."""
+    M = loss._read_numbers(param)
     if M.shape[0] != M.shape[1]:
-        raise UsageError(f"{where}: expected a square matrix, got {M.shape[0]} x {M.shape[1]}")
+        raise UsageError(f"{loss._where(param)}: expected a square matrix, got {M.shape[0]} x {M.shape[1]}")
     return M
 
 
@@ -193,7 +183,7 @@ class MulticlassHinge(MaxMarginLoss):
         super().__init__(**params)
         self._cost = None
         if self.cost:
-            self._cost = _read_matrix(self.cost, "cost", self.name)
+            self._cost = _read_matrix(self, "cost")
             _check_cost(self._cost, self.cost, self.name)
 
     def prepare(self, classes, label_kind):
@@ -236,7 +226,7 @@ class ScaledMulticlassHinge(MulticlassHinge):
         super().__init__(**params)
         self._gamma = None
         if self.gamma:
-            self._gamma = _read_matrix(self.gamma, "gamma", self.name)
+            self._gamma = _read_matrix(self, "gamma")
             if (self._gamma < 0).any():
                 i, j = np.argwhere(self._gamma < 0)[0]
                 raise UsageError(f"loss {self.name!r}: --loss-param gamma={self.gamma}: entries must "
@@ -362,6 +352,12 @@ class MultilabelHinge(VectorLoss):
     example and is unchanged by adding one constant to all k scores, so with
     the L2 regularizer the trained scores of every example sum to 0 and the
     threshold 0 is not learned (on scene it marks about half the labels).
+    The metrics therefore include the ranking measures this loss optimizes:
+    ``ranking_loss`` (the fraction of (relevant, irrelevant) label pairs of an
+    example scored in the wrong order, ties counting half, averaged over the
+    examples that have both) and ``one_error`` (the fraction of examples whose
+    top-scored label is not relevant), next to the Hamming loss and subset
+    accuracy of ``f > 0``.
     """
 
     name = "multilabel_hinge"
@@ -414,10 +410,31 @@ class MultilabelHinge(VectorLoss):
         if y.shape != predicted.shape:
             raise UsageError(f"the data has {y.shape[1]} labels, the model {predicted.shape[1]}")
         if not len(y):
-            return {"hamming_loss": float("nan"), "subset_accuracy": float("nan")}
-        wrong = predicted != (y != 0)
+            return dict.fromkeys(("hamming_loss", "subset_accuracy", "ranking_loss", "one_error"),
+                                 float("nan"))
+        relevant = y != 0
+        wrong = predicted != relevant
+        F = np.asarray(f, dtype=np.float64).reshape(predicted.shape)
         return {"hamming_loss": float(np.mean(wrong)),
-                "subset_accuracy": float(np.mean(~wrong.any(axis=1)))}
+                "subset_accuracy": float(np.mean(~wrong.any(axis=1))),
+                "ranking_loss": _ranking_loss(F, relevant),
+                "one_error": float(np.mean(~relevant[np.arange(len(F)), np.argmax(F, axis=1)]))}
+
+
+def _ranking_loss(F, relevant, rows_per_chunk=4096):
+    """Mean over examples with relevant and irrelevant labels of the fraction of misordered pairs."""
+    total, counted = 0.0, 0
+    for start in range(0, len(F), rows_per_chunk):
+        f, z = F[start:start + rows_per_chunk], relevant[start:start + rows_per_chunk]
+        # pairs (r, s): r relevant, s irrelevant; wrong if f_s > f_r, half if equal.
+        pair = z[:, :, None] & ~z[:, None, :]
+        order = f[:, None, :] - f[:, :, None]
+        wrong = np.sum(pair * ((order > 0) + 0.5 * (order == 0)), axis=(1, 2))
+        pairs = pair.sum(axis=(1, 2))
+        both = pairs > 0
+        total += float(np.sum(wrong[both] / pairs[both]))
+        counted += int(np.count_nonzero(both))
+    return total / counted if counted else float("nan")
 
 
 class MultivariateRegression(VectorLoss):
@@ -426,21 +443,22 @@ class MultivariateRegression(VectorLoss):
     ``M`` is symmetric positive semidefinite, read from ``--loss-param M=FILE``
     (k x k), or the identity. Gradient with respect to f: ``M (f - y)``.
 
-    Labels are an (n, k) array of real targets. The data layer has no such
-    label kind yet; :meth:`prepare` takes ``label_kind="multioutput"`` with
-    ``classes`` the k target ids (as for a multilabel indicator), and for
-    one-dimensional real labels k = 1 (least squares weighted by M).
+    Labels are an (n, k) array of real targets: the data's label kind
+    ``"multioutput"`` with ``classes`` the k target ids (``prbmrm.shard``
+    writes it from a 2-D ``y`` or several CSV label columns). One-dimensional
+    real labels give k = 1 (least squares weighted by M).
     """
 
     name = "multivariate_regression"
     task = "regression"
+    multioutput = True
     params = {"M": ""}
 
     def __init__(self, **params):
         super().__init__(**params)
         self._M = None
         if self.M:
-            M = _read_matrix(self.M, "M", self.name)
+            M = _read_matrix(self, "M")
             where = f"loss {self.name!r}: --loss-param M={self.M}"
             scale = max(1.0, float(np.max(np.abs(M))))
             if np.max(np.abs(M - M.T)) > 1e-10 * scale:
@@ -457,7 +475,8 @@ class MultivariateRegression(VectorLoss):
 
     def check_labels(self, classes, label_kind):
         if label_kind == "multilabel":
-            return f"loss {self.name!r} needs real-valued targets, the data is multilabel"
+            return (f"loss {self.name!r} needs real-valued targets, the data is multilabel "
+                    "(shard a 0/1 'y' with `prbmrm.shard --multioutput` to fit it as targets)")
         k = self._outputs(classes, label_kind)
         if self._M is not None and self._M.shape[0] != k:
             return (f"loss {self.name!r}: --loss-param M={self.M} is {self._M.shape[0]} x "

@@ -3,16 +3,73 @@
 Dispatch by name, as scipy.optimize.minimize does::
 
     result = minimize(risk, w0, lam, method="bmrm", reg="l2", rel_epsilon=1e-3)
+
+Solvers that work in the dual (``pragam``, ``pragam_b``) need the examples, not only
+``risk(w)``: they take the :class:`prbmrm.risk.DistributedRisk` itself as `risk` and run
+their per-rank steps through its :meth:`~prbmrm.risk.DistributedRisk.attach` service.
 """
+
+import inspect
 
 from ..errors import UsageError
 from ..regularizers import get_regularizer
-from ._base import HISTORY_COLUMNS, Bundle, Progress, Result
+from ._base import HISTORY_COLUMNS, Bundle, CuttingPlaneBound, Progress, Result
 from .bmrm import minimize_bmrm
+from .lbfgs import minimize_lbfgs
 from .lsbmrm import minimize_lsbmrm
+from .pragam import minimize_pragam, minimize_pragam_b
+from .proximal import minimize_proximal
+from .smooth_lbfgs import minimize_smooth_lbfgs
 
-SOLVERS = {"bmrm": minimize_bmrm, "lsbmrm": minimize_lsbmrm}
+SOLVERS = {"bmrm": minimize_bmrm, "lsbmrm": minimize_lsbmrm, "proximal": minimize_proximal, "lbfgs": minimize_lbfgs,
+           "smooth_lbfgs": minimize_smooth_lbfgs, "pragam": minimize_pragam, "pragam_b": minimize_pragam_b}
 """Registry of solvers by name: the values of ``--solver``."""
+
+COMMON_OPTIONS = ("epsilon", "rel_epsilon", "max_iter", "idle_age", "callback")
+"""Options every solver takes; the others are its own (``--solver-param NAME=VALUE``)."""
+
+
+def _solver(method):
+    try:
+        return SOLVERS[method]
+    except KeyError:
+        raise UsageError(f"unknown solver {method!r}; known solvers: {', '.join(sorted(SOLVERS))}") from None
+
+
+def solver_options(method, params):
+    """Convert a solver's own parameters (``--solver-param`` strings) to the types of their defaults.
+
+    Parameters
+    ----------
+    method : str
+        A key of :data:`SOLVERS`.
+    params : dict of str to str or number
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    UsageError
+        For an unknown solver, a parameter the solver does not have (the
+        message lists the ones it has) or a value of the wrong type.
+    """
+    parameters = inspect.signature(_solver(method)).parameters.items()
+    own = {name: parameter.default for name, parameter in parameters
+           if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in COMMON_OPTIONS}
+    options = {}
+    for name, value in params.items():
+        if name not in own:
+            raise UsageError(f"solver {method!r} has no parameter {name!r} "
+                             f"(its parameters: {', '.join(own) or 'none'})")
+        kind = type(own[name])
+        try:
+            options[name] = kind(value)
+        except ValueError:
+            raise UsageError(f"solver parameter {name}={value!r}: expected "
+                             f"{'an integer' if kind is int else 'a number'}") from None
+    return options
 
 
 def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
@@ -22,28 +79,29 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
     ----------
     risk : callable
         ``risk(w) -> (R_emp(w), subgradient)``, e.g. a
-        :class:`prbmrm.risk.DistributedRisk` on rank 0.
+        :class:`prbmrm.risk.DistributedRisk` on rank 0 (``pragam`` and
+        ``pragam_b`` need the latter: they use its data).
     w0 : ndarray
         Starting point.
     lam : float
         Regularization constant, > 0.
     method : str
         A key of :data:`SOLVERS`.
-    reg : str
-        A key of :data:`prbmrm.regularizers.REGULARIZERS`.
+    reg : str or prbmrm.regularizers.Regularizer
+        A key of :data:`prbmrm.regularizers.REGULARIZERS` (with default
+        parameters), or a regularizer object.
     **options
         Passed to the solver (``epsilon``, ``rel_epsilon``, ``max_iter``,
-        ``idle_age``, ``callback``; ``theta`` for ``lsbmrm``).
+        ``idle_age``, ``callback``, and its own such as ``bundle_size`` or ``theta``, see
+        :func:`solver_options`).
 
     Returns
     -------
     Result
     """
-    try:
-        solver = SOLVERS[method]
-    except KeyError:
-        raise UsageError(f"unknown solver {method!r}; known solvers: {', '.join(sorted(SOLVERS))}") from None
-    return solver(risk, w0, lam, get_regularizer(reg), **options)
+    regularizer = get_regularizer(reg) if isinstance(reg, str) else reg
+    return _solver(method)(risk, w0, lam, regularizer, **options)
 
 
-__all__ = ["HISTORY_COLUMNS", "SOLVERS", "Bundle", "Progress", "Result", "minimize"]
+__all__ = ["COMMON_OPTIONS", "HISTORY_COLUMNS", "SOLVERS", "Bundle", "CuttingPlaneBound", "Progress",
+           "Result", "minimize", "solver_options"]

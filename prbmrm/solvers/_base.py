@@ -17,7 +17,8 @@ class Bundle:
 
     Rows of :attr:`A` are the subgradients a_i. Adding a plane costs one
     product ``A @ a`` (O(t d)) to extend the Gram matrix; storage grows by
-    doubling so the hot path does not reallocate every iteration.
+    doubling so the hot path does not reallocate every iteration, up to
+    `max_size` rows if given.
 
     Parameters
     ----------
@@ -26,14 +27,21 @@ class Bundle:
     metric : callable, optional
         ``metric(a) -> M a`` for a positive definite M: the Gram matrix is then
         ``A M A^T`` (the quadratic-form regularizer's ``B^-1``); identity by default.
+    max_size : int, optional
+        Most planes ever held (storage never exceeds it); the solver keeps
+        within it with :meth:`aggregate_oldest`. Unlimited by default.
     """
 
-    def __init__(self, dim, metric=None):
+    def __init__(self, dim, metric=None, max_size=None):
+        if max_size is not None and max_size < 2:
+            raise ValueError(f"a bundle holds at least 2 planes, got max_size={max_size}")
         self._metric = metric
-        self._A = np.empty((8, dim))
-        self._b = np.empty(8)
-        self._gram = np.empty((8, 8))
-        self._idle = np.empty(8, dtype=np.int64)
+        self.max_size = max_size
+        capacity = 8 if max_size is None else min(8, max_size)
+        self._A = np.empty((capacity, dim))
+        self._b = np.empty(capacity)
+        self._gram = np.empty((capacity, capacity))
+        self._idle = np.empty(capacity, dtype=np.int64)
         self.size = 0
 
     @property
@@ -55,7 +63,9 @@ class Bundle:
         """Append the plane (a, b)."""
         t = self.size
         if t == len(self._b):
-            self._grow(2 * t)
+            if t == self.max_size:
+                raise ValueError(f"the bundle already holds its maximum of {t} planes")
+            self._grow(2 * t if self.max_size is None else min(2 * t, self.max_size))
         self._A[t] = a
         self._b[t] = b
         row = self._A[:t + 1] @ (a if self._metric is None else self._metric(a))
@@ -91,13 +101,77 @@ class Bundle:
         if keep.all():
             return alpha
         index = np.flatnonzero(keep)
-        n = len(index)
-        self._A[:n] = self._A[index]
-        self._b[:n] = self._b[index]
-        self._gram[:n, :n] = self._gram[np.ix_(index, index)]
-        self._idle[:n] = self._idle[index]
-        self.size = n
+        self._select(index, 0)
         return alpha[index]
+
+    def make_room(self, alpha):
+        """Make room for one more plane: if the bundle is full, aggregate all but the newest max_size - 2.
+
+        For max_size 2 this is Alg. 4 of paper 000: one aggregate and the new
+        plane. Returns the multipliers of the planes left.
+        """
+        if self.size == self.max_size:
+            return self.aggregate_oldest(alpha, self.max_size - 2)
+        return alpha
+
+    def aggregate_oldest(self, alpha, keep):
+        """Replace all planes but the newest `keep` by their aggregate; return the new multipliers.
+
+        With the multipliers alpha of the last subproblem and I the oldest
+        planes, the aggregate (paper 000, Sec. 3.1; Kiwiel 1983) is
+        ``a_I = sum_{i in I} alpha_i a_i / alpha_I``, the same for b, with
+        multiplier ``alpha_I = sum_{i in I} alpha_i``. Being a convex
+        combination of planes it is a plane below R_emp, and the returned
+        multipliers give the same dual value, so the subproblem's optimum and
+        the lower bound are unchanged. If alpha_I is 0 the planes I are dropped
+        (the same argument). The aggregate becomes the first plane. The Gram
+        matrix follows from the old one, in O(t^2); the only O(d) work is
+        forming a_I, in O(|I| d).
+
+        Parameters
+        ----------
+        alpha : ndarray of shape (t,)
+            The multipliers of the bundle's planes, >= 0.
+        keep : int
+            How many of the newest planes stay as they are, >= 0.
+
+        Returns
+        -------
+        ndarray
+            The multipliers of the planes left, aggregate first.
+        """
+        old = self.size - keep
+        if old <= 0:
+            return alpha
+        total = float(np.sum(alpha[:old]))
+        kept = np.arange(old, self.size)
+        if total <= 0.0:
+            self._select(kept, 0)
+            return alpha[kept]
+        weights = alpha[:old] / total
+        gram = self._gram[:self.size, :self.size]
+        cross = weights @ gram[:old]  # <a_I, a_j> for every plane j, in the Gram metric
+        diagonal = float(cross[:old] @ weights)
+        a = weights @ self._A[:old]
+        b = float(weights @ self._b[:old])
+        self._select(kept, 1)
+        self._A[0] = a
+        self._b[0] = b
+        self._gram[0, 1:keep + 1] = cross[old:]
+        self._gram[1:keep + 1, 0] = cross[old:]
+        self._gram[0, 0] = diagonal
+        self._idle[0] = 0
+        return np.concatenate(([total], alpha[kept]))
+
+    def _select(self, index, start):
+        """Move the planes `index` (increasing) to rows ``start, start + 1, ...``; keep only those."""
+        n = len(index)
+        rows = slice(start, start + n)
+        self._A[rows] = self._A[index]
+        self._b[rows] = self._b[index]
+        self._gram[rows, rows] = self._gram[np.ix_(index, index)]
+        self._idle[rows] = self._idle[index]
+        self.size = start + n
 
 
 class CuttingPlaneModel:
@@ -117,10 +191,13 @@ class CuttingPlaneModel:
     idle_age : int
         Drop planes whose multiplier stayed zero this many consecutive
         iterations; 0 keeps every plane.
+    bundle_size : int
+        Keep at most this many planes (>= 2), aggregating the oldest
+        (:meth:`Bundle.make_room`); 0: no limit.
     """
 
-    def __init__(self, dim, lam, regularizer, idle_age):
-        self.bundle = Bundle(dim, getattr(regularizer, "metric", None))
+    def __init__(self, dim, lam, regularizer, idle_age, bundle_size=0):
+        self.bundle = Bundle(dim, getattr(regularizer, "metric", None), bundle_size or None)
         self.lam = lam
         self.regularizer = regularizer
         self.idle_age = idle_age
@@ -133,6 +210,7 @@ class CuttingPlaneModel:
         certified lower bound of min J.
         """
         started = time.perf_counter()
+        self.alpha = self.bundle.make_room(self.alpha)
         self.bundle.add(a, r - float(np.dot(a, w)))
         w_t, lower_bound, self.alpha = self.regularizer.solve_subproblem(self.bundle, self.lam,
                                                                          np.append(self.alpha, 0.0))
@@ -146,7 +224,8 @@ class CuttingPlaneModel:
 
 
 _MESSAGES = {0: "gap <= epsilon", 1: "gap <= rel_epsilon * objective",
-             2: "maximum number of iterations reached", 3: "stopped by the callback"}
+             2: "maximum number of iterations reached", 3: "stopped by the callback",
+             4: "no further progress (the line search failed)"}
 
 
 class Recorder:
@@ -170,20 +249,34 @@ class Recorder:
         self.started = time.perf_counter()
         self.status = 2
 
+    def _test_gap(self, gap, best_objective):
+        if gap <= self.epsilon:
+            self.status = 0
+        elif gap <= self.rel_epsilon * abs(best_objective):
+            self.status = 1
+
     def record(self, row):
         """Append one :class:`Progress` row and return True if the solver must stop."""
         for name in HISTORY_COLUMNS:
             self.history[name].append(getattr(row, name))
-        if row.gap <= self.epsilon:
-            self.status = 0
-        elif row.gap <= self.rel_epsilon * abs(row.best_objective):
-            self.status = 1
+        self._test_gap(row.gap, row.best_objective)
         if self.callback is not None:
             try:
                 self.callback(row)
             except StopIteration:
                 self.status = 3 if self.status == 2 else self.status
         return self.status != 2
+
+    def raise_lower_bound(self, lower_bound):
+        """Give the last row a better `lower_bound`, computed later for the same iterates, and
+        re-test the gap (a solver that computes its bound only every few iterations
+        calls this when it ends)."""
+        if lower_bound > self.history["lower_bound"][-1]:
+            gap = self.history["best_objective"][-1] - lower_bound
+            self.history["lower_bound"][-1] = lower_bound
+            self.history["gap"][-1] = gap
+            if self.status in (2, 4):
+                self._test_gap(gap, self.history["best_objective"][-1])
 
     def result(self, w, fun, w_last):
         """Return the :class:`Result` with the best iterate `w`, its objective `fun` and `w_last`."""
@@ -221,10 +314,10 @@ class Result:
         Iterations, i.e. risk evaluations.
     status : int
         0: gap <= epsilon; 1: gap <= rel_epsilon * fun; 2: max_iter reached;
-        3: stopped by the callback.
+        3: stopped by the callback; 4: no further progress (L-BFGS's line search failed).
     message : str
     w_last : ndarray
-        The last iterate (the minimizer of the last model J_t).
+        The last iterate (BMRM: the minimizer of the last model J_t).
     history : dict of str to ndarray
         One array per column of :data:`HISTORY_COLUMNS`.
     """
@@ -259,3 +352,110 @@ class Progress:
     seconds_subproblem: float
     seconds_comm: float
     seconds_total: float
+
+
+class CuttingPlaneBound:
+    """A certified lower bound of min J from every point a solver evaluates.
+
+    Each evaluation ``(w, R_emp(w), a)`` gives the plane ``R_emp >= <a, .> + b``
+    with ``b = R_emp(w) - <a, w>``; the dual value of the BMRM subproblem over
+    the planes kept (``regularizer.solve_subproblem``, warm-started) is a
+    lower bound of min J for any set of planes below R_emp, whatever solver
+    produced them. With ``Omega = ||w||^2 / 2`` the one-plane bound
+    ``b - ||a||^2 / (2 lam)``, which equals paper 002's eq. 15
+    ``J_-(w) = J(w) - ||a + lam w||^2 / (2 lam)``, is also taken at every
+    plane: Lemma 5's proof needs only the subgradient inequality, so it holds
+    for any subgradient, and it is tight near the optimum where J is
+    differentiable (there the gradient vanishes), which is why L-BFGS on a
+    smooth loss gets a small certified gap without solving the QP.
+
+    Planes of any function below R_emp (a smoothed risk ``R_mu <= R_emp``)
+    are planes below R_emp too.
+
+    Parameters
+    ----------
+    dim : int
+        Length of w.
+    regularizer : object
+        Provides ``solve_subproblem(bundle, lam, alpha0)``.
+    lam : float
+    max_planes : int
+        Keep at most this many planes (0: no limit, >= 2 otherwise). A plane
+        arriving at a full bundle first makes the QP be solved; the planes
+        whose multiplier is 0 are dropped, and if every plane is active they
+        are replaced by their aggregate ``sum_i alpha_i (a_i, b_i)`` (paper
+        000, Sec. 3.1), which keeps the dual value.
+    idle_age : int
+        After each solve drop the planes whose multiplier has been 0 at this
+        many consecutive solves, as BMRM does (0: never).
+
+    Attributes
+    ----------
+    value : float
+        The best lower bound found so far (-inf before any plane).
+    bundle : Bundle
+    seconds : float
+        Seconds spent in the QP so far.
+    """
+
+    def __init__(self, dim, regularizer, lam, *, max_planes=0, idle_age=10):
+        if max_planes == 1 or max_planes < 0:
+            raise ValueError(f"max_planes must be 0 (no limit) or >= 2, got {max_planes}")
+        self.regularizer = regularizer
+        self.lam = lam
+        self.max_planes = max_planes
+        self.idle_age = idle_age
+        self._metric = getattr(regularizer, "metric", None)
+        self.bundle = Bundle(dim, self._metric)
+        self._alpha = np.zeros(0)
+        self._stale = False
+        self._one_plane = getattr(regularizer, "name", None) == "l2"
+        self.value = -np.inf
+        self.seconds = 0.0
+
+    @property
+    def stale(self):
+        """bool: planes were added since the QP was last solved."""
+        return self._stale
+
+    def add(self, w, risk, a):
+        """Add the plane of the evaluation ``(w, R_emp(w) = risk, a)``."""
+        b = risk - float(np.dot(a, w))
+        if self._one_plane:
+            self.value = max(self.value, b - float(np.dot(a, a)) / (2.0 * self.lam))
+        if self.max_planes and self.bundle.size >= self.max_planes:
+            self._make_room()
+        self.bundle.add(a, b)
+        self._alpha = np.append(self._alpha, 0.0)
+        self._stale = True
+
+    def lower_bound(self):
+        """Return the best bound, solving the QP first if planes arrived since the last solve."""
+        if self._stale:
+            self._solve()
+        return self.value
+
+    def _solve(self):
+        started = time.perf_counter()
+        _, value, alpha = self.regularizer.solve_subproblem(self.bundle, self.lam, self._alpha)
+        self.value = max(self.value, value)
+        self._stale = False
+        if self.idle_age > 0:
+            self.bundle.update_idle(alpha)
+            alpha = self.bundle.prune(self.idle_age, alpha)
+        self._alpha = alpha
+        self.seconds += time.perf_counter() - started
+
+    def _make_room(self):
+        if self._stale:
+            self._solve()
+        # update_idle marked the planes whose multiplier is 0 now: they do not
+        # contribute to the optimum, so dropping them keeps the bound.
+        self.bundle.update_idle(self._alpha)
+        self._alpha = self.bundle.prune(1, self._alpha)
+        if self.bundle.size >= self.max_planes:
+            a = self._alpha @ self.bundle.A
+            b = float(self._alpha @ self.bundle.b)
+            self.bundle = Bundle(len(a), self._metric)
+            self.bundle.add(a, b)
+            self._alpha = np.ones(1)

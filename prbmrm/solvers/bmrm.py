@@ -8,7 +8,7 @@ from ._base import CuttingPlaneModel, Progress, Recorder, check_finite
 
 
 def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                  idle_age=10, callback=None):
+                  idle_age=10, bundle_size=0, callback=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with BMRM.
 
     Each iteration t evaluates ``R_emp`` and a subgradient ``a_t`` at
@@ -17,6 +17,10 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     through its dual, warm-started from the previous multipliers. The gap is
     ``epsilon_t = min_{i<t} J(w_i) - J_t(w_t)`` over the evaluated iterates,
     with ``J_t(w_t)`` the dual value (a certified lower bound of min J).
+    With a `bundle_size` k the bundle keeps at most k planes (paper 000,
+    Sec. 3.1): before a new plane joins a full bundle, all but the newest
+    k - 2 are replaced by their aggregate, which leaves the subproblem's
+    optimum unchanged; k = 2 is Alg. 4, whose subproblem has a closed form.
 
     Parameters
     ----------
@@ -38,6 +42,8 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     idle_age : int
         Drop planes whose multiplier stayed zero this many consecutive
         iterations (the paper's 10); 0 keeps every plane.
+    bundle_size : int
+        Keep at most this many planes (>= 2), aggregating the oldest; 0: no limit.
     callback : callable, optional
         Called with a :class:`Progress` after every iteration; raising
         StopIteration stops the solver.
@@ -47,7 +53,7 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     Result
     """
     w = np.array(w0, dtype=np.float64)
-    model = CuttingPlaneModel(len(w), lam, regularizer, idle_age)
+    model = CuttingPlaneModel(len(w), lam, regularizer, idle_age, bundle_size)
     best_objective, best_w = np.inf, w
     recorder = Recorder(epsilon, rel_epsilon, callback)
     for t in range(1, max_iter + 1):

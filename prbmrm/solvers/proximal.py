@@ -1,0 +1,254 @@
+"""The proximal bundle method (paper 000, Alg. 1) with Kiwiel's (1990) proximity control."""
+
+import math
+import time
+
+import numpy as np
+
+from ..errors import UsageError
+from ..qp import solve_simplex_qp
+from ._base import Bundle, Progress, Recorder, check_finite
+
+
+def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
+                      idle_age=10, bundle_size=0, zeta=1.0, rho=0.1, callback=None):
+    """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with the proximal bundle method.
+
+    Unlike BMRM, the model is built of planes of J itself: iteration t
+    evaluates J and ``s_t = lam * grad Omega(w_{t-1}) + a_t`` at ``w_{t-1}``
+    and adds the plane ``J(w) >= <s_t, w> + c_t``. The next iterate
+    minimizes the model ``J_cp`` stabilized around the prox-center ``w_hat``::
+
+        w_t = argmin_w  J_cp(w) + zeta_t / 2 * |w - w_hat|^2,
+
+    through its dual, a QP over the simplex: maximize ``v^T alpha -
+    alpha^T S S^T alpha / (2 zeta)`` with S the rows s_i and ``v_i = c_i +
+    <s_i, w_hat>`` the planes' values at the center; then ``w_t = w_hat -
+    S^T alpha / zeta``. Without a line search (eta = 1, as Alg. 1 allows) the
+    step is serious, w_t becoming the center, if ``J(w_hat) - J(w_t) >= rho
+    * eps_t`` with ``eps_t = J(w_hat) - [J_cp(w_t) + zeta/2 |w_t - w_hat|^2]``
+    (Alg. 1, lines 7 and 11-15), and null otherwise. zeta follows Kiwiel's
+    (1990) safeguarded rule (:class:`ProximityControl`): lowered after
+    serious steps that agree well with the model, raised after null steps
+    that show it poor, by at most a factor 10 per step.
+
+    eps_t bounds ``J(w_hat) - J(w)`` only up to ``zeta/2 |w - w_hat|^2``
+    (Sec. 2.1), not the distance to min J, and is not what the solver
+    reports. The lower bound is BMRM's: the solver also keeps the planes
+    ``(a_t, b_t)`` of R_emp and reports the best dual value so far of
+    ``min_w lam * Omega(w) + max_i <a_i, w> + b_i`` (paper 000, eq. 10), a
+    certified lower bound of min J, so the gap ``min_i J(w_i)`` minus it
+    bounds the suboptimality of the returned w, as in BMRM. The R_emp
+    planes are aggregated and pruned in lockstep with those of J, by the
+    same multipliers: their model then lies above the aggregate plane of J
+    plus lam/2 |w - w_bar|^2 (for L2), so the bound tightens as the method
+    converges. This doubles rank 0's memory: two bundles of at most
+    `bundle_size` planes each.
+
+    Parameters
+    ----------
+    risk : callable
+        ``risk(w) -> (R_emp(w), a)``; may carry ``last_seconds``.
+    w0 : ndarray
+        Starting point, the first prox-center.
+    lam : float
+        Regularization constant, > 0.
+    regularizer : object
+        Provides ``value(w)``, ``subgradient(w)`` and
+        ``solve_subproblem(bundle, lam, alpha0)`` (for the lower bound).
+    epsilon, rel_epsilon : float
+        Stop when the gap is at most `epsilon` or `rel_epsilon` times the
+        best objective (0 disables either).
+    max_iter : int
+        Stop after this many iterations (risk evaluations).
+    idle_age : int
+        Drop planes whose multiplier in the stabilized subproblem stayed zero
+        this many consecutive iterations; 0 keeps every plane.
+    bundle_size : int
+        Keep at most this many planes (>= 2) per bundle, aggregating the
+        oldest with the stabilized subproblem's multipliers; 0: no limit.
+    zeta : float
+        The first proximal weight, > 0. Kiwiel's rule changes it at most
+        tenfold per step, and lowers it quickly after good serious steps, so
+        a large start costs little; a small one makes many null steps.
+    rho : float
+        The serious-step fraction in (0, 1).
+    callback : callable, optional
+        Called with a :class:`Progress` after every iteration; raising
+        StopIteration stops the solver.
+
+    Returns
+    -------
+    Result
+        ``w`` is the best evaluated iterate, ``w_last`` the last trial point.
+    """
+    if not (zeta > 0 and 0 < rho < 1):
+        raise UsageError(f"the proximal method needs zeta > 0 and 0 < rho < 1, got {zeta:g} and {rho:g}")
+    w = np.array(w0, dtype=np.float64)
+    max_size = bundle_size or None
+    model = Bundle(len(w), None, max_size)  # planes (s_i, c_i) of J
+    lower = Bundle(len(w), getattr(regularizer, "metric", None), max_size)  # planes (a_i, b_i) of R_emp
+    control = ProximityControl(zeta)
+    alpha = np.zeros(0)
+    best_objective, best_w = np.inf, w
+    lower_bound = -np.inf
+    step = None  # what the last stabilized step predicted
+    recorder = Recorder(epsilon, rel_epsilon, callback)
+    for t in range(1, max_iter + 1):
+        r, a = risk(w)
+        check_finite(r, a, t)
+        objective = lam * regularizer.value(w) + r
+        if objective < best_objective:
+            best_objective, best_w = objective, w
+        solve_started = time.perf_counter()
+        s = lam * regularizer.subgradient(w) + a
+        if step is None:
+            center, center_objective = w, objective
+        else:
+            proximal_gap, predicted, aggregate_error, p_norm = step
+            decrease = center_objective - objective
+            serious = decrease >= rho * proximal_gap
+            # The new plane's linearization error at the center (>= 0 by convexity).
+            error = center_objective - objective - float(np.dot(s, center - w))
+            control.update(serious, decrease, predicted, aggregate_error, p_norm, error)
+            if serious:
+                center, center_objective = w, objective
+        # Both bundles aggregate and prune by the stabilized subproblem's multipliers.
+        room = model.make_room(alpha)
+        lower.make_room(alpha)
+        model.add(s, objective - float(np.dot(s, w)))
+        lower.add(a, r - float(np.dot(a, w)))
+        alpha = np.append(room, 0.0)
+        _, bound, _ = regularizer.solve_subproblem(lower, lam, alpha)
+        lower_bound = max(lower_bound, bound)
+        zeta_t = control.zeta
+        w_next, value, alpha, p = stabilized_step(model, center, zeta_t, alpha)
+        p_norm = math.sqrt(float(np.dot(p, p)))
+        # eps_t of Alg. 1, the predicted decrease eps_t + |p|^2 / (2 zeta) and
+        # the aggregate plane's linearization error at the center.
+        proximal_gap = center_objective - value
+        half = 0.5 * p_norm ** 2 / zeta_t
+        step = (proximal_gap, proximal_gap + half, proximal_gap - half, p_norm)
+        seconds = getattr(risk, "last_seconds", {"risk": 0.0, "comm": 0.0})
+        row = Progress(t, objective, best_objective, lower_bound, best_objective - lower_bound,
+                       model.size, seconds["risk"], time.perf_counter() - solve_started,
+                       seconds["comm"], time.perf_counter() - recorder.started)
+        w = w_next
+        if recorder.record(row):
+            break
+        if idle_age > 0:
+            model.update_idle(alpha)
+            lower.update_idle(alpha)
+            lower.prune(idle_age, alpha)
+            alpha = model.prune(idle_age, alpha)
+    return recorder.result(best_w, best_objective, w)
+
+
+def stabilized_step(bundle, center, zeta, alpha0=None):
+    """Minimize ``max_i <s_i, w> + c_i + zeta / 2 * |w - center|^2`` over w, through its dual.
+
+    With ``v_i = <s_i, center> + c_i`` the planes' values at the center, the
+    inner minimum over w of the Lagrangian is reached at ``w = center - S^T
+    alpha / zeta``, which leaves the simplex QP ``max_alpha v^T alpha -
+    alpha^T S S^T alpha / (2 zeta)``; its value is the stabilized model's
+    minimum.
+
+    Parameters
+    ----------
+    bundle : Bundle
+        The planes (s_i, c_i) as its rows A and offsets b.
+    center : ndarray
+    zeta : float
+        The proximal weight, > 0.
+    alpha0 : ndarray, optional
+        Warm start for the multipliers.
+
+    Returns
+    -------
+    w : ndarray
+        The minimizer.
+    value : float
+        The dual value at `alpha` (the minimum at the QP optimum).
+    alpha : ndarray
+        The multipliers, on the simplex.
+    p : ndarray
+        The aggregate subgradient ``S^T alpha = zeta * (center - w)``.
+    """
+    qp = solve_simplex_qp(bundle.gram / zeta, bundle.A @ center + bundle.b, x0=alpha0)
+    p = qp.x @ bundle.A
+    return center - p / zeta, qp.value, qp.x, p
+
+
+class ProximityControl:
+    """Kiwiel's (1990) update of the proximal weight zeta (his u).
+
+    K. C. Kiwiel, "Proximity control in bundle methods for convex
+    nondifferentiable minimization", Math. Programming 46 (1990) 105-122,
+    the weight-updating procedure of Sec. 2. With the predicted decrease
+    ``P = J(w_hat) - J_cp(w_t) = |p|^2 / zeta + alpha_p`` (p the aggregate
+    subgradient, alpha_p its linearization error at the center) and the
+    actual decrease ``D = J(w_hat) - J(w_t)``, the interpolated weight
+    ``2 zeta (1 - D / P)`` is the one whose step would have ended at the
+    minimum of the quadratic that interpolates J(w_hat), the slope -P and
+    J(w_t) along the step. After a serious step it is taken if ``D >= m_R P`` and the
+    last step was serious too, otherwise zeta halves after 4 serious steps
+    in a row; it never falls below zeta / 10 nor `zeta_min`. After a null
+    step it is taken if the new plane's linearization error at the center
+    exceeds ``max(eps_v, 10 P)`` (the model is poor where it was trusted)
+    after 4 null steps in a row, never above 10 zeta. ``eps_v`` estimates
+    the variation of J near the center.
+
+    Parameters
+    ----------
+    zeta : float
+        The first weight, > 0.
+    zeta_min : float, optional
+        Lower safeguard; default ``1e-9 * zeta``.
+    m_r : float
+        Kiwiel's m_R, the agreement that allows a decrease of zeta.
+    """
+
+    def __init__(self, zeta, zeta_min=None, m_r=0.5):
+        self.zeta = float(zeta)
+        self.zeta_min = 1e-9 * self.zeta if zeta_min is None else zeta_min
+        self.m_r = m_r
+        self.streak = 0  # > 0: serious steps in a row since zeta changed; < 0: null steps
+        self.variation = np.inf  # eps_v
+
+    def update(self, serious, decrease, predicted, aggregate_error, p_norm, error):
+        """Update :attr:`zeta` after a step.
+
+        Parameters
+        ----------
+        serious : bool
+            Whether the step was serious.
+        decrease : float
+            ``J(w_hat) - J(w_t)``, the actual decrease.
+        predicted : float
+            ``J(w_hat) - J_cp(w_t)`` of the subproblem that chose w_t, >= 0.
+        aggregate_error : float
+            The aggregate plane's linearization error at the center.
+        p_norm : float
+            The aggregate subgradient's norm.
+        error : float
+            The linearization error at the center of the plane at w_t.
+        """
+        zeta = self.zeta
+        # Without a predicted decrease there is nothing to interpolate.
+        interpolated = 2.0 * zeta * (1.0 - decrease / predicted) if predicted > 0.0 else zeta
+        new = zeta
+        if serious:
+            if self.streak > 0 and decrease >= self.m_r * predicted:
+                new = interpolated
+            elif self.streak > 3:
+                new = zeta / 2.0
+            new = max(new, zeta / 10.0, self.zeta_min)
+            self.variation = max(self.variation, 2.0 * predicted)
+            self.streak = 1 if new != zeta else max(self.streak + 1, 1)
+        else:
+            self.variation = min(self.variation, p_norm + aggregate_error)
+            if error > max(self.variation, 10.0 * predicted) and self.streak < -3:
+                new = interpolated
+            new = min(new, 10.0 * zeta)
+            self.streak = -1 if new != zeta else min(self.streak - 1, -1)
+        self.zeta = new

@@ -1,0 +1,237 @@
+"""The scikit-learn estimators: scikit-learn's own checks, model selection, and agreement with prbmrm.train.fit."""
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import MultiLabelBinarizer, StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from conftest import data_path, hinge_objective, load_svmlight
+from prbmrm.comm import SerialComm
+from prbmrm.data import read_input
+from prbmrm.estimators import (BMRMClassifier, BMRMMultilabelClassifier, BMRMRanker, BMRMRegressor,
+                               expected_failed_checks, query_pairs)
+from prbmrm.train import fit
+
+# lam = 1e-2: the checks' data are tiny and unscaled (targets up to ~500), and BMRM needs of
+# the order of 1 / (lam * gap) iterations; at the default 1e-4 every check passes too, but the
+# regressor's and the softmax classifier's checks take about 50 s each (the multi-target
+# regression check alone 10,000 iterations).
+CHECKED = [BMRMClassifier(lam=1e-2), BMRMClassifier(lam=1e-2, loss="logistic"),
+           BMRMClassifier(lam=1e-2, loss="softmax"), BMRMRegressor(lam=1e-2),
+           BMRMRanker(lam=1e-2), BMRMRanker(lam=1e-2, loss="preference"),
+           BMRMMultilabelClassifier(lam=1e-2)]
+
+
+@parametrize_with_checks(CHECKED, expected_failed_checks=expected_failed_checks, xfail_strict=True)
+def test_scikit_learn_checks(estimator, check):
+    check(estimator)
+
+
+def a9a(n=3000):
+    X, y = load_svmlight("a9a.xz")
+    return X[:n], y[:n]
+
+
+def with_bias(X):
+    return sp.hstack([X, np.ones((X.shape[0], 1))]).tocsr() if sp.issparse(X) else np.c_[X, np.ones(len(X))]
+
+
+def test_hinge_classifier_is_train_fit_with_any_labels():
+    X, y = a9a(2000)
+    names = np.where(y > 0, "rich", "poor")  # sorted: "poor" is -1, "rich" +1
+    model = BMRMClassifier(loss="hinge", lam=1e-2).fit(X, names)
+    result, _, _ = fit((X, y), loss="hinge", lam=1e-2, bias=True, comm=SerialComm())
+    np.testing.assert_array_equal(model.classes_, ["poor", "rich"])
+    np.testing.assert_array_equal(model.coef_, result.w[None, :-1])
+    np.testing.assert_array_equal(model.intercept_, result.w[-1:])
+    assert model.n_iter_ == result.nit and model.history_["gap"][-1] == pytest.approx(result.gap)
+    assert model.objective_ == pytest.approx(hinge_objective(with_bias(X), y, result.w, 1e-2), rel=1e-12)
+    np.testing.assert_array_equal(model.predict(X), np.where(X @ result.w[:-1] + result.w[-1] > 0,
+                                                             "rich", "poor"))
+
+
+def test_multiclass_losses_see_class_values_and_two_classes_reduce_to_one_score():
+    X, y = load_svmlight("dna.scale.xz")  # classes 1, 2, 3
+    X, y = X[:200], y[:200]
+    model = BMRMClassifier(lam=1e-1).fit(X, y)
+    assert model.loss_ == "multiclass_hinge" and model.coef_.shape == (3, X.shape[1])
+    result, _, _ = fit((X, y), loss="multiclass_hinge", lam=1e-1, bias=True, comm=SerialComm())
+    np.testing.assert_array_equal(model.coef_, result.w.reshape(-1, 3)[:-1].T)
+    letters = np.array(["a", "b", "c"])[y.astype(int) - 1]
+    np.testing.assert_array_equal(BMRMClassifier(lam=1e-1).fit(X, letters).coef_, model.coef_)
+    binary = y[y < 3], X[y < 3]
+    two = BMRMClassifier(lam=1e-2, loss="softmax").fit(binary[1], binary[0])
+    result, _, _ = fit((binary[1], binary[0]), loss="softmax", lam=1e-2, bias=True, comm=SerialComm())
+    W = result.w.reshape(-1, 2)
+    np.testing.assert_allclose(two.coef_, (W[:-1, 1] - W[:-1, 0])[None], rtol=1e-12, atol=1e-15)
+    F = binary[1] @ W[:-1] + W[-1]
+    softmax = np.exp(F - F.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(two.predict_proba(binary[1]), softmax / softmax.sum(axis=1, keepdims=True),
+                               rtol=1e-12)
+
+
+def test_softmax_probabilities_are_the_softmax_of_the_scores():
+    X, y = load_svmlight("dna.scale.xz")
+    model = BMRMClassifier(lam=1e-2, loss="softmax").fit(X[:300], y[:300])
+    F = model.decision_function(X[300:400])
+    P = np.exp(F) / np.exp(F).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(model.predict_proba(X[300:400]), P, rtol=1e-12)
+    np.testing.assert_array_equal(model.predict(X[300:400]), model.classes_[np.argmax(P, axis=1)])
+    assert not hasattr(BMRMClassifier(), "predict_proba")
+
+
+def test_run_summary_and_convergence_warning():
+    X, y = a9a(500)
+    with pytest.warns(ConvergenceWarning, match="maximum number of iterations"):
+        model = BMRMClassifier(max_iter=3).fit(X, y)
+    assert model.n_iter_ == 3 and len(model.history_["gap"]) == 3
+    assert model.gap_ == model.history_["gap"][-1] > 0 and model.objective_ == model.history_["best_objective"][-1]
+    plain = BMRMClassifier(bias=False, lam=1e-1).fit(X, y)
+    np.testing.assert_array_equal(plain.intercept_, [0.0])
+
+
+def test_grid_search_over_lam_on_a9a():
+    X, y = a9a()
+    search = GridSearchCV(BMRMClassifier(), {"lam": [1e-3, 1e-2, 1e-1]}, cv=3).fit(X, y)
+    assert search.best_score_ > 0.82  # a linear SVM's accuracy on Adult is about 0.85
+    scores = search.cv_results_["mean_test_score"]
+    assert search.best_score_ == scores.max()
+    assert search.best_estimator_.lam == search.best_params_["lam"]
+    X_test, y_test = load_svmlight("a9a.t.xz", n_features=X.shape[1])
+    assert search.score(X_test[:2000], y_test[:2000]) > 0.82
+
+
+def test_pipeline_with_standard_scaler():
+    X, y = a9a(2000)
+    pipeline = make_pipeline(StandardScaler(with_mean=False), BMRMClassifier(lam=1e-2)).fit(X, y)
+    scaled = StandardScaler(with_mean=False).fit_transform(X)
+    direct = BMRMClassifier(lam=1e-2).fit(scaled, y)
+    np.testing.assert_array_equal(pipeline[-1].coef_, direct.coef_)
+    assert pipeline.score(X, y) == direct.score(scaled, y) > 0.8
+
+
+def ridge(X, Y, lam):
+    """Minimizer of lam/2 |W|^2 + 1/(2m) |[X 1] W - Y|^2 (the bias regularized), by the normal equations."""
+    A = with_bias(np.asarray(X))
+    return np.linalg.solve(A.T @ A / len(A) + lam * np.eye(A.shape[1]), A.T @ Y / len(A))
+
+
+def test_regressor_least_squares_is_ridge_with_a_regularized_intercept():
+    X, y = load_svmlight("housing.xz")
+    X = StandardScaler().fit_transform(X.toarray())
+    model = BMRMRegressor(lam=1e-2, rel_epsilon=1e-7).fit(X, y)
+    expected = ridge(X, y, 1e-2)
+    np.testing.assert_allclose(model.coef_, expected[:-1], rtol=1e-3, atol=1e-3 * np.abs(expected).max())
+    assert model.intercept_ == pytest.approx(expected[-1], rel=1e-3)
+    # Two 0/1 targets: multivariate regression, not a multilabel indicator.
+    Y = np.column_stack([y > 20, y > 30]).astype(float)
+    two = BMRMRegressor(lam=1e-2, rel_epsilon=1e-7).fit(X, Y)
+    assert two.loss_ == "multivariate_regression" and two.predict(X).shape == Y.shape
+    expected = ridge(X, Y, 1e-2)
+    np.testing.assert_allclose(two.coef_, expected[:-1].T, atol=1e-3 * np.abs(expected).max())
+    with pytest.raises(ValueError, match="y should be a 1d array"):
+        BMRMRegressor(loss="huber").fit(X, Y)
+
+
+def test_poisson_regressor_predicts_the_mean():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    y = rng.poisson(np.exp(0.3 * X[:, 0] + 0.5))
+    model = BMRMRegressor(loss="poisson", lam=1e-1).fit(X, y)
+    np.testing.assert_allclose(model.predict(X), np.exp(X @ model.coef_ + model.intercept_), rtol=1e-12)
+    assert model.coef_[0] > 0.2 and np.all(np.abs(model.coef_[1:]) < 0.1)
+
+
+def mq2008(queries=20):
+    X, y, qid = read_input(data_path("mq2008_subset_vali.txt.xz"))
+    rows = qid <= np.unique(qid)[queries - 1]
+    return X[rows], y[rows], qid[rows]
+
+
+def test_ranker_ndcg_is_train_fit_and_scores_ndcg():
+    from sklearn.metrics import ndcg_score
+
+    X, y, qid = mq2008()
+    model = BMRMRanker(lam=1e-1, loss_params={"k": 5}).fit(X, y, qid=qid)
+    result, _, _ = fit((X, y, {"qid": qid}), loss="ndcg", loss_params={"k": 5}, lam=1e-1, bias=True,
+                       comm=SerialComm())
+    np.testing.assert_array_equal(model.coef_, result.w[:-1])
+    f = model.predict(X)
+    per_query = [ndcg_score([2.0 ** y[qid == q] - 1], [f[qid == q]], k=5) for q in np.unique(qid)
+                 if np.any(y[qid == q] > 0)]
+    assert model.score(X, y, qid=qid) == pytest.approx(np.mean(per_query), rel=1e-12)
+    shuffled = np.random.default_rng(0).permutation(len(y))
+    with pytest.raises(ValueError, match="the rows of a query must be contiguous"):
+        model.fit(X[shuffled], y[shuffled], qid=qid[shuffled])
+
+
+def test_preference_pairs_and_ranker():
+    y = np.array([0.0, 2, 1, 0, 1, 1])
+    qid = np.array([7, 7, 7, 3, 3, 3])
+    lower, upper = query_pairs(y, qid)
+    brute = {(i, j) for i, j in itertools.permutations(range(6), 2) if qid[i] == qid[j] and y[i] < y[j]}
+    assert set(zip(lower.tolist(), upper.tolist())) == brute and len(lower) == len(brute)
+    # Over one query the preference risk is the ordinal risk (constant cost): same objective.
+    X, y, _ = mq2008(8)
+    preference = BMRMRanker(loss="preference", lam=1e-2, rel_epsilon=1e-6).fit(X, y)
+    ordinal = BMRMRanker(loss="ordinal", lam=1e-2, rel_epsilon=1e-6).fit(X, y)
+    assert preference.objective_ == pytest.approx(ordinal.objective_, rel=1e-5)
+    with pytest.raises(ValueError, match="takes no qid"):
+        BMRMRanker(loss="ordinal").fit(X, y, qid=np.zeros(len(y)))
+
+
+def yeast(n=300):
+    X, sets, _ = read_input(data_path("yeast_train.xz"), multilabel=True)
+    return X[:n], MultiLabelBinarizer().fit_transform(sets[:n])
+
+
+def test_multilabel_classifier_is_train_fit_and_scores_label_ranking():
+    X, Y = yeast()
+    model = BMRMMultilabelClassifier(lam=1e-1).fit(X, Y)
+    k = Y.shape[1]
+    result, _, _ = fit((X, Y), loss="multilabel_hinge", lam=1e-1, bias=True, comm=SerialComm())
+    np.testing.assert_array_equal(model.coef_, result.w.reshape(-1, k)[:-1].T)
+    F = model.decision_function(X)
+    np.testing.assert_array_equal(model.predict(X), F > 0)
+    wrong = []
+    for f, z in zip(F, Y.astype(bool)):
+        pairs = [(r, s) for r in np.flatnonzero(z) for s in np.flatnonzero(~z)]
+        if pairs:
+            wrong.append(np.mean([(f[s] > f[r]) + 0.5 * (f[s] == f[r]) for r, s in pairs]))
+    assert model.score(X, Y) == pytest.approx(1 - np.mean(wrong), rel=1e-12)
+    with pytest.raises(ValueError, match="0/1 label indicator"):
+        model.fit(X, Y[:, 0])
+
+
+@pytest.mark.parametrize("estimator, message", [
+    (BMRMClassifier(loss="hinge"), "Only binary classification"),
+    (BMRMClassifier(loss="least_squares"), "unsuitable loss 'least_squares'"),
+    (BMRMClassifier(lam=-1.0), "--lam must be a positive number"),
+    (BMRMClassifier(loss="softmax", loss_params={"nope": 1}), "has no parameter 'nope'"),
+])
+def test_errors_are_value_errors(estimator, message):
+    X, y = load_svmlight("dna.scale.xz")
+    with pytest.raises(ValueError, match=message):
+        estimator.fit(X[:100], y[:100])
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_every_rank_gets_the_coefficients_of_a_serial_run(comm):
+    X, y = a9a(2000)
+    model = BMRMClassifier(lam=1e-2).fit(X, y)
+    serial, _, _ = fit((X, y), loss="hinge", lam=1e-2, bias=True, comm=SerialComm())
+    np.testing.assert_array_equal(model.coef_, serial.w[None, :-1])
+    np.testing.assert_array_equal(model.intercept_, serial.w[-1:])
+    assert model.n_iter_ == serial.nit
+    np.testing.assert_array_equal(model.predict(X), np.where(X @ serial.w[:-1] + serial.w[-1] > 0, 1.0, -1.0))
+    X, y, qid = mq2008(12)
+    ranker = BMRMRanker(lam=1e-1).fit(X, y, qid=qid)
+    serial, _, _ = fit((X, y, {"qid": qid}), loss="ndcg", lam=1e-1, bias=True, comm=SerialComm())
+    np.testing.assert_array_equal(ranker.coef_, serial.w[:-1])

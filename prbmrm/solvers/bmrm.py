@@ -8,7 +8,7 @@ from ._base import Bundle, Progress, Recorder, check_finite
 
 
 def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                  idle_age=10, bundle_size=0, callback=None):
+                  idle_age=10, bundle_size=0, callback=None, state=None, checkpoint=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with BMRM.
 
     Each iteration t evaluates ``R_emp`` and a subgradient ``a_t`` at
@@ -47,6 +47,16 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     callback : callable, optional
         Called with a :class:`Progress` after every iteration; raising
         StopIteration stops the solver.
+    state : dict, optional
+        A state from `checkpoint` (:func:`prbmrm.checkpoint.load_checkpoint`):
+        continue from it instead of `w0`, along the path the uninterrupted
+        run would have taken.
+    checkpoint : callable, optional
+        ``checkpoint(t, snapshot)`` after iteration t, ``snapshot()``
+        returning the state as a dict of arrays and scalars (planes, Gram
+        matrix, idle counts, multipliers, best and next iterate, history);
+        returning True stops the solver with status 5 (see
+        :class:`prbmrm.checkpoint.Checkpointer`).
 
     Returns
     -------
@@ -57,7 +67,13 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     alpha = np.zeros(0)
     best_objective, best_w = np.inf, w
     recorder = Recorder(epsilon, rel_epsilon, callback)
-    for t in range(1, max_iter + 1):
+    start = 1
+    if state is not None:
+        bundle.restore(state["bundle"])
+        recorder.restore(state)
+        w, alpha, best_w = state["w"], state["alpha"], state["best_w"]
+        best_objective, start = state["best_objective"], state["iteration"] + 1
+    for t in range(start, max_iter + 1):
         r, a = risk(w)
         check_finite(r, a, t)
         objective = lam * regularizer.value(w) + r
@@ -77,4 +93,9 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         if idle_age > 0:
             bundle.update_idle(alpha)
             alpha = bundle.prune(idle_age, alpha)
+        if checkpoint is not None and checkpoint(t, lambda: dict(
+                recorder.state(), bundle=bundle.state(), w=w, alpha=alpha, best_w=best_w,
+                best_objective=best_objective, iteration=t)):
+            recorder.interrupt()
+            break
     return recorder.result(best_w, best_objective, w)

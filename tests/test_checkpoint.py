@@ -189,8 +189,13 @@ def signal_rank(job, path, rank, signum):
     """Send `signum` to rank `rank` of `job`; return (status, seconds to exit, stderr)."""
     pids = rank_pids(path)
     assert sorted(pids) == [0, 1, 2]
+    return end_job(job, lambda: os.kill(pids[rank], signum))
+
+
+def end_job(job, send):
+    """Call `send()` and wait for `job` to end; return (status, seconds to exit, stderr)."""
     sent = time.monotonic()
-    os.kill(pids[rank], signum)
+    send()
     try:
         _, stderr = job.communicate(timeout=20)
     except subprocess.TimeoutExpired:
@@ -222,3 +227,12 @@ def test_sigterm_to_rank_0_checkpoints_and_resumes(tmp_path):
     full, _, _ = fit(**more)
     assert resumed.attrs["iterations"] == full.nit == stopped + 15
     check_same_run(resumed, full)
+
+
+def test_sigint_to_mpiexec_stops_every_rank_cleanly(tmp_path):
+    """mpiexec forwards Ctrl-C to every rank: the serving ranks leave it to rank 0."""
+    job, path = start_job(tmp_path)
+    status, seconds, stderr = end_job(job, lambda: job.send_signal(signal.SIGINT))
+    assert status == 130 and seconds < 10, stderr
+    assert "interrupted by signal 2" in stderr
+    assert load_model(str(tmp_path / "model.h5")).attrs["iterations"] == load_checkpoint(path)[1]["iteration"]

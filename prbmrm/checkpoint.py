@@ -18,6 +18,7 @@ leaves the previous checkpoint intact (and at worst a stale temporary file).
 """
 
 import hashlib
+import itertools
 import json
 import os
 import signal
@@ -120,14 +121,14 @@ def data_fingerprint(local, comm):
     """
     bounds = local.blocks
     digests = [_block_digest(local.X[a:b], local.y[a:b], None if local.qid is None else local.qid[a:b])
-               for a, b in zip(bounds[:-1], bounds[1:])]
+               for a, b in itertools.pairwise(bounds)]
     every = comm.gather_scalars(np.asarray(digests, dtype=np.float64))
     if not comm.is_root:
         return None
     return {"n_examples": int(local.n_examples_total), "n_features": int(local.n_features),
             "label_kind": local.label_kind,
             "classes": None if local.classes is None else np.asarray(local.classes, dtype=np.float64).tolist(),
-            "blocks": int(len(every)), "sha256": hashlib.sha256(every.astype(np.int64).tobytes()).hexdigest()}
+            "blocks": len(every), "sha256": hashlib.sha256(every.astype(np.int64).tobytes()).hexdigest()}
 
 
 class Checkpointer:
@@ -288,4 +289,4 @@ class SignalFlag:
     @property
     def exit_status(self):
         """int: 128 + the signal number after a signal (130 SIGINT, 143 SIGTERM), else 0."""
-        return 0 if self.signum is None else 128 + int(self.signum)
+        return 0 if self.signum is None else 128 + self.signum

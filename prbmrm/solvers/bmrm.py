@@ -1,5 +1,6 @@
 """BMRM, the bundle method for regularized risk minimization (paper 000, Alg. 2 and 5)."""
 
+import functools
 import time
 
 import numpy as np
@@ -93,9 +94,14 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         if idle_age > 0:
             bundle.update_idle(alpha)
             alpha = bundle.prune(idle_age, alpha)
-        if checkpoint is not None and checkpoint(t, lambda: dict(
-                recorder.state(), bundle=bundle.state(), w=w, alpha=alpha, best_w=best_w,
+        if checkpoint is not None and checkpoint(t, functools.partial(
+                _snapshot, recorder, bundle, w=w, alpha=alpha, best_w=best_w,
                 best_objective=best_objective, iteration=t)):
             recorder.interrupt()
             break
     return recorder.result(best_w, best_objective, w)
+
+
+def _snapshot(recorder, bundle, **values):
+    """The state a checkpoint holds: history, bundle, and the solver's own `values`."""
+    return dict(recorder.state(), bundle=bundle.state(), **values)

@@ -205,9 +205,10 @@ def end_job(job, send):
     return job.returncode, time.monotonic() - sent, stderr
 
 
-def test_sigkill_of_a_rank_ends_the_job(tmp_path):
+@pytest.mark.parametrize("rank", [1, 0])
+def test_sigkill_of_a_rank_ends_the_job(tmp_path, rank):
     job, path = start_job(tmp_path)
-    status, seconds, _ = signal_rank(job, path, 1, signal.SIGKILL)
+    status, seconds, _ = signal_rank(job, path, rank, signal.SIGKILL)
     assert status != 0 and seconds < 10
     assert rank_pids(path) == {}  # no rank left behind
 

@@ -5,6 +5,7 @@ Run plainly for one process, or under ``mpiexec -n P`` (or ``python -m mpi4py
 Without ``--data`` it trains on a small real data set shipped in the package.
 """
 
+import inspect
 import json
 import math
 import os
@@ -16,6 +17,7 @@ import numpy as np
 from . import __version__
 from ._cli import ArgumentParser, run
 from ._params import parse_params
+from .checkpoint import SignalFlag, checkpointing
 from .data import load_local, split_local
 from .errors import UsageError
 from .losses import LOSSES, get_loss
@@ -63,7 +65,8 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
         reg_params=None, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, bundle_size=0,
-        theta=None, solver_params=None, callback=None, comm=None):
+        theta=None, solver_params=None, callback=None, comm=None, checkpoint=None, checkpoint_every=0,
+        resume=None, stop=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -110,6 +113,17 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         Called on rank 0 with a :class:`prbmrm.solvers.Progress` per iteration.
     comm : prbmrm.comm.SerialComm or MPIComm, optional
         Defaults to :func:`prbmrm.comm.get_comm`.
+    checkpoint : str, optional
+        Rank 0 writes the solver's state to this file every `checkpoint_every`
+        iterations, at `max_iter` and on `stop` (see :mod:`prbmrm.checkpoint`).
+    checkpoint_every : int
+    resume : str, optional
+        Continue from this checkpoint; UsageError on every rank if its options
+        or data differ.
+    stop : callable, optional
+        ``stop() -> bool``, checked on rank 0 between iterations: True ends the
+        run (status 5 with a final checkpoint; status 3 for a solver without
+        checkpoints).
 
     Returns
     -------
@@ -155,10 +169,47 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
                              local.qid)
     regularizer.prepare(oracle.dim, loss_object.risk_floor)
     w0 = regularizer.initial_point(oracle.dim)
+    callback, options = _checkpoint_options(comm, local, callback, options, checkpoint, checkpoint_every, resume,
+                                            stop, loss_object, regularizer, lam=lam, solver=solver, bias=bias,
+                                            idle_age=idle_age, bundle_size=bundle_size, max_iter=max_iter)
     result = run_distributed(oracle, lambda risk: minimize(
         risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
         max_iter=max_iter, idle_age=idle_age, callback=callback, **options))
     return result, local, loss_object
+
+
+def _checkpoint_options(comm, local, callback, options, path, every, resume, stop, loss, regularizer, **run):
+    """Return the callback and solver options with checkpoint, resume and stop added (collective).
+
+    A solver without checkpoints (no ``checkpoint`` keyword) refuses `path`
+    and `resume`, and honours `stop` through its callback (StopIteration).
+    """
+    if not _checkpoints(run["solver"]):
+        if path is not None or resume is not None:
+            raise UsageError(f"solver {run['solver']!r} does not support --checkpoint and --resume "
+                             f"(those that do: {', '.join(s for s in SOLVERS if _checkpoints(s))})")
+        if stop is None or not comm.is_root:
+            return callback, options
+        return _stopping_callback(callback, stop), options
+    described = dict(run, loss=loss.name, loss_params={k: getattr(loss, k) for k in loss.params},
+                     reg=regularizer.name, reg_params={k: getattr(regularizer, k) for k in regularizer.params},
+                     solver_params=options)
+    keywords = checkpointing(comm, local, described, path=path, every=every, resume=resume,
+                             max_iter=run["max_iter"], stop=stop)
+    return callback, dict(options, **keywords)
+
+
+def _checkpoints(solver):
+    return "checkpoint" in inspect.signature(SOLVERS[solver]).parameters
+
+
+def _stopping_callback(callback, stop):
+    def stopping(row):
+        if callback is not None:
+            callback(row)
+        if stop():
+            raise StopIteration
+    return stopping
 
 
 class ProgressTable:
@@ -182,7 +233,7 @@ class ProgressTable:
         self.printed = 0
 
     def __call__(self, row):
-        if row.iteration == 1:
+        if self.last is None:  # the first row: iteration 1, or later on a resumed run
             print(self.HEADER, file=self.stream)
         every = self.every or (1 if row.iteration <= 10 else 10 if row.iteration <= 100 else 100)
         self.last = row
@@ -229,12 +280,38 @@ def build_parser():
     parser.add_argument("--bundle-size", type=int, default=0,
                         help="keep at most this many planes (>= 2), aggregating the oldest (default 0: no limit)")
     parser.add_argument("--bias", action="store_true", help="learn an offset (a constant feature, regularized)")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--out", default="model.h5", help="model file to write (default model.h5)")
     parser.add_argument("--print-every", type=int, default=0,
                         help="progress row every N iterations (default 0: 1 to 10 by 1, to 100 by 10, then by 100)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.add_argument("--version", action="version", version=f"prbmrm {__version__}")
     return parser
+
+
+def add_checkpoint_arguments(parser):
+    """Add ``--checkpoint``, ``--checkpoint-every`` and ``--resume`` to `parser`."""
+    parser.add_argument("--checkpoint", metavar="PATH",
+                        help="rank 0 writes the solver state here (atomically) every --checkpoint-every "
+                        "iterations, at --max-iter and on SIGINT/SIGTERM")
+    parser.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                        help="checkpoint every N iterations (default 0: only at the end and on a signal)")
+    parser.add_argument("--resume", metavar="PATH", help="continue from this checkpoint (same options and data)")
+
+
+def _check_checkpoint_arguments(args, comm):
+    """Raise UsageError for bad checkpoint options; check the checkpoint path is writable (collective)."""
+    if args.checkpoint_every < 0:
+        raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    if args.checkpoint_every and args.checkpoint is None:
+        raise UsageError("--checkpoint-every needs --checkpoint PATH")
+    error = None
+    if comm.is_root and args.checkpoint is not None:
+        try:
+            check_writable(args.checkpoint)
+        except Exception as problem:
+            error = problem
+    comm.check(error)
 
 
 def _absolute_files(params):
@@ -261,16 +338,21 @@ def main(argv, comm):
         except Exception as problem:
             error = problem
     comm.check(error)
+    _check_checkpoint_arguments(args, comm)
     verbose = comm.is_root and not args.quiet
     table = ProgressTable(args.print_every) if verbose else None
     started = time.perf_counter()
-    result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=args.lam,
-                              bias=args.bias, solver=args.solver, reg=regularizer, epsilon=args.epsilon,
-                              rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
-                              idle_age=args.idle_age, bundle_size=args.bundle_size, theta=args.theta,
-                              solver_params=solver_params, callback=table, comm=comm)
+    with SignalFlag(comm) as interrupted:
+        result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=args.lam,
+                                  bias=args.bias, solver=args.solver, reg=regularizer, epsilon=args.epsilon,
+                                  rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
+                                  idle_age=args.idle_age, bundle_size=args.bundle_size, theta=args.theta,
+                                  solver_params=solver_params, callback=table, comm=comm,
+                                  checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
+                                  resume=args.resume, stop=interrupted)
+    status = comm.bcast_object(interrupted.exit_status)
     if not comm.is_root:
-        return 0
+        return status
     seconds = time.perf_counter() - started
     W = result.w.reshape(-1, loss.n_outputs) if loss.n_outputs > 1 else result.w
     w, bias = (W[:-1], W[-1]) if args.bias else (W, np.zeros(W.shape[1:]))
@@ -300,7 +382,11 @@ def main(argv, comm):
               f"{local.n_examples_total} examples x {local.n_features} features"
               f"{' + bias' if args.bias else ''}; {nonzeros} of {w.size} weights nonzero\n"
               f"model written to {args.out}")
-    return 0
+    if interrupted.signum is not None:
+        print(f"prbmrm.train: interrupted by signal {interrupted.signum} after iteration {result.nit}"
+              f"{f'; checkpoint written to {args.checkpoint}' if args.checkpoint else ''}",
+              file=sys.stderr, flush=True)
+    return status
 
 
 if __name__ == "__main__":

@@ -163,6 +163,22 @@ class Bundle:
         self._idle[0] = 0
         return np.concatenate(([total], alpha[kept]))
 
+    def state(self):
+        """Return the planes, Gram matrix and idle counts as a dict of arrays (for a checkpoint)."""
+        return {"A": self.A.copy(), "b": self.b.copy(), "gram": self.gram.copy(),
+                "idle": self._idle[:self.size].copy()}
+
+    def restore(self, state):
+        """Replace the planes by those of :meth:`state`; the Gram matrix is taken as saved, not recomputed."""
+        t = len(state["b"])
+        if t > len(self._b):
+            self._grow(t)
+        self._A[:t] = state["A"]
+        self._b[:t] = state["b"]
+        self._gram[:t, :t] = state["gram"]
+        self._idle[:t] = state["idle"]
+        self.size = t
+
     def _select(self, index, start):
         """Move the planes `index` (increasing) to rows ``start, start + 1, ...``; keep only those."""
         n = len(index)
@@ -222,10 +238,24 @@ class CuttingPlaneModel:
             self.bundle.update_idle(self.alpha)
             self.alpha = self.bundle.prune(self.idle_age, self.alpha)
 
+    def state(self):
+        """Return the planes and multipliers as a dict (for a checkpoint)."""
+        return {"bundle": self.bundle.state(), "alpha": self.alpha.copy()}
+
+    def restore(self, state):
+        """Continue from :meth:`state`: the next :meth:`minimize` is warm-started as the saved one was."""
+        self.bundle.restore(state["bundle"])
+        self.alpha = np.asarray(state["alpha"], dtype=np.float64)
+
+
+def snapshot(recorder, model, **values):
+    """A checkpoint's state of a BMRM variant: history, planes and multipliers, and the solver's `values`."""
+    return dict(recorder.state(), **model.state(), **values)
+
 
 _MESSAGES = {0: "gap <= epsilon", 1: "gap <= rel_epsilon * objective",
              2: "maximum number of iterations reached", 3: "stopped by the callback",
-             4: "no further progress (the line search failed)"}
+             4: "no further progress (the line search failed)", 5: "interrupted by a signal"}
 
 
 class Recorder:
@@ -266,6 +296,20 @@ class Recorder:
             except StopIteration:
                 self.status = 3 if self.status == 2 else self.status
         return self.status != 2
+
+    def interrupt(self):
+        """Mark the run as stopped by a signal (status 5)."""
+        self.status = 5
+
+    def state(self):
+        """Return the history so far as a dict of arrays (for a checkpoint)."""
+        return {"history": {name: np.asarray(values) for name, values in self.history.items()}}
+
+    def restore(self, state):
+        """Continue the history of :meth:`state`; elapsed seconds continue from its last row."""
+        self.history = {name: list(np.atleast_1d(state["history"][name])) for name in HISTORY_COLUMNS}
+        if self.history["seconds_total"]:
+            self.started -= self.history["seconds_total"][-1]
 
     def raise_lower_bound(self, lower_bound):
         """Give the last row a better `lower_bound`, computed later for the same iterates, and
@@ -314,7 +358,8 @@ class Result:
         Iterations, i.e. risk evaluations.
     status : int
         0: gap <= epsilon; 1: gap <= rel_epsilon * fun; 2: max_iter reached;
-        3: stopped by the callback; 4: no further progress (L-BFGS's line search failed).
+        3: stopped by the callback; 4: no further progress (L-BFGS's line search failed);
+        5: interrupted by a signal (see :mod:`prbmrm.checkpoint`).
     message : str
     w_last : ndarray
         The last iterate (BMRM: the minimizer of the last model J_t).

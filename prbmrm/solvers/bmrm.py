@@ -1,14 +1,15 @@
 """BMRM, the bundle method for regularized risk minimization (paper 000, Alg. 2 and 5)."""
 
+import functools
 import time
 
 import numpy as np
 
-from ._base import CuttingPlaneModel, Progress, Recorder, check_finite
+from ._base import CuttingPlaneModel, Progress, Recorder, check_finite, snapshot
 
 
 def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                  idle_age=10, bundle_size=0, callback=None):
+                  idle_age=10, bundle_size=0, callback=None, state=None, checkpoint=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with BMRM.
 
     Each iteration t evaluates ``R_emp`` and a subgradient ``a_t`` at
@@ -47,6 +48,16 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     callback : callable, optional
         Called with a :class:`Progress` after every iteration; raising
         StopIteration stops the solver.
+    state : dict, optional
+        A state from `checkpoint` (:func:`prbmrm.checkpoint.load_checkpoint`):
+        continue from it instead of `w0`, along the path the uninterrupted
+        run would have taken.
+    checkpoint : callable, optional
+        ``checkpoint(t, snapshot)`` after iteration t, ``snapshot()``
+        returning the state as a dict of arrays and scalars (planes, Gram
+        matrix, idle counts, multipliers, best and next iterate, history);
+        returning True stops the solver with status 5 (see
+        :class:`prbmrm.checkpoint.Checkpointer`).
 
     Returns
     -------
@@ -56,7 +67,13 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     model = CuttingPlaneModel(len(w), lam, regularizer, idle_age, bundle_size)
     best_objective, best_w = np.inf, w
     recorder = Recorder(epsilon, rel_epsilon, callback)
-    for t in range(1, max_iter + 1):
+    start = 1
+    if state is not None:
+        model.restore(state)
+        recorder.restore(state)
+        w, best_w = state["w"], state["best_w"]
+        best_objective, start = state["best_objective"], state["iteration"] + 1
+    for t in range(start, max_iter + 1):
         r, a = risk(w)
         check_finite(r, a, t)
         objective = lam * regularizer.value(w) + r
@@ -71,4 +88,9 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         if recorder.record(row):
             break
         model.prune()
+        if checkpoint is not None and checkpoint(t, functools.partial(
+                snapshot, recorder, model, w=w, best_w=best_w, best_objective=best_objective, iteration=t)):
+            recorder.interrupt()
+            break
     return recorder.result(best_w, best_objective, w)
+

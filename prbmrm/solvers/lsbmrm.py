@@ -1,12 +1,13 @@
 """BMRM with line search (paper 000, Alg. 3), the generalization of OCAS (Franc and Sonnenburg, 2008)."""
 
+import functools
 import math
 import time
 
 import numpy as np
 
 from ..errors import UsageError
-from ._base import CuttingPlaneModel, Progress, Recorder, check_finite
+from ._base import CuttingPlaneModel, Progress, Recorder, check_finite, snapshot
 from .linesearch import open_line, search_line
 
 
@@ -17,7 +18,7 @@ def check_theta(theta):
 
 
 def minimize_lsbmrm(risk, w0, lam, regularizer, *, theta=0.9, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                    idle_age=10, callback=None):
+                    idle_age=10, callback=None, state=None, checkpoint=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with BMRM and an exact line search.
 
     Iteration t evaluates ``R_emp`` and a subgradient at ``w^c_{t-1}``, adds
@@ -51,7 +52,7 @@ def minimize_lsbmrm(risk, w0, lam, regularizer, *, theta=0.9, epsilon=0.0, rel_e
     theta : float
         In (0, 1]: where on the segment from ``w^b_t`` to ``w_t`` the next
         plane is taken (OCAS's 0.9 by default; 1 takes it at ``w_t``).
-    epsilon, rel_epsilon, max_iter, idle_age, callback
+    epsilon, rel_epsilon, max_iter, idle_age, callback, state, checkpoint
         As for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`.
 
     Returns
@@ -67,7 +68,13 @@ def minimize_lsbmrm(risk, w0, lam, regularizer, *, theta=0.9, epsilon=0.0, rel_e
     model = CuttingPlaneModel(len(w_b), lam, regularizer, idle_age)
     best_objective, best_w = np.inf, w_b
     recorder = Recorder(epsilon, rel_epsilon, callback)
-    for t in range(1, max_iter + 1):
+    start = 1
+    if state is not None:
+        model.restore(state)
+        recorder.restore(state)
+        w_b, w_c, w_t, best_w = state["w_b"], state["w_c"], state["w_t"], state["best_w"]
+        best_objective, start = state["best_objective"], state["iteration"] + 1
+    for t in range(start, max_iter + 1):
         r, a = risk(w_c)
         check_finite(r, a, t)
         objective = lam * regularizer.value(w_c) + r
@@ -89,4 +96,9 @@ def minimize_lsbmrm(risk, w0, lam, regularizer, *, theta=0.9, epsilon=0.0, rel_e
         if recorder.record(row):
             break
         model.prune()
+        if checkpoint is not None and checkpoint(t, functools.partial(
+                snapshot, recorder, model, w_b=w_b, w_c=w_c, w_t=w_t, best_w=best_w,
+                best_objective=best_objective, iteration=t)):
+            recorder.interrupt()
+            break
     return recorder.result(best_w, best_objective, w_t)

@@ -1,0 +1,253 @@
+"""Checkpoint and resume, and what happens when a rank dies or rank 0 gets a signal.
+
+A resumed run is compared with the uninterrupted run with the same options:
+BMRM is deterministic given its state, so the final w agrees to 1e-12 (in
+fact bitwise). Multi-rank runs go through ``mpiexec`` with timeouts.
+"""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import REPO, load_svmlight, mpiexec, run_ranks
+from prbmrm.checkpoint import load_checkpoint, save_checkpoint
+from prbmrm.errors import UsageError
+from prbmrm.model import load_model
+from prbmrm.train import fit
+
+# Hinge on the demo data: about 70 iterations, planes pruned on the way.
+OPTIONS = dict(lam=1e-3, rel_epsilon=1e-5)
+RUN = ["-m", "prbmrm.train", "--lam", "1e-3", "--rel-epsilon", "1e-5", "--quiet"]
+
+
+def a9a_rows(rows=2000):
+    X, y = load_svmlight("a9a.xz")
+    return X[:rows], y[:rows]
+
+
+def train(tmp_path, ranks, name, *options):
+    """Run the demo training on `ranks` ranks; return the model written."""
+    out = str(tmp_path / f"{name}.h5")
+    completed, _ = run_ranks(ranks, [*RUN, "--out", out, *options], timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    return load_model(out)
+
+
+def check_same_run(resumed, full):
+    """The resumed run's w and history equal the uninterrupted run's."""
+    np.testing.assert_allclose(resumed.w, full.w, rtol=0, atol=1e-12)
+    for column in ("objective", "lower_bound", "planes"):
+        np.testing.assert_allclose(resumed.history[column], full.history[column], rtol=1e-12)
+
+
+def test_resume_reaches_the_uninterrupted_w(tmp_path):
+    full, _, _ = fit(**OPTIONS)
+    path = str(tmp_path / "state.h5")
+    part, _, _ = fit(max_iter=30, checkpoint=path, checkpoint_every=12, **OPTIONS)
+    assert part.nit == 30 and load_checkpoint(path)[1]["iteration"] == 30
+    resumed, _, _ = fit(resume=path, **OPTIONS)
+    assert resumed.nit == full.nit > 30 and resumed.status == full.status == 1
+    check_same_run(resumed, full)
+
+
+def test_resume_on_3_ranks_reaches_the_uninterrupted_w(tmp_path):
+    full, _, _ = fit(**OPTIONS)
+    path = str(tmp_path / "state.h5")
+    part = train(tmp_path, 3, "part", "--max-iter", "30", "--checkpoint", path, "--checkpoint-every", "12")
+    assert part.attrs["iterations"] == 30 and load_checkpoint(path)[1]["iteration"] == 30
+    resumed = train(tmp_path, 3, "resumed", "--resume", path)
+    assert resumed.attrs["iterations"] == full.nit
+    check_same_run(resumed, full)
+
+
+def test_lsbmrm_resume_reaches_the_uninterrupted_w(tmp_path):
+    data = a9a_rows()
+    options = dict(loss="hinge", lam=1e-3, bias=True, rel_epsilon=1e-5, solver="lsbmrm", theta=0.7)
+    full, _, _ = fit(data, **options)
+    path = str(tmp_path / "state.h5")
+    fit(data, max_iter=12, checkpoint=path, **options)
+    resumed, _, _ = fit(data, resume=path, **options)
+    assert resumed.nit == full.nit > 12 and resumed.status == full.status
+    check_same_run(resumed, full)
+    np.testing.assert_allclose(resumed.w_last, full.w_last, rtol=0, atol=1e-12)
+    with pytest.raises(UsageError, match="other options: solver_params .*theta"):
+        fit(data, resume=path, **dict(options, theta=0.9))
+
+
+def test_resume_with_an_aggregated_bundle(tmp_path):
+    data = a9a_rows()
+    options = dict(loss="hinge", lam=1e-2, bias=True, rel_epsilon=1e-4, bundle_size=4)
+    full, _, _ = fit(data, **options)
+    path = str(tmp_path / "state.h5")
+    part, _, _ = fit(data, max_iter=25, checkpoint=path, **options)
+    assert part.nit == 25 and load_checkpoint(path)[0]["bundle"]["A"].shape[0] <= 4
+    resumed, _, _ = fit(data, resume=path, **options)
+    assert resumed.nit == full.nit > 25 and resumed.status == full.status
+    check_same_run(resumed, full)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(lam=2e-3), "lam 0.001 -> 0.002"),
+    (dict(bias=False), "bias True -> False"),
+    (dict(loss="logistic"), "loss 'hinge' -> 'logistic'"),
+    (dict(bundle_size=5), "bundle_size 0 -> 5"),
+    (dict(idle_age=3), "idle_age 10 -> 3"),
+])
+def test_resume_refuses_other_options(tmp_path, change, message):
+    data = a9a_rows()
+    options = dict(loss="hinge", lam=1e-3, bias=True)
+    path = str(tmp_path / "state.h5")
+    fit(data, max_iter=5, checkpoint=path, **options)
+    with pytest.raises(UsageError, match=f"other options: .*{message}"):
+        fit(data, resume=path, **dict(options, **change))
+
+
+def test_resume_refuses_other_data(tmp_path):
+    X, y = a9a_rows()
+    path = str(tmp_path / "state.h5")
+    fit((X, y), lam=1e-3, max_iter=5, checkpoint=path)
+    changed = X.copy()
+    changed.data[7] += 1.0  # same sizes, one value differs
+    for data, what in (((changed, y), "sha256"), ((X[:-1], y[:-1]), "n_examples"),
+                       ((X, -y), "sha256")):
+        with pytest.raises(UsageError, match=f"other data .*{what}"):
+            fit(data, lam=1e-3, resume=path)
+
+
+def test_resume_refusal_stops_every_rank(tmp_path):
+    path = str(tmp_path / "state.h5")
+    fit(max_iter=5, checkpoint=path, **OPTIONS)
+    completed, _ = run_ranks(3, [*RUN, "--lam", "1e-2", "--resume", path, "--out", str(tmp_path / "x.h5")],
+                             timeout=60)
+    assert completed.returncode == 2
+    assert completed.stderr.count("other options: lam 0.001 -> 0.01") == 1, completed.stderr
+    with pytest.raises(UsageError, match="cannot read checkpoint"):
+        fit(resume=str(tmp_path / "missing.h5"), **OPTIONS)
+
+
+def test_solvers_without_checkpoints_refuse_and_still_stop():
+    with pytest.raises(UsageError, match="solver 'lbfgs' does not support --checkpoint"):
+        fit(loss="logistic", solver="lbfgs", checkpoint="never.h5")
+    result, _, _ = fit(loss="logistic", solver="lbfgs", stop=lambda: True)
+    assert result.status == 3 and result.nit == 1
+
+
+def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = str(tmp_path / "state.h5")
+    save_checkpoint(path, {"x": np.arange(3.0)}, {"iteration": 1})
+
+    def crash(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("prbmrm.checkpoint.os.fsync", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, {"x": np.arange(5.0)}, {"iteration": 2})
+    state, meta = load_checkpoint(path)
+    assert meta["iteration"] == 1 and len(state["x"]) == 3
+    assert os.listdir(tmp_path) == ["state.h5"]  # no temporary file left behind
+
+
+def test_checkpoint_is_never_partial_while_written(tmp_path):
+    """The file is only ever replaced by a complete one: readers see the old or the new state."""
+    path = str(tmp_path / "state.h5")
+    for i in range(1, 4):
+        save_checkpoint(path, {"x": np.full(1000, float(i))}, {"iteration": i})
+        state, meta = load_checkpoint(path)
+        assert meta["iteration"] == i and np.all(state["x"] == i)
+    assert glob.glob(str(tmp_path / ".state.h5.tmp-*")) == []
+
+
+# ---- failures: a 3-rank job, one of its processes signalled mid-run ----
+
+def start_job(tmp_path, ranks=3):
+    """Start a long 3-rank training that checkpoints every iteration; return (Popen, checkpoint path)."""
+    path = str(tmp_path / "state.h5")
+    command = [mpiexec(), "-n", str(ranks), sys.executable, *RUN, "--lam", "1e-7", "--rel-epsilon", "0",
+               "--max-iter", "100000", "--checkpoint", path, "--checkpoint-every", "1",
+               "--out", str(tmp_path / "model.h5")]
+    env = dict(os.environ, PYTHONPATH=REPO)
+    job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path):  # the ranks are in the solver loop
+        assert job.poll() is None and time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.05)
+    return job, path
+
+
+def rank_pids(marker):
+    """PIDs by MPI rank of the python processes whose command line contains `marker`."""
+    pids = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        if os.path.basename(command[0]).startswith(b"python") and marker.encode() in command:
+            for item in environ:
+                if item.startswith(b"PMI_RANK="):
+                    pids[int(item[9:])] = int(pid)
+    return pids
+
+
+def signal_rank(job, path, rank, signum):
+    """Send `signum` to rank `rank` of `job`; return (status, seconds to exit, stderr)."""
+    pids = rank_pids(path)
+    assert sorted(pids) == [0, 1, 2]
+    return end_job(job, lambda: os.kill(pids[rank], signum))
+
+
+def end_job(job, send):
+    """Call `send()` and wait for `job` to end; return (status, seconds to exit, stderr)."""
+    sent = time.monotonic()
+    send()
+    try:
+        _, stderr = job.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.communicate()
+        pytest.fail("the job did not end within 20 s")
+    return job.returncode, time.monotonic() - sent, stderr
+
+
+@pytest.mark.parametrize("rank", [1, 0])
+def test_sigkill_of_a_rank_ends_the_job(tmp_path, rank):
+    job, path = start_job(tmp_path)
+    status, seconds, _ = signal_rank(job, path, rank, signal.SIGKILL)
+    assert status != 0 and seconds < 10
+    assert rank_pids(path) == {}  # no rank left behind
+
+
+def test_sigterm_to_rank_0_checkpoints_and_resumes(tmp_path):
+    job, path = start_job(tmp_path)
+    status, seconds, stderr = signal_rank(job, path, 0, signal.SIGTERM)
+    assert status == 143 and seconds < 10, stderr
+    assert "interrupted by signal 15" in stderr
+    stopped = load_checkpoint(path)[1]["iteration"]
+    model = load_model(str(tmp_path / "model.h5"))
+    assert model.attrs["status"] == 5 and model.attrs["iterations"] == stopped
+    # Resume for 15 more iterations and compare with an uninterrupted run of as many.
+    more = dict(lam=1e-7, rel_epsilon=0.0, max_iter=stopped + 15)
+    resumed = train(tmp_path, 3, "resumed", "--lam", "1e-7", "--rel-epsilon", "0",
+                    "--max-iter", str(stopped + 15), "--resume", path)
+    full, _, _ = fit(**more)
+    assert resumed.attrs["iterations"] == full.nit == stopped + 15
+    check_same_run(resumed, full)
+
+
+def test_sigint_to_mpiexec_stops_every_rank_cleanly(tmp_path):
+    """mpiexec forwards Ctrl-C to every rank: the serving ranks leave it to rank 0."""
+    job, path = start_job(tmp_path)
+    status, seconds, stderr = end_job(job, lambda: job.send_signal(signal.SIGINT))
+    assert status == 130 and seconds < 10, stderr
+    assert "interrupted by signal 2" in stderr
+    assert load_model(str(tmp_path / "model.h5")).attrs["iterations"] == load_checkpoint(path)[1]["iteration"]

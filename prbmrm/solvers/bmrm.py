@@ -8,7 +8,7 @@ from ._base import Bundle, Progress, Recorder, check_finite
 
 
 def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                  idle_age=10, bundle_size=0, callback=None):
+                  idle_age=10, bundle_size=0, callback=None, bundle=None, alpha=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with BMRM.
 
     Each iteration t evaluates ``R_emp`` and a subgradient ``a_t`` at
@@ -47,14 +47,24 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     callback : callable, optional
         Called with a :class:`Progress` after every iteration; raising
         StopIteration stops the solver.
+    bundle : Bundle, optional
+        Planes of ``R_emp`` to start from, e.g. ``result.bundle`` of a run
+        with another `lam`: the planes bound ``R_emp``, not J, so they stay
+        valid for any `lam` (the lambda path reuses them). Updated in place;
+        `bundle_size` then does not apply (the bundle keeps its own).
+    alpha : ndarray, optional
+        The multipliers of `bundle`'s planes (``result.alpha``), a warm start
+        of the first subproblem; zeros by default.
 
     Returns
     -------
     Result
+        With ``bundle`` and ``alpha``, the final planes and their multipliers.
     """
     w = np.array(w0, dtype=np.float64)
-    bundle = Bundle(len(w), getattr(regularizer, "metric", None), bundle_size or None)
-    alpha = np.zeros(0)
+    if bundle is None:
+        bundle = Bundle(len(w), getattr(regularizer, "metric", None), bundle_size or None)
+    alpha = np.zeros(bundle.size) if alpha is None else np.array(alpha, dtype=np.float64)
     best_objective, best_w = np.inf, w
     recorder = Recorder(epsilon, rel_epsilon, callback)
     for t in range(1, max_iter + 1):
@@ -77,4 +87,6 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         if idle_age > 0:
             bundle.update_idle(alpha)
             alpha = bundle.prune(idle_age, alpha)
-    return recorder.result(best_w, best_objective, w)
+    result = recorder.result(best_w, best_objective, w)
+    result.bundle, result.alpha = bundle, alpha
+    return result

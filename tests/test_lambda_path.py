@@ -2,7 +2,6 @@
 
 import json
 
-import cvxpy as cp
 import numpy as np
 import pytest
 
@@ -46,6 +45,8 @@ def test_path_reaches_the_optima_of_independent_runs(a9a_part, solver, loss):
 
 
 def test_path_optimum_against_cvxpy(a9a_part):
+    import cvxpy as cp
+
     X, y = a9a_part
     path = train.fit(a9a_part, lam=LAMS, rel_epsilon=1e-4)[0]
     lam = LAMS[-1]

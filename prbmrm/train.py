@@ -423,7 +423,8 @@ def main(argv, comm):
     options = {key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")}
     attrs = {"objective": result.fun, "lower_bound": result.lower_bound, "gap": result.gap,
              "iterations": result.nit, "status": result.status, "message": result.message,
-             "lam": args.lam if path is None else path.lams[-1], "loss": args.loss, "loss_params": json.dumps(_absolute_files(loss_params)),
+             "lam": args.lam if path is None else path.lams[-1],
+             "loss": args.loss, "loss_params": json.dumps(_absolute_files(loss_params)),
              "solver": args.solver, "reg": args.reg, "reg_params": json.dumps(_absolute_files(reg_params)),
              "nonzeros": nonzeros,
              "has_bias": bool(args.bias), "n_features": local.n_features,

@@ -1,7 +1,6 @@
 """Configuration files (--config, --print-config): equivalent to the flags, overridden by them, checked."""
 
 import os
-from prbmrm._config import tomllib
 
 import numpy as np
 import pytest
@@ -9,7 +8,7 @@ import pytest
 from conftest import run_ranks
 from prbmrm import train
 from prbmrm._cli import ArgumentParser, run
-from prbmrm._config import add_config_options, parse_configured
+from prbmrm._config import add_config_options, parse_configured, tomllib
 from prbmrm.comm import SerialComm
 from prbmrm.model import load_model
 
@@ -125,14 +124,21 @@ def test_bad_files_are_refused_with_the_file_and_key(tmp_path, capsys, text, fra
     assert not os.path.exists(tmp_path / "m.h5")
 
 
+def test_missing_file(tmp_path, capsys):
+    capsys.readouterr()
+    assert train_main("--config", str(tmp_path / "missing.toml")) == 2
+    assert "missing.toml: cannot read the configuration file: No such file" in capsys.readouterr().err
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("ranks", [2])
 @pytest.mark.parametrize("problem, fragments", [
     ("unknown", ["unknown key 'lamda'"]),
     ("type", ["key 'max_iter'", "expected an integer"]),
     ("missing", ["missing.toml: cannot read the configuration file: No such file"]),
 ])
 def test_bad_files_stop_every_rank(tmp_path, ranks, problem, fragments):
+    """Every rank stops, rank 0 alone speaks (the in-process tests above are the 1-rank case)."""
     text = {"unknown": "lamda = 1e-3\n", "type": 'max_iter = "x"\n'}.get(problem)
     config = str(tmp_path / "missing.toml") if text is None else write(tmp_path, text)
     completed, seconds = run_ranks(ranks, ["-m", "prbmrm.train", "--config", config,

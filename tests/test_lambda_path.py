@@ -60,8 +60,8 @@ def test_path_optimum_against_cvxpy(a9a_part):
 
 
 def test_reused_bundle_gives_a_valid_and_better_first_bound(a9a_part):
-    from prbmrm.risk import DistributedRisk
     from prbmrm.losses import get_loss
+    from prbmrm.risk import DistributedRisk
     from prbmrm.solvers.bmrm import minimize_bmrm
 
     X, y = a9a_part
@@ -172,7 +172,8 @@ def test_lam_path_option_and_its_errors(tmp_path, capsys):
                           (["--lam-path", "3", "--lam", "1e-2,1e-3"], "takes one --lam"),
                           (["--lam-path", "3", "--lam", "2"], "not below the default --lam-max 1"),
                           (["--lam", "1e-2,1e-2"], "must differ"),
-                          (["--lam", "1e-2,x"], "comma-separated list of numbers")):
+                          (["--lam", "1e-2,x"], "comma-separated list of numbers"),
+                          (["--log-json", str(tmp_path / "no" / "log")], "cannot write the --log-json file")):
         capsys.readouterr()
         assert run_main(train, *argv, "--out", str(out)) == 2
         assert message in capsys.readouterr().err

@@ -4,7 +4,8 @@ Each run starts from the previous run's best w. BMRM also starts from the
 previous run's bundle: its planes ``R_emp(w) >= <a_i, w> + b_i`` bound the
 empirical risk, whatever lambda, so they stay valid lower models of every
 ``J = lam * Omega + R_emp`` and the next run's first lower bound is already
-informed by all earlier evaluations. Solvers without a bundle only warm-start.
+informed by all earlier evaluations. Solvers whose function takes no
+``bundle`` argument only warm-start.
 """
 
 import inspect
@@ -15,12 +16,20 @@ import numpy as np
 
 from ..errors import InputError, UsageError
 from ..regularizers import get_regularizer
-from ._base import Progress
 from . import SOLVERS
+from ._base import Progress
+
 
 @dataclass
 class PathProgress(Progress):
-    """A :class:`Progress` row of a path run: also the lambda and its index on the path."""
+    """A :class:`Progress` row of a path run: also the lambda and its index on the path.
+
+    Attributes
+    ----------
+    step : int
+        The index of the lambda on the path (0: the largest).
+    lam : float
+    """
 
     step: int
     lam: float

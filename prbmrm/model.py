@@ -139,8 +139,8 @@ def load_model(path):
             if f.attrs.get("format") != MODEL_FORMAT:
                 raise InputError(f"{path}: not a prbmrm model file")
             attrs = {key: _plain(value) for key, value in f.attrs.items()}
-            history, path = ({key: f[name][key][()] for key in f[name]} if name in f else None
-                             for name in ("history", "path"))
+            history = {key: f["history"][key][()] for key in f.get("history", ())}
+            path = {key: f["path"][key][()] for key in f["path"]} if "path" in f else None
             return Model(w=f["w"][()], bias=attrs["bias"], attrs=attrs, history=history, path=path)
     except OSError as error:
         raise InputError(f"{path}: cannot read model file: {error}") from None

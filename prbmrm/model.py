@@ -4,6 +4,7 @@ Written atomically (a temporary file in the same directory, fsync, rename), so
 a failed or interrupted run never leaves a partial model behind.
 """
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ import h5py
 import numpy as np
 
 from . import __version__
-from .errors import InputError
+from .errors import InputError, UsageError
 
 MODEL_FORMAT = "prbmrm-model"
 
@@ -32,16 +33,39 @@ class Model:
         lam, loss, options, version, ...
     history : dict of str to ndarray
         The progress table, one array per column.
+    path : dict of str to ndarray or None
+        The group ``/path`` of a lambda path's model: ``lam`` (n,), ``w``
+        (n, d[, k]), ``bias``, ``objective``, ``lower_bound``, ``gap``,
+        ``iterations``, ``status``; None for a single lambda.
     """
 
     w: np.ndarray
     bias: object
     attrs: dict
     history: dict
+    path: dict = None
 
     def decision_function(self, X):
         """Return the scores ``X @ w + bias`` of the rows of `X`."""
         return np.asarray(X @ self.w) + self.bias
+
+    def at_lam(self, lam):
+        """Return the model of the path's lambda `lam` (equal to 1e-9 relative).
+
+        Raises
+        ------
+        UsageError
+            If the model holds no path or `lam` is not on it (the message
+            lists the path's lambdas).
+        """
+        lams = self.path["lam"] if self.path is not None else np.array([self.attrs["lam"]])
+        index = np.flatnonzero(np.isclose(lams, lam, rtol=1e-9, atol=0.0))
+        if index.size == 0:
+            raise UsageError(f"--lam {lam:g}: the model's lambdas are {', '.join(f'{v:g}' for v in lams)}")
+        if self.path is None:
+            return self
+        i = int(index[0])
+        return dataclasses.replace(self, w=self.path["w"][i], bias=self.path["bias"][i])
 
 
 def check_writable(path):
@@ -60,7 +84,7 @@ def check_writable(path):
         raise InputError(f"{path}: output path is a directory; give a file name such as model.h5")
 
 
-def save_model(path, w, bias, attrs, history):
+def save_model(path, w, bias, attrs, history, groups=None):
     """Write a model file atomically.
 
     Parameters
@@ -75,6 +99,8 @@ def save_model(path, w, bias, attrs, history):
         stored as JSON text.
     history : dict of str to array_like
         Stored as one dataset per key under ``/history``.
+    groups : dict of str to dict of str to array_like, optional
+        More groups of datasets, e.g. ``{"path": {...}}`` for a lambda path.
     """
     temporary = _temporary_name(path)
     try:
@@ -87,9 +113,10 @@ def save_model(path, w, bias, attrs, history):
                     continue
                 f.attrs[key] = json.dumps(value) if isinstance(value, (dict, list, tuple)) else value
             f.create_dataset("w", data=np.asarray(w, dtype=np.float64))
-            group = f.create_group("history")
-            for key, values in history.items():
-                group.create_dataset(key, data=np.asarray(values))
+            for name, datasets in {"history": history, **(groups or {})}.items():
+                group = f.create_group(name)
+                for key, values in datasets.items():
+                    group.create_dataset(key, data=np.asarray(values))
             f.flush()
             os.fsync(f.id.get_vfd_handle())
         os.replace(temporary, path)
@@ -113,7 +140,8 @@ def load_model(path):
                 raise InputError(f"{path}: not a prbmrm model file")
             attrs = {key: _plain(value) for key, value in f.attrs.items()}
             history = {key: f["history"][key][()] for key in f.get("history", ())}
-            return Model(w=f["w"][()], bias=attrs["bias"], attrs=attrs, history=history)
+            path = {key: f["path"][key][()] for key in f["path"]} if "path" in f else None
+            return Model(w=f["w"][()], bias=attrs["bias"], attrs=attrs, history=history, path=path)
     except OSError as error:
         raise InputError(f"{path}: cannot read model file: {error}") from None
 

@@ -87,6 +87,8 @@ def main(argv, comm):
                         "(k values for multi-output models)")
     parser.add_argument("--labels", help="write the predicted labels here, one per line "
                         "(classification losses)")
+    parser.add_argument("--lam", type=float, help="the lambda of a lambda path's model to apply "
+                        "(default: the path's smallest, the model's /w)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     args = parser.parse_args(argv)
     error, model = None, None
@@ -98,6 +100,8 @@ def main(argv, comm):
     except InputError as problem:
         error = problem
     comm.check(error)
+    if args.lam is not None:
+        model = model.at_lam(args.lam)
     loss = get_loss(model.attrs["loss"], **json.loads(model.attrs.get("loss_params", "{}")))
     loss.prepare(model.attrs.get("classes"), model.attrs.get("label_kind"))
     if args.labels and not loss.predicts_labels:

@@ -5,9 +5,11 @@ Run plainly for one process, or under ``mpiexec -n P`` (or ``python -m mpi4py
 Without ``--data`` it trains on a small real data set shipped in the package.
 """
 
+import argparse
 import inspect
 import json
 import math
+import numbers
 import os
 import sys
 import time
@@ -16,16 +18,18 @@ import numpy as np
 
 from . import __version__
 from ._cli import ArgumentParser, run
+from ._config import add_config_options, parse_configured
 from ._params import parse_params
 from .checkpoint import SignalFlag, checkpointing
 from .data import load_local, split_local
-from .errors import UsageError
+from .errors import InputError, UsageError
 from .losses import LOSSES, get_loss
 from .model import check_writable, save_model
 from .regularizers import REGULARIZERS, get_regularizer
 from .risk import DistributedRisk, run_distributed
 from .solvers import SOLVERS, minimize, solver_options
 from .solvers.lsbmrm import check_theta
+from .solvers.path import LamPath, PathProgress, PathResult, minimize_path
 
 DEMO_NAME = "embedded demo: Wisconsin breast cancer (569 x 30, standardized)"
 
@@ -45,9 +49,13 @@ def load_demo():
 
 
 def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, solver="bmrm", theta=None):
-    """Raise UsageError for option values no run can use."""
-    if not (math.isfinite(lam) and lam > 0):
-        raise UsageError(f"--lam must be a positive number, got {lam:g}")
+    """Raise UsageError for option values no run can use (`lam` as for :func:`fit`)."""
+    lams = [lam.smallest] if isinstance(lam, LamPath) else np.ravel(lam).tolist()
+    for value in lams:
+        if not (math.isfinite(value) and value > 0):
+            raise UsageError(f"--lam must be a positive number, got {value:g}")
+    if len(set(lams)) != len(lams):
+        raise UsageError("--lam: the lambdas of a path must differ")
     for name, value in (("--epsilon", epsilon), ("--rel-epsilon", rel_epsilon)):
         if not (math.isfinite(value) and value >= 0):
             raise UsageError(f"{name} must be >= 0, got {value:g}")
@@ -83,8 +91,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         A key of :data:`prbmrm.losses.LOSSES`.
     loss_params : dict, optional
         The loss's parameters (``--loss-param NAME=VALUE``).
-    lam : float
-        Regularization constant, > 0.
+    lam : float, sequence of float or prbmrm.solvers.path.LamPath
+        Regularization constant, > 0. Several (a sequence, or a LamPath's
+        geometric grid) train a regularization path from the largest to the
+        smallest, each run starting from the previous one's w (and bundle,
+        for BMRM): see :func:`prbmrm.solvers.path.minimize_path`.
     bias : bool
         Append a constant feature whose weight is the (regularized) offset.
     solver : str
@@ -127,9 +138,10 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
 
     Returns
     -------
-    result : prbmrm.solvers.Result or None
-        On rank 0; None on the other ranks. ``result.w`` is flat: reshape it to
-        ``(n_features [+ 1 with bias], loss.n_outputs)`` for multi-output losses.
+    result : prbmrm.solvers.Result, prbmrm.solvers.path.PathResult or None
+        On rank 0 (a PathResult for several lambdas); None on the other ranks.
+        ``result.w`` is flat: reshape it to ``(n_features [+ 1 with bias],
+        loss.n_outputs)`` for multi-output losses.
     local : prbmrm.data.LocalData
         This rank's data, as loaded.
     loss : prbmrm.losses.Loss
@@ -169,10 +181,14 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
                              local.qid)
     regularizer.prepare(oracle.dim, loss_object.risk_floor)
     w0 = regularizer.initial_point(oracle.dim)
+    path = not isinstance(lam, numbers.Real)
+    if path and (checkpoint or resume):
+        raise UsageError("--checkpoint and --resume do not apply to a lambda path")
     callback, options = _checkpoint_options(comm, local, callback, options, checkpoint, checkpoint_every, resume,
                                             stop, loss_object, regularizer, lam=lam, solver=solver, bias=bias,
                                             idle_age=idle_age, bundle_size=bundle_size, max_iter=max_iter)
-    result = run_distributed(oracle, lambda risk: minimize(
+    solve = minimize_path if path else minimize
+    result = run_distributed(oracle, lambda risk: solve(
         risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
         max_iter=max_iter, idle_age=idle_age, callback=callback, **options))
     return result, local, loss_object
@@ -215,30 +231,48 @@ def _stopping_callback(callback, stop):
 class ProgressTable:
     """Prints the progress table on rank 0: every iteration at first, then sparser.
 
+    On a terminal the rows in between show in place on the last line (at
+    most 10 times a second), so a long run shows its progress; elsewhere
+    (a file, a pipe, a batch job's log) only the plain rows are written. On
+    a lambda path each lambda gets its own table, headed by the lambda.
+
     Parameters
     ----------
     every : int
         Print every this many iterations; 0 chooses 1 up to iteration 10, 10
         up to 100, then 100.
-    stream : file
+    stream : file, optional
+        sys.stdout by default.
     """
+
+    LIVE_SECONDS = 0.1
 
     HEADER = (f"{'iter':>6} {'objective':>13} {'best':>13} {'lower bound':>13} {'gap':>10} "
               f"{'planes':>6} {'risk s':>8} {'sub s':>8} {'comm s':>8}")
 
-    def __init__(self, every=0, stream=sys.stdout):
+    def __init__(self, every=0, stream=None):
         self.every = every
-        self.stream = stream
+        self.stream = sys.stdout if stream is None else stream
         self.last = None
         self.printed = 0
+        self.live = self.stream.isatty()
+        self.shown = None  # when the in-place row was last written, None when there is none
 
     def __call__(self, row):
-        if self.last is None:  # the first row: iteration 1, or later on a resumed run
+        # The first row of a run, of a resumed run, or of each step of a lambda path.
+        if self.last is None or (isinstance(row, PathProgress) and row.iteration == 1):
+            self.finish()
+            if isinstance(row, PathProgress):
+                print(f"path step {row.step + 1}: lambda {row.lam:.6g}", file=self.stream)
             print(self.HEADER, file=self.stream)
         every = self.every or (1 if row.iteration <= 10 else 10 if row.iteration <= 100 else 100)
         self.last = row
         if row.iteration % every == 0 or row.iteration == 1:
             self.print_row(row)
+        elif self.live and (self.shown is None or time.monotonic() - self.shown > self.LIVE_SECONDS):
+            self.stream.write("\r" + self.format_row(row))
+            self.stream.flush()
+            self.shown = time.monotonic()
 
     def finish(self):
         """Print the last row if it was skipped."""
@@ -246,11 +280,125 @@ class ProgressTable:
             self.print_row(self.last)
 
     def print_row(self, row):
-        """Print one row of the table."""
+        """Print one row of the table (over the in-place row, if any)."""
         self.printed = row.iteration
-        print(f"{row.iteration:6d} {row.objective:13.6e} {row.best_objective:13.6e} "
-              f"{row.lower_bound:13.6e} {row.gap:10.3e} {row.planes:6d} {row.seconds_risk:8.4f} "
-              f"{row.seconds_subproblem:8.4f} {row.seconds_comm:8.4f}", file=self.stream, flush=True)
+        start = "\r" if self.shown is not None else ""
+        self.shown = None
+        print(start + self.format_row(row), file=self.stream, flush=True)
+
+    @staticmethod
+    def format_row(row):
+        """Return the text of one row."""
+        return (f"{row.iteration:6d} {row.objective:13.6e} {row.best_objective:13.6e} "
+                f"{row.lower_bound:13.6e} {row.gap:10.3e} {row.planes:6d} {row.seconds_risk:8.4f} "
+                f"{row.seconds_subproblem:8.4f} {row.seconds_comm:8.4f}")
+
+
+class JsonLog:
+    """Appends each progress row to a JSON-lines file as the run goes (``--log-json``, rank 0).
+
+    Each line is one JSON object with the columns of the model's
+    ``/history`` (on a path also ``step`` and ``lam``), a non-finite value
+    written as null. The file is emptied when the log is created; each line
+    is then appended with one write and the file closed, so it always holds
+    whole lines, those of the iterations done so far, also when the run
+    fails or is killed (a record of how far it got). The model file, not the
+    log, tells whether a run finished.
+
+    Parameters
+    ----------
+    path : str
+
+    Raises
+    ------
+    InputError
+        If the file cannot be created.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            open(path, "w").close()
+        except OSError as error:
+            raise InputError(f"{path}: cannot write the --log-json file: {error.strerror or error}") from None
+
+    def __call__(self, row):
+        values = {name: _json_value(value) for name, value in vars(row).items()}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(values) + "\n")
+
+
+def _json_value(value):
+    value = value.item() if isinstance(value, np.generic) else value
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _callbacks(*functions):
+    """One callback that calls each of `functions` that is not None; None if all are."""
+    functions = [function for function in functions if function is not None]
+    if not functions:
+        return None
+
+    def callback(row):
+        for function in functions:
+            function(row)
+
+    return callback
+
+
+def lam_values(text):
+    """Type of ``--lam``: a number, or a comma-separated list of them (a path) as a tuple."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number or a comma-separated list of numbers, got {text!r}") from None
+    return values[0] if len(values) == 1 else values
+
+
+def lam_option(args):
+    """The `lam` of :func:`fit` for the parsed options: a float, a tuple (a path) or a LamPath."""
+    if not args.lam_path:
+        if args.lam_max is not None:
+            raise UsageError("--lam-max goes with --lam-path")
+        return args.lam
+    if not isinstance(args.lam, float):
+        raise UsageError("--lam-path takes one --lam, the smallest lambda of the path")
+    return LamPath(args.lam_path, args.lam, args.lam_max)
+
+
+def split_weights(w, loss, has_bias):
+    """Return ``(w, bias)`` of a solver's flat `w`: (d,) or (d, k) weights, and the offset(s)."""
+    W = w.reshape(-1, loss.n_outputs) if loss.n_outputs > 1 else w
+    return (W[:-1], W[-1]) if has_bias else (W, np.zeros(W.shape[1:]))
+
+
+def path_tables(path, loss, has_bias):
+    """Return ``(history, groups)`` of a lambda path's model file.
+
+    `history` concatenates the runs' histories with the columns ``step``
+    and ``lam``; ``groups["path"]`` holds per lambda ``lam``, ``w`` (n, d[, k]),
+    ``bias``, ``objective``, ``lower_bound``, ``gap``, ``iterations`` and ``status``.
+    """
+    histories = [dict(result.history, step=np.full(result.nit, step), lam=np.full(result.nit, lam))
+                 for step, (lam, result) in enumerate(zip(path.lams, path.results))]
+    history = {name: np.concatenate([h[name] for h in histories]) for name in histories[0]}
+    weights = [split_weights(result.w, loss, has_bias) for result in path.results]
+    table = {"lam": path.lams, "w": np.stack([w for w, _ in weights]),
+             "bias": np.stack([np.asarray(b, dtype=np.float64) for _, b in weights])}
+    for name, attribute in (("objective", "fun"), ("lower_bound", "lower_bound"), ("gap", "gap"),
+                            ("iterations", "nit"), ("status", "status")):
+        table[name] = np.array([getattr(result, attribute) for result in path.results])
+    return history, {"path": table}
+
+
+def print_path(path):
+    """Print one line per lambda of a path: its objective, bound, gap, iterations and status."""
+    print(f"path of {len(path.lams)} lambdas, {sum(r.nit for r in path.results)} iterations in all:\n"
+          f"{'lambda':>12} {'objective':>13} {'lower bound':>13} {'gap':>10} {'iter':>6}  status")
+    for lam, result in zip(path.lams, path.results):
+        print(f"{lam:12.6g} {result.fun:13.6e} {result.lower_bound:13.6e} {result.gap:10.3e} "
+              f"{result.nit:6d}  {result.message}")
 
 
 def build_parser():
@@ -261,7 +409,14 @@ def build_parser():
     parser.add_argument("--loss", default="hinge", help=f"loss: {', '.join(LOSSES)} (default hinge)")
     parser.add_argument("--loss-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")
-    parser.add_argument("--lam", type=float, default=1e-4, help="regularization constant > 0 (default 1e-4)")
+    parser.add_argument("--lam", type=lam_values, default=1e-4,
+                        help="regularization constant > 0 (default 1e-4); a comma-separated list "
+                        "trains a lambda path, from the largest to the smallest")
+    parser.add_argument("--lam-path", type=int, default=0, metavar="N",
+                        help="train a path of N lambdas, log-spaced from --lam-max down to --lam")
+    parser.add_argument("--lam-max", type=float, metavar="LAM",
+                        help="the first lambda of --lam-path (default: the smallest lambda at which "
+                        "w = 0 is optimal for l1 and elastic_net, 1.0 for other regularizers)")
     parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join(SOLVERS)} (default bmrm)")
     parser.add_argument("--theta", type=float, help="lsbmrm: next plane at (1 - theta) w_b + theta w_t, "
                         "0 < theta <= 1 (default 0.9)")
@@ -285,6 +440,9 @@ def build_parser():
     parser.add_argument("--print-every", type=int, default=0,
                         help="progress row every N iterations (default 0: 1 to 10 by 1, to 100 by 10, then by 100)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    parser.add_argument("--log-json", metavar="FILE",
+                        help="append each iteration's progress row to FILE as a JSON line (rank 0)")
+    add_config_options(parser)
     parser.add_argument("--version", action="version", version=f"prbmrm {__version__}")
     return parser
 
@@ -322,8 +480,11 @@ def _absolute_files(params):
 
 def main(argv, comm):
     """Entry point of ``python -m prbmrm.train``; returns the exit status."""
-    args = build_parser().parse_args(argv)
-    check_options(args.lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age, args.bundle_size,
+    args = parse_configured(build_parser(), argv, comm)
+    if args is None:  # --print-config
+        return 0
+    lam = lam_option(args)
+    check_options(lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age, args.bundle_size,
                   args.solver, args.theta)
     loss_params = parse_params(args.loss_param, "--loss-param")
     get_loss(args.loss, **loss_params)
@@ -331,10 +492,11 @@ def main(argv, comm):
     regularizer = get_regularizer(args.reg, **reg_params)
     solver_params = parse_params(args.solver_param, "--solver-param")
     solver_options(args.solver, solver_params)
-    error = None
+    error, log = None, None
     if comm.is_root:
         try:
             check_writable(args.out)
+            log = JsonLog(args.log_json) if args.log_json else None
         except Exception as problem:
             error = problem
     comm.check(error)
@@ -343,24 +505,27 @@ def main(argv, comm):
     table = ProgressTable(args.print_every) if verbose else None
     started = time.perf_counter()
     with SignalFlag(comm) as interrupted:
-        result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=args.lam,
+        result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=lam,
                                   bias=args.bias, solver=args.solver, reg=regularizer, epsilon=args.epsilon,
                                   rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
                                   idle_age=args.idle_age, bundle_size=args.bundle_size, theta=args.theta,
-                                  solver_params=solver_params, callback=table, comm=comm,
+                                  solver_params=solver_params, callback=_callbacks(table, log), comm=comm,
                                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
                                   resume=args.resume, stop=interrupted)
     status = comm.bcast_object(interrupted.exit_status)
     if not comm.is_root:
         return status
     seconds = time.perf_counter() - started
-    W = result.w.reshape(-1, loss.n_outputs) if loss.n_outputs > 1 else result.w
-    w, bias = (W[:-1], W[-1]) if args.bias else (W, np.zeros(W.shape[1:]))
+    path = result if isinstance(result, PathResult) else None
+    result = result if path is None else path.last
+    w, bias = split_weights(result.w, loss, args.bias)
+    history, groups = (result.history, None) if path is None else path_tables(path, loss, args.bias)
     nonzeros = int(np.count_nonzero(w))
     options = {key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")}
     attrs = {"objective": result.fun, "lower_bound": result.lower_bound, "gap": result.gap,
              "iterations": result.nit, "status": result.status, "message": result.message,
-             "lam": args.lam, "loss": args.loss, "loss_params": json.dumps(_absolute_files(loss_params)),
+             "lam": args.lam if path is None else path.lams[-1],
+             "loss": args.loss, "loss_params": json.dumps(_absolute_files(loss_params)),
              "solver": args.solver, "reg": args.reg, "reg_params": json.dumps(_absolute_files(reg_params)),
              "nonzeros": nonzeros,
              "has_bias": bool(args.bias), "n_features": local.n_features,
@@ -369,10 +534,12 @@ def main(argv, comm):
              "options": json.dumps(options), "seconds": seconds}
     if local.classes is not None:
         attrs["classes"] = np.asarray(local.classes, dtype=np.float64)
-    save_model(args.out, w, bias, attrs, result.history)
+    save_model(args.out, w, bias, attrs, history, groups)
     if verbose:
         table.finish()
-        totals = {name: float(np.sum(result.history[name]))
+        if path is not None:
+            print_path(path)
+        totals = {name: float(np.sum(history[name]))
                   for name in ("seconds_risk", "seconds_subproblem", "seconds_comm")}
         print(f"{'converged' if result.success else 'stopped'} after {result.nit} iterations "
               f"({result.message}): objective {result.fun:.8g}, lower bound {result.lower_bound:.8g}, "

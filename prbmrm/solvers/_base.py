@@ -365,6 +365,12 @@ class Result:
         The last iterate (BMRM: the minimizer of the last model J_t).
     history : dict of str to ndarray
         One array per column of :data:`HISTORY_COLUMNS`.
+    bundle : Bundle or None
+        The final planes of ``R_emp``, for solvers that keep a bundle (BMRM):
+        ``minimize_bmrm(..., bundle=result.bundle, alpha=result.alpha)`` goes
+        on from them.
+    alpha : ndarray or None
+        The multipliers of `bundle`'s planes.
     """
 
     w: np.ndarray
@@ -376,6 +382,8 @@ class Result:
     message: str
     w_last: np.ndarray
     history: dict = field(default_factory=dict)
+    bundle: object = None
+    alpha: np.ndarray = None
 
     @property
     def success(self):

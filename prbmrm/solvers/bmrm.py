@@ -9,7 +9,8 @@ from ._base import CuttingPlaneModel, Progress, Recorder, check_finite, snapshot
 
 
 def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                  idle_age=10, bundle_size=0, callback=None, state=None, checkpoint=None):
+                  idle_age=10, bundle_size=0, callback=None, state=None, checkpoint=None, bundle=None,
+                  alpha=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with BMRM.
 
     Each iteration t evaluates ``R_emp`` and a subgradient ``a_t`` at
@@ -58,13 +59,25 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         matrix, idle counts, multipliers, best and next iterate, history);
         returning True stops the solver with status 5 (see
         :class:`prbmrm.checkpoint.Checkpointer`).
+    bundle : Bundle, optional
+        Planes of ``R_emp`` to start from, e.g. ``result.bundle`` of a run
+        with another `lam`: the planes bound ``R_emp``, not J, so they stay
+        valid for any `lam` (the lambda path reuses them). Updated in place;
+        `bundle_size` then does not apply (the bundle keeps its own).
+    alpha : ndarray, optional
+        The multipliers of `bundle`'s planes (``result.alpha``), a warm start
+        of the first subproblem; zeros by default.
 
     Returns
     -------
     Result
+        With ``bundle`` and ``alpha``, the final planes and their multipliers.
     """
     w = np.array(w0, dtype=np.float64)
     model = CuttingPlaneModel(len(w), lam, regularizer, idle_age, bundle_size)
+    if bundle is not None:
+        model.bundle = bundle
+        model.alpha = np.zeros(bundle.size) if alpha is None else np.array(alpha, dtype=np.float64)
     best_objective, best_w = np.inf, w
     recorder = Recorder(epsilon, rel_epsilon, callback)
     start = 1
@@ -92,5 +105,7 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
                 snapshot, recorder, model, w=w, best_w=best_w, best_objective=best_objective, iteration=t)):
             recorder.interrupt()
             break
-    return recorder.result(best_w, best_objective, w)
+    result = recorder.result(best_w, best_objective, w)
+    result.bundle, result.alpha = model.bundle, model.alpha
+    return result
 

@@ -13,7 +13,7 @@ import argparse
 import sys
 import traceback
 
-from .errors import CollectiveError, PrbmrmError, UsageError
+from .errors import CollectiveError, CoordinatorError, PrbmrmError, UsageError
 
 EXIT_INPUT = 2
 EXIT_BUG = 1
@@ -54,6 +54,10 @@ def run(main, prog, argv=None):
     try:
         check_launch(comm)
         return main(argv, comm)
+    except CoordinatorError as error:
+        # Raised with the other ranks (no one waits), but each party that found it says so.
+        print(f"{prog}: error (party {comm.rank}): {error}", file=sys.stderr, flush=True)
+        return EXIT_INPUT
     except (CollectiveError, UsageError) as error:
         # Raised on every rank together: rank 0 speaks for all.
         if comm.is_root:

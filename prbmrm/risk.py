@@ -62,6 +62,11 @@ class DistributedRisk:
         The same, summed over all evaluations.
     evaluations : int
         Number of evaluations so far.
+    observer : callable or None
+        Called on every rank after each evaluation as ``observer(w, partials,
+        sums)``: the w evaluated, this rank's partial sums (one row per block,
+        gradient then risk) and their sum over all ranks (views, valid until
+        the next evaluation). Party mode's audit log is one.
     """
 
     def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
@@ -89,6 +94,8 @@ class DistributedRisk:
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
         self.total_seconds = {"risk": 0.0, "comm": 0.0}
         self.evaluations = 0
+        self.observer = None
+        self._received_seconds = 0.0
         self._deferred_error = None
 
     def __call__(self, w):
@@ -130,6 +137,8 @@ class DistributedRisk:
         for key, seconds in self.last_seconds.items():
             self.total_seconds[key] += seconds
         self.evaluations += 1
+        if self.observer is not None:
+            self.observer(w, self._partials, self._sums)
 
     def _multivariate_partials(self, w):
         """Fill the partial sums of a non-decomposable loss; return the seconds spent exchanging.
@@ -171,15 +180,36 @@ class DistributedRisk:
         CollectiveError
             If rank 0 stopped because of an error; the message is rank 0's.
         """
-        while True:
-            started = time.perf_counter()
-            self.comm.bcast_array(self._message)
-            flag = self._message[-1]
-            if flag == _STOP:
-                return
-            if flag == _FAIL:
-                raise CollectiveError(self.comm.bcast_object(None))
-            self._evaluate(time.perf_counter() - started)
+        while self.receive() is not None:
+            self.answer()
+
+    def receive(self):
+        """Wait for rank 0's next message (every rank but 0): the w to evaluate, or None to stop.
+
+        Returns
+        -------
+        ndarray or None
+            A view of the w received, valid until the next call.
+
+        Raises
+        ------
+        CollectiveError
+            If rank 0 stopped because of an error; the message is rank 0's.
+        """
+        started = time.perf_counter()
+        self.comm.bcast_array(self._message)
+        flag = self._message[-1]
+        if flag == _STOP:
+            return None
+        if flag == _FAIL:
+            raise CollectiveError(self.comm.bcast_object(None))
+        self._received_seconds = time.perf_counter() - started
+        return self._message[:-1]
+
+    def answer(self):
+        """Evaluate this rank's share at the w just received; return ``(R_emp, a)`` of the sum."""
+        self._evaluate(self._received_seconds)
+        return self._sums[-1] / self.n_total, self._sums[:-1] / self.n_total
 
     def stop(self, error=None):
         """Release the serving ranks (rank 0 only); with `error`, make them raise its message."""
@@ -237,6 +267,8 @@ def run_distributed(oracle, solve):
         return None
     try:
         result = solve(oracle)
+    except CollectiveError:
+        raise  # every rank raised it together: none is left waiting to be stopped
     except BaseException as error:
         oracle.stop(error)
         if isinstance(error, PrbmrmError):

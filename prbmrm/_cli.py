@@ -12,6 +12,7 @@ ranks check that the launcher started as many of them as MPI connected
 import argparse
 import sys
 import traceback
+import warnings
 
 from .errors import CollectiveError, CoordinatorError, PrbmrmError, UsageError
 
@@ -45,6 +46,8 @@ def run(main, prog, argv=None):
     from .comm import check_launch, get_comm
 
     comm = get_comm()
+    # Warnings (e.g. party mode's LeakWarning) read like errors: one line, the program's name.
+    warnings.formatwarning = lambda message, category, *_: f"{prog}: warning: {message}\n"
     if comm.size > 1:
         # Every core already runs a rank: BLAS threads would only compete with
         # them (OpenBLAS slows small dense products many-fold when oversubscribed).

@@ -162,7 +162,7 @@ class ClippedLoss:
             "ij,ij->i", X, X)
         # ||(l_i, x_i g_i^T)|| = sqrt(l_i^2 + |x_i|^2 |g_i|^2) for the d x k gradient x_i g_i^T.
         norms = np.sqrt(losses**2 + row_norms2 * np.einsum("ij,ij->i", G, G))
-        scale = np.minimum(1.0, self.clip / np.maximum(norms, np.finfo(float).tiny))
+        scale = self.clip / np.maximum(norms, self.clip)  # min(1, C / norm)
         risk = float(scale @ losses)
         if isinstance(self.loss, ScalarLoss):
             return risk, np.asarray(X.T @ (scale * G[:, 0]), dtype=np.float64)

@@ -25,15 +25,19 @@ over a proper subset of the parties that a reduction tree forms: only the
 sum over all parties is revealed, to every party. With 2 parties the sum
 minus one's own share is the other's share, so fewer than 3 are refused.
 
-Fixed point. All parties use the scale ``2^(bits - E)``, ``bits = 62 -
-ceil(log2(n_parts + 1))`` for ``n_parts`` partial sums in all, so a value
-below ``2^E`` in magnitude fits in ``bits`` bits and the sum of all of them
-in int64: the sum never wraps. ``E`` starts at 0 and is public. A party
-whose values do not fit says so in a masked counter that rides with the
-values; if any did (overflow detected), every party raises ``E`` by 8 and
-sends again with fresh masks, and :attr:`SecureComm.rescales` counts it.
-The absolute error of a sum is at most ``n_parts * 2^(E - bits - 1)``:
-about 2^-52 relative to the largest partial sum seen so far.
+Fixed point. A value x travels as two elements of ``Z_2^64``, the limbs of
+``x 2^(2 bits - E) = high 2^bits + low`` (``|high| <= 2^bits``, ``0 <= low <
+2^bits``), with ``bits = 62 - ceil(log2(n_parts + 1))`` for ``n_parts``
+partial sums in all: the limb sums of all parties fit in int64, so the sum
+never wraps. ``E`` is public, starts at 0 and only grows: a party whose
+values are not all below ``2^E`` says so in a masked counter that rides with
+the values (overflow detected); if any did, every party raises ``E`` by 8
+and sends again with fresh masks, and :attr:`SecureComm.rescales` counts it.
+The grid ``2^(E - 2 bits)`` is about ``2^-110`` of the largest partial sum
+seen so far, so the decoded sum is the exact sum rounded to float64 (within
+about one unit in the last place): more accurate than the per-component
+fixed point of the plain :meth:`prbmrm.comm.SerialComm.reproducible_sum`,
+from which it differs only by that method's own rounding.
 """
 
 import hashlib
@@ -174,6 +178,9 @@ class SecureComm:
         were not finite, and that reported a deviation.
         """
         status = [overflow, nonfinite, self._deviation is not None]
+        if self._deviation is not None:
+            # Answer a deviating coordinator with noise: the sum it gets is uniformly random.
+            values = keystream(os.urandom(32), 0, len(values)).view(np.int64)
         message = np.concatenate([values, np.asarray(status, dtype=np.int64)]).view(np.uint64)
         for peer in self._keys:
             if peer > self.rank:
@@ -229,27 +236,38 @@ class SecureComm:
             n_parts += self.size
         bits = 62 - math.ceil(math.log2(n_parts + 1))
         finite = bool(np.isfinite(partials).all())
+        n = partials.shape[1]
         while True:
-            shift = bits - self.exponent
+            shift = 2 * bits - self.exponent
             scaled = np.ldexp(partials, shift)
-            fits = finite and np.max(np.abs(scaled), initial=0.0) < 2.0**bits
-            fixed = (np.rint(scaled).astype(np.int64).sum(axis=0) if fits
-                     else np.zeros(partials.shape[1], dtype=np.int64))
-            total, status = self._masked_sum(fixed, finite and not fits, not finite)
+            fits = finite and np.max(np.abs(scaled), initial=0.0) < 2.0 ** (2 * bits)
+            limbs = np.zeros(2 * n, dtype=np.int64)
+            if fits:
+                # scaled = high 2^bits + low, |high| <= 2^bits, 0 <= low < 2^bits: both steps exact.
+                high = np.floor(np.ldexp(scaled, -bits))
+                low = np.rint(scaled - np.ldexp(high, bits))
+                limbs[:n] = high.astype(np.int64).sum(axis=0)
+                limbs[n:] = low.astype(np.int64).sum(axis=0)
+            total, status = self._masked_sum(limbs, finite and not fits, not finite)
             if status[_NONFINITE]:
-                return np.full(partials.shape[1], np.nan)
+                return np.full(n, np.nan)
             if not status[_OVERFLOW]:
-                return np.ldexp(total.astype(np.float64), -shift)
+                high, low = total[:n], total[n:]
+                high = high + (low >> bits)  # carry: the low sums are >= 0
+                low = low & ((1 << bits) - 1)
+                return np.ldexp(high.astype(np.float64), bits - shift) + np.ldexp(low.astype(np.float64), -shift)
             self.exponent += RESCALE_BITS
             self.rescales += 1
 
     def report_deviation(self, error):
         """Stop the run at the next sum: this party found that the coordinator deviated.
 
-        The flag rides, masked, with the next sum (or :meth:`settle`); then
-        every rank raises together: this party `error`, a
-        :class:`CoordinatorError`; the others a :class:`CollectiveError` that
-        counts the parties that stopped.
+        The flag rides, masked, with the next sum (or :meth:`settle`), in
+        which this party sends uniformly random values instead of its own:
+        the answer to a deviating query is never revealed. Then every rank
+        raises together: this party `error`, a :class:`CoordinatorError`;
+        the others a :class:`CollectiveError` that counts the parties that
+        stopped.
         """
         self._deviation = error
 

@@ -99,32 +99,48 @@ def load_party(spec, comm, *, bias=False):
     mine = {"d": metas[0]["d"], "kind": metas[0]["kind"], "has_qid": metas[0]["has_qid"]}
     shared = [comm.bcast_object((mine, metas[0]["classes"]), root=r) for r in range(comm.size)]
     comm.check(_disagreement(shared))
-    # Class labels may differ between parties (one may lack a class): their union. Label
-    # sets and targets index the columns of y: those must be the same everywhere.
-    classes = (None if mine["kind"] == "real" else shared[0][1]
-               if mine["kind"] in ("multilabel", "multioutput")
-               else np.unique(np.concatenate([c for _, c in shared])))
+    kind, classes = _label_union(shared)
     X, y, qid = _collectively(comm, _read_local, metas, bias)
     n_total = int(comm.allreduce_sum(np.array([len(y)], dtype=np.int64))[0])
     return LocalData(X=X, y=y, qid=qid, n_features=mine["d"], n_examples_total=n_total,
-                     label_kind=mine["kind"], classes=classes, files=[m["path"] for m in metas],
+                     label_kind=kind, classes=classes, files=[m["path"] for m in metas],
                      bias=bool(bias), row_offset=0,
                      blocks=[0] + np.cumsum([m["n"] for m in metas]).tolist())
+
+
+# Label kinds of one label per example: each party's kind says which values its own labels
+# take (one party may lack a class), so the parties' kinds combine through their values.
+_VALUE_KINDS = ("binary", "integer", "real")
 
 
 def _disagreement(shared):
     """An InputError naming the first thing party 0 and another party disagree on, or None."""
     (first, first_classes), show = shared[0], lambda c: "[" + ", ".join(f"{v:g}" for v in c) + "]"
     for party, (theirs, classes) in enumerate(shared):
-        for key, what in (("d", "the number of features"), ("kind", "the label kind"),
-                          ("has_qid", "query ids")):
+        for key, what in (("d", "the number of features"), ("has_qid", "query ids")):
             if theirs[key] != first[key]:
                 return InputError(f"parties disagree on {what}: party 0 has {first[key]!r}, "
                                   f"party {party} has {theirs[key]!r}")
-        if first["kind"] in ("multilabel", "multioutput") and not np.array_equal(classes, first_classes):
+        kinds = {first["kind"], theirs["kind"]}
+        if not kinds <= set(_VALUE_KINDS) and len(kinds) > 1:
+            return InputError(f"parties disagree on the label kind: party 0 has {first['kind']!r}, "
+                              f"party {party} has {theirs['kind']!r}")
+        # Label sets and targets index the columns of y: they must be the same everywhere.
+        if not kinds <= set(_VALUE_KINDS) and not np.array_equal(classes, first_classes):
             return InputError(f"parties disagree on the columns of y: party 0 has "
                               f"{show(first_classes)}, party {party} has {show(classes)}")
     return None
+
+
+def _label_union(shared):
+    """The label kind and classes of all parties' data together (as one conversion would find)."""
+    kinds = {theirs["kind"] for theirs, _ in shared}
+    if not kinds <= set(_VALUE_KINDS):
+        return kinds.pop(), shared[0][1]
+    if "real" in kinds:
+        return "real", None
+    classes = np.unique(np.concatenate([c for _, c in shared]))
+    return ("binary" if classes.size == 2 else "integer"), classes
 
 
 class ClippedLoss:
@@ -205,7 +221,7 @@ class PrivacyBudget:
         self.evaluations = 0
 
     def spend(self, *_):
-        """Account for one more evaluation (an observer of the risk oracle)."""
+        """Account for one more release (an observer of the risk oracle, called before each sum)."""
         self.accountant.compose(self._dp.GaussianDpEvent(self.noise_multiplier))
         self.evaluations += 1
 
@@ -252,7 +268,11 @@ class AuditLog:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 
-    def __call__(self, w, partials, sums):
+    def note(self, record):
+        """Add a line, e.g. ``{"deviation": message}``."""
+        self._write(record)
+
+    def __call__(self, w, partials):
         """Record one query (an observer of the risk oracle)."""
         record = {"query": len(self.objectives) + 1}
         if self.decomposable and self.n_local:
@@ -299,12 +319,15 @@ class CoordinatorCheck:
     tolerance : float
         Largest ``max |w_sent - w_own| / max |w_own|`` accepted (exact
         equality when w_own is 0).
+    log : AuditLog, optional
+        Where a deviation is also noted.
     """
 
-    def __init__(self, oracle, comm, tolerance):
+    def __init__(self, oracle, comm, tolerance, log=None):
         self.oracle = oracle
         self.comm = comm
         self.tolerance = tolerance
+        self.log = log
         self.queries = 0
 
     @property
@@ -313,9 +336,11 @@ class CoordinatorCheck:
         return self.oracle.last_seconds
 
     def _deviated(self, what):
-        self.comm.report_deviation(CoordinatorError(
-            f"the coordinator deviated from the protocol: {what} (party {self.comm.rank} "
-            f"replays the solver on the aggregated planes)"))
+        message = (f"the coordinator deviated from the protocol: {what} (party {self.comm.rank} "
+                   "replays the solver on the aggregated planes)")
+        if self.log is not None:
+            self.log.note({"deviation": message})
+        self.comm.report_deviation(CoordinatorError(message))
 
     def __call__(self, w):
         self.queries += 1
@@ -487,7 +512,8 @@ class Party:
                 oracle.serve()
             result = comm.bcast_object(result if comm.is_root else None)
             if own is not None:
-                CoordinatorCheck(oracle, comm, self.tolerance).check(result.w, own.w, "the final model")
+                CoordinatorCheck(oracle, comm, self.tolerance, self._audit).check(result.w, own.w,
+                                                                                  "the final model")
             comm.settle()
         finally:
             if self._audit is not None:
@@ -497,7 +523,7 @@ class Party:
         return None
 
     def _replay(self, oracle, solve):
-        check = CoordinatorCheck(oracle, self.comm, self.tolerance)
+        check = CoordinatorCheck(oracle, self.comm, self.tolerance, self._audit)
         try:
             own = solve(check)
         except _Stopped:

@@ -63,10 +63,10 @@ class DistributedRisk:
     evaluations : int
         Number of evaluations so far.
     observer : callable or None
-        Called on every rank after each evaluation as ``observer(w, partials,
-        sums)``: the w evaluated, this rank's partial sums (one row per block,
-        gradient then risk) and their sum over all ranks (views, valid until
-        the next evaluation). Party mode's audit log is one.
+        Called on every rank at each evaluation, before the sums travel, as
+        ``observer(w, partials)``: the w evaluated and this rank's partial
+        sums (one row per block, gradient then risk; views, valid until the
+        next evaluation). Party mode's audit log is one.
     """
 
     def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
@@ -131,14 +131,14 @@ class DistributedRisk:
         else:
             exchange = self._multivariate_partials(w)
         computed = time.perf_counter()
+        if self.observer is not None:
+            self.observer(w, self._partials)
         self._sums = self.comm.reproducible_sum(self._partials, self._n_parts)
         self.last_seconds = {"risk": computed - started - exchange,
                              "comm": bcast_seconds + exchange + time.perf_counter() - computed}
         for key, seconds in self.last_seconds.items():
             self.total_seconds[key] += seconds
         self.evaluations += 1
-        if self.observer is not None:
-            self.observer(w, self._partials, self._sums)
 
     def _multivariate_partials(self, w):
         """Fill the partial sums of a non-decomposable loss; return the seconds spent exchanging.

@@ -123,6 +123,9 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size)
     if party is not None:
         comm = party.start(comm, solver=solver, max_iter=max_iter)
+        if party.private:
+            # A noisy gap certifies nothing (it even goes negative): use the whole budget.
+            epsilon = rel_epsilon = -math.inf
     loss_object = get_loss(loss, **(loss_params or {}))
     # A bundle size is a parameter of the solvers that keep a bundle; others refuse it.
     own = dict(solver_params or {}, **({"bundle_size": bundle_size} if bundle_size else {}))
@@ -320,8 +323,8 @@ def main(argv, comm):
     comm.check(error)
     verbose = comm.is_root and not args.quiet
     note = ("note: differential privacy adds noise to every risk and subgradient: the objective, "
-            "lower bound and gap below are noisy and the lower bound is NOT certified"
-            if party is not None and party.private else None)
+            "lower bound and gap below are noisy, the lower bound is NOT certified, and the run "
+            f"takes all {args.max_iter} iterations" if party is not None and party.private else None)
     table = ProgressTable(args.print_every, note=note) if verbose else None
     started = time.perf_counter()
     result, local, loss = fit(args.party_data or args.data, loss=args.loss, loss_params=loss_params,

@@ -85,9 +85,9 @@ def transcript(directory, prefix):
             super().attach(oracle, *args)
             audit = oracle.observer
 
-            def observe(w, partials, sums):
+            def observe(w, partials):
                 truths.append(partials.sum(axis=0))  # this party's (gradient, risk) sums
-                audit(w, partials, sums)
+                audit(w, partials)
 
             oracle.observer = observe
 

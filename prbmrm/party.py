@@ -29,7 +29,8 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from .data import LocalData, _check_agreement, _collectively, _read_local, _shard_meta, _spec_label, list_shards
+from .data import (LocalData, _check_agreement, _collectively, _read_local, _shard_meta, _spec_label,
+                   list_shards)
 from .errors import CollectiveError, CoordinatorError, InputError, PrbmrmError, UsageError
 from .losses import ScalarLoss
 from .losses.vector import VectorLoss, _gradient
@@ -211,7 +212,6 @@ class PrivacyBudget:
             raise UsageError("--dp-epsilon needs the package dp-accounting "
                              "(pip install dp-accounting, or prbmrm[dp])") from None
         self._dp = dp_accounting
-        self._accountant_class = RdpAccountant
         self.epsilon = epsilon
         self.delta = delta
         self.noise_multiplier = float(dp_accounting.calibrate_dp_mechanism(
@@ -448,9 +448,12 @@ class Party:
                              "evaluates its smoothed loss")
         noise_std = 0.0
         if self.private:
-            if solver != "bmrm":
-                raise UsageError(f"differential privacy accounts one release per iteration: it runs "
-                                 f"with solver 'bmrm', got {solver!r}")
+            if solver != "proximal":
+                # BMRM's first step goes to -a/lam: a noisy plane from that far lies above the risk
+                # near the optimum by |<noise, w_1>| and the cutting-plane model stalls there.
+                raise UsageError(f"differential privacy runs with --solver proximal (got {solver!r}): "
+                                 "its steps stay near the prox-center, where noisy planes are accurate, "
+                                 "and it makes one release per iteration")
             self.budget = PrivacyBudget(self.dp_epsilon, self.dp_delta, max_iter)
             # Any P - 1 shares make the full noise: one party knowing its own share still faces sigma C.
             noise_std = self.budget.noise_multiplier * self.dp_clip / math.sqrt(comm.size - 1)

@@ -175,11 +175,13 @@ class SecureComm:
         """Sum int64 `values` and the status counters over the parties; return both sums.
 
         The counters are how many parties had values that did not fit, that
-        were not finite, and that reported a deviation.
+        were not finite, and that reported a deviation. A party in any of
+        these cases sends uniformly random values instead of its own, so the
+        total of such a round, which every party discards, reveals nothing:
+        not even the sum over the other parties.
         """
         status = [overflow, nonfinite, self._deviation is not None]
-        if self._deviation is not None:
-            # Answer a deviating coordinator with noise: the sum it gets is uniformly random.
+        if any(status):
             values = keystream(os.urandom(32), 0, len(values)).view(np.int64)
         message = np.concatenate([values, np.asarray(status, dtype=np.int64)]).view(np.uint64)
         for peer in self._keys:
@@ -241,7 +243,7 @@ class SecureComm:
             shift = 2 * bits - self.exponent
             scaled = np.ldexp(partials, shift)
             fits = finite and np.max(np.abs(scaled), initial=0.0) < 2.0 ** (2 * bits)
-            limbs = np.zeros(2 * n, dtype=np.int64)
+            limbs = np.zeros(2 * n, dtype=np.int64)  # sent as random values unless they fit
             if fits:
                 # scaled = high 2^bits + low, |high| <= 2^bits, 0 <= low < 2^bits: both steps exact.
                 high = np.floor(np.ldexp(scaled, -bits))
@@ -255,7 +257,8 @@ class SecureComm:
                 high, low = total[:n], total[n:]
                 high = high + (low >> bits)  # carry: the low sums are >= 0
                 low = low & ((1 << bits) - 1)
-                return np.ldexp(high.astype(np.float64), bits - shift) + np.ldexp(low.astype(np.float64), -shift)
+                return (np.ldexp(high.astype(np.float64), bits - shift)
+                        + np.ldexp(low.astype(np.float64), -shift))
             self.exponent += RESCALE_BITS
             self.rescales += 1
 

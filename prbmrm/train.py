@@ -87,7 +87,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         The regularizer's parameters (``--reg-param NAME=VALUE``).
     epsilon, rel_epsilon : float
         Stop when the gap is at most `epsilon`, or at most `rel_epsilon` times
-        the best objective (0 disables either).
+        the best objective (0 disables either). Ignored under differential
+        privacy, where the gap is noisy: the run takes `max_iter` iterations.
     max_iter : int
     idle_age : int
         Drop planes idle this many iterations (0: never).
@@ -245,7 +246,7 @@ def build_parser():
                         help="progress row every N iterations (default 0: 1 to 10 by 1, to 100 by 10, then by 100)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.add_argument("--version", action="version", version=f"prbmrm {__version__}")
-    party = parser.add_argument_group("party mode (several data owners, one rank each; see README, Party mode)")
+    party = parser.add_argument_group("party mode (several data owners, one rank each; README: Party mode)")
     party.add_argument("--parties", action="store_true",
                        help="rank r is party r: reads only its own files, every sum is securely aggregated")
     party.add_argument("--party-data", action="append", metavar="PATH",
@@ -287,7 +288,8 @@ def party_from_args(args):
         try:
             model_to = [int(r) for r in args.model_to.split(",")]
         except ValueError:
-            raise UsageError(f"--model-to expects comma-separated party numbers, got {args.model_to!r}") from None
+            raise UsageError(f"--model-to expects comma-separated party numbers, "
+                             f"got {args.model_to!r}") from None
     return Party(model_to=model_to, allow_score_sharing=args.allow_score_sharing,
                  verify_coordinator=args.verify_coordinator,
                  audit_log=None if args.no_audit_log else args.audit_log, dp_epsilon=args.dp_epsilon,

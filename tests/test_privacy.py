@@ -10,7 +10,6 @@ import json
 import os
 import pickle
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -130,6 +129,14 @@ def test_no_message_reveals_a_partys_risk_or_gradient(party_data, tmp_path):
     evaluations = [k for k, (sent, received) in enumerate(sums[0])
                    if len(sent) == 2 * n + 3 and received[2 * n] == 0]
     assert len(evaluations) == T
+    retried = [k for k, (sent, received) in enumerate(sums[0]) if len(sent) == 2 * n + 3 and received[2 * n]]
+    assert retried  # the range is found in the first evaluations
+    for k in retried:
+        # A round that overflowed reveals nothing: its total is no party's sums, nor their sum.
+        t = np.searchsorted(evaluations, k)
+        for truth in [truths[r][t] for r in range(parties)] + [np.sum([u[t] for u in truths], axis=0)]:
+            for limb in limbs(sums[0][k][1], n):
+                assert r_squared(limb, truth) < 0.3
     masked_series = {r: [] for r in range(parties)}
     for t, k in enumerate(evaluations):
         for r, run in enumerate(runs):
@@ -219,7 +226,8 @@ def test_party_options_need_parties_and_differential_privacy_needs_both_values(t
         parse("--parties", "--data", "x", "--model-to", "a,b")
     party = parse("--parties", "--data", "x", "--model-to", "2,1", "--no-audit-log")
     assert party.model_to == [1, 2] and party.audit_log is None
-    assert party_path("site-{rank}.h5", 3) == "site-3.h5" and party_path("/local/site.h5", 3) == "/local/site.h5"
+    assert party_path("site-{rank}.h5", 3) == "site-3.h5"
+    assert party_path("/local/site.h5", 3) == "/local/site.h5"
     with pytest.raises(UsageError, match="not a path template"):
         party_path("site-{party}.h5", 0)
 
@@ -353,6 +361,53 @@ def test_a_deviating_coordinator_is_caught_by_every_party(party_data, tmp_path):
         assert len(deviations) == (r > 0) and all(f"at evaluation {evaluation}" in d for d in deviations)
 
 
+class Requests:
+    """The oracle a CoordinatorCheck wraps, answering with a fixed plane: rank 0 sends `sent` in turn."""
+
+    last_seconds = {"risk": 0.0, "comm": 0.0}
+
+    def __init__(self, *sent):
+        self.sent = list(sent)
+
+    def receive(self):
+        return self.sent.pop(0)
+
+    def answer(self):
+        return 0.5, np.ones(2)
+
+
+class Reports:
+    """The communicator a CoordinatorCheck reports to."""
+
+    rank = 1
+    reported = None
+
+    def report_deviation(self, error):
+        self.reported = str(error)
+
+
+def test_the_coordinator_check_finds_each_kind_of_deviation():
+    from prbmrm.party import CoordinatorCheck, _Stopped
+
+    w = np.array([1.0, -2.0])
+    comm = Reports()
+    check = CoordinatorCheck(Requests(w * (1 + 1e-12), None), comm, 1e-9)
+    assert check(w) == (0.5, pytest.approx(np.ones(2))) and comm.reported is None  # round-off
+    check.finish()  # rank 0 stops when the solver does
+    assert comm.reported is None
+    check = CoordinatorCheck(Requests(w + [0.0, 1e-6]), comm, 1e-9)
+    check(w)
+    assert re.search(r"deviated from the protocol: at evaluation 1 the w it sent differs .* by 1e-06 "
+                     r"\(max \|w\| 2, tolerance 1e-09 relative\) \(party 1 ", comm.reported)
+    comm = Reports()
+    with pytest.raises(_Stopped):
+        CoordinatorCheck(Requests(None), comm, 1e-9)(w)
+    assert "it stopped after 0 evaluations, where the solver asks for another one" in comm.reported
+    comm = Reports()
+    CoordinatorCheck(Requests(w), comm, 1e-9).finish()
+    assert "it asked for evaluation 1 after the solver stopped" in comm.reported
+
+
 def test_audit_log_records_every_query_and_the_trend(tmp_path):
     X = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
     y = np.array([1.0, -1.0, 1.0])
@@ -395,7 +450,8 @@ def test_clipping_bounds_each_examples_contribution(name):
     rows = per_example_reference(loss, X, y, w)
     norms = np.linalg.norm(rows, axis=1)
     clip = np.median(norms[norms > 0])
-    expected = (rows * np.where(norms > clip, clip / np.where(norms > 0, norms, 1.0), 1.0)[:, None]).sum(axis=0)
+    scale = np.where(norms > clip, clip / np.where(norms > 0, norms, 1.0), 1.0)
+    expected = (rows * scale[:, None]).sum(axis=0)
     risk, gradient = ClippedLoss(loss, clip).loss_gradient(w, X, y)
     np.testing.assert_allclose(np.concatenate([[risk], gradient]), expected, rtol=1e-12, atol=1e-12)
     # A clip above every norm changes nothing.
@@ -435,11 +491,11 @@ def test_differential_privacy_trains_and_saves_the_budget_spent(tmp_path):
     bounds = split_rows(len(y), parties, seed=1)
     for r in range(parties):
         write_shards(X[bounds[r]:bounds[r + 1]], y[bounds[r]:bounds[r + 1]], tmp_path / f"site-{r}", 1)
-    completed, _ = run_ranks(parties, ["-m", "prbmrm.train", "--parties", "--data", f"{tmp_path}/site-{{rank}}",
-                                       "--bias", "--lam", "1e-3", "--max-iter", str(max_iter),
-                                       "--dp-epsilon", str(epsilon), "--dp-delta", str(delta), "--dp-clip", "4",
-                                       "--no-audit-log", "--model-to", "0", "--out", f"{tmp_path}/dp.h5"],
-                             timeout=120)
+    completed, _ = run_ranks(parties, [
+        "-m", "prbmrm.train", "--parties", "--data", f"{tmp_path}/site-{{rank}}", "--bias", "--lam", "1e-3",
+        "--max-iter", str(max_iter), "--solver", "proximal", "--dp-epsilon", str(epsilon), "--dp-delta",
+        str(delta), "--dp-clip", "4", "--no-audit-log", "--model-to", "0", "--out", f"{tmp_path}/dp.h5"],
+        timeout=120)
     assert completed.returncode == 0, completed.stderr
     assert "the lower bound is NOT certified" in completed.stdout.splitlines()[0]
     model = load_model(str(tmp_path / "dp.h5"))

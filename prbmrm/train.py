@@ -220,7 +220,8 @@ def build_parser():
     """Return the argument parser of ``python -m prbmrm.train``."""
     parser = ArgumentParser(prog="prbmrm.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="shard directory or glob of shard files "
-                        "(python -m prbmrm.shard makes them); default: the embedded demo data")
+                        "(python -m prbmrm.shard makes them); with --parties each party's, a template "
+                        "such as 'site-{rank}.h5'; default: the embedded demo data")
     parser.add_argument("--loss", default="hinge", help=f"loss: {', '.join(LOSSES)} (default hinge)")
     parser.add_argument("--loss-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")

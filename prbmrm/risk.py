@@ -260,7 +260,8 @@ def run_distributed(oracle, solve):
         On every rank, with the same message, if `solve` raised a
         :class:`PrbmrmError` on rank 0. Any other exception is re-raised on
         rank 0 while the other ranks raise a CollectiveError with its text, so
-        no rank is left waiting.
+        no rank is left waiting. A CollectiveError raised by `solve` (every
+        rank raised it together, e.g. from a secure sum) passes through.
     """
     if not oracle.comm.is_root:
         oracle.serve()

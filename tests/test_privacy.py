@@ -494,11 +494,13 @@ def test_differential_privacy_trains_and_saves_the_budget_spent(tmp_path):
     completed, _ = run_ranks(parties, [
         "-m", "prbmrm.train", "--parties", "--data", f"{tmp_path}/site-{{rank}}", "--bias", "--lam", "1e-3",
         "--max-iter", str(max_iter), "--solver", "proximal", "--dp-epsilon", str(epsilon), "--dp-delta",
-        str(delta), "--dp-clip", "4", "--no-audit-log", "--model-to", "0", "--out", f"{tmp_path}/dp.h5"],
+        str(delta), "--dp-clip", "4", "--no-audit-log", "--model-to", "0",
+        "--out", f"{tmp_path}/dp-{{rank}}.h5"],
         timeout=120)
     assert completed.returncode == 0, completed.stderr
+    assert [path.name for path in tmp_path.glob("dp-*.h5")] == ["dp-0.h5"]  # --model-to 0
     assert "the lower bound is NOT certified" in completed.stdout.splitlines()[0]
-    model = load_model(str(tmp_path / "dp.h5"))
+    model = load_model(str(tmp_path / "dp-0.h5"))
     attrs = model.attrs
     assert attrs["lower_bound_certified"] is False
     # The accountant's epsilon, recomputed for the evaluations made and the noise multiplier saved.

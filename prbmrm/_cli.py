@@ -12,8 +12,9 @@ ranks check that the launcher started as many of them as MPI connected
 import argparse
 import sys
 import traceback
+import warnings
 
-from .errors import CollectiveError, PrbmrmError, UsageError
+from .errors import CollectiveError, CoordinatorError, PrbmrmError, UsageError
 
 EXIT_INPUT = 2
 EXIT_BUG = 1
@@ -45,6 +46,8 @@ def run(main, prog, argv=None):
     from .comm import check_launch, get_comm
 
     comm = get_comm()
+    # Warnings (e.g. party mode's LeakWarning) read like errors: one line, the program's name.
+    warnings.formatwarning = lambda message, category, *_: f"{prog}: warning: {message}\n"
     if comm.size > 1:
         # Every core already runs a rank: BLAS threads would only compete with
         # them (OpenBLAS slows small dense products many-fold when oversubscribed).
@@ -54,6 +57,10 @@ def run(main, prog, argv=None):
     try:
         check_launch(comm)
         return main(argv, comm)
+    except CoordinatorError as error:
+        # Raised with the other ranks (no one waits), but each party that found it says so.
+        print(f"{prog}: error (party {comm.rank}): {error}", file=sys.stderr, flush=True)
+        return EXIT_INPUT
     except (CollectiveError, UsageError) as error:
         # Raised on every rank together: rank 0 speaks for all.
         if comm.is_root:

@@ -32,3 +32,12 @@ class UsageError(PrbmrmError):
     Every rank parses the same command line, so every rank raises it
     together without any communication.
     """
+
+
+class CoordinatorError(CollectiveError):
+    """A party found that the coordinator (rank 0) deviated from the protocol.
+
+    Raised together with a :class:`CollectiveError` on the other ranks (see
+    :meth:`prbmrm.secure.SecureComm.report_deviation`), so no rank waits; the
+    message is this party's own, and each party that found it prints it.
+    """

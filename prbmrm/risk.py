@@ -84,6 +84,11 @@ class DistributedRisk:
         The same, summed over all evaluations.
     evaluations : int
         Number of evaluations so far.
+    observer : callable or None
+        Called on every rank at each evaluation, before the sums travel, as
+        ``observer(w, partials)``: the w evaluated and this rank's partial
+        sums (one row per block, gradient then risk; views, valid until the
+        next evaluation). Party mode's audit log is one.
     """
 
     def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
@@ -111,6 +116,8 @@ class DistributedRisk:
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
         self.total_seconds = {"risk": 0.0, "comm": 0.0}
         self.evaluations = 0
+        self.observer = None
+        self._received_seconds = 0.0
         self._deferred_error = None
         # Line search sessions: the direction, the trial message [etas, lo, hi, count, flag]
         # and the blocks' line objects.
@@ -164,6 +171,8 @@ class DistributedRisk:
         else:
             exchange = self._multivariate_partials(w)
         computed = time.perf_counter()
+        if self.observer is not None:
+            self.observer(w, self._partials)
         self._sums = self.comm.reproducible_sum(self._partials, self._n_parts)
         self.last_seconds = {"risk": computed - started - exchange,
                              "comm": bcast_seconds + exchange + time.perf_counter() - computed}
@@ -376,6 +385,37 @@ class DistributedRisk:
         self.comm.bcast_array(self._message)
         return self._service.handle(code)
 
+    def receive(self):
+        """Wait for rank 0's next message (every rank but 0): the w to evaluate, or None to stop.
+
+        For a party replaying the solver (``--verify-coordinator``), whose
+        solver evaluates the risk only: no line searches or services.
+
+        Returns
+        -------
+        ndarray or None
+            A view of the w received, valid until the next call.
+
+        Raises
+        ------
+        CollectiveError
+            If rank 0 stopped because of an error; the message is rank 0's.
+        """
+        started = time.perf_counter()
+        self.comm.bcast_array(self._message)
+        flag = self._message[-1]
+        if flag == _STOP:
+            return None
+        if flag == _FAIL:
+            raise CollectiveError(self.comm.bcast_object(None))
+        self._received_seconds = time.perf_counter() - started
+        return self._message[:-1]
+
+    def answer(self):
+        """Evaluate this rank's share at the w just received; return ``(R_emp, a)`` of the sum."""
+        self._evaluate(self._received_seconds)
+        return self._sums[-1] / self.n_total, self._sums[:-1] / self.n_total
+
     def stop(self, error=None):
         """Release the serving ranks (rank 0 only); with `error`, make them raise its message.
 
@@ -509,13 +549,16 @@ def run_distributed(oracle, solve):
         On every rank, with the same message, if `solve` raised a
         :class:`PrbmrmError` on rank 0. Any other exception is re-raised on
         rank 0 while the other ranks raise a CollectiveError with its text, so
-        no rank is left waiting.
+        no rank is left waiting. A CollectiveError raised by `solve` (every
+        rank raised it together, e.g. from a secure sum) passes through.
     """
     if not oracle.comm.is_root:
         oracle.serve()
         return None
     try:
         result = solve(oracle)
+    except CollectiveError:
+        raise  # every rank raised it together: none is left waiting to be stopped
     except BaseException as error:
         oracle.stop(error)
         if isinstance(error, PrbmrmError):

@@ -25,6 +25,7 @@ from .data import load_local, split_local
 from .errors import InputError, UsageError
 from .losses import LOSSES, get_loss
 from .model import check_writable, save_model
+from .party import Party, load_party, party_path
 from .regularizers import REGULARIZERS, get_regularizer
 from .risk import DistributedRisk, run_distributed
 from .solvers import SOLVERS, minimize, solver_options
@@ -74,7 +75,7 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
         reg_params=None, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, bundle_size=0,
         theta=None, solver_params=None, callback=None, comm=None, checkpoint=None, checkpoint_every=0,
-        resume=None, stop=None):
+        resume=None, stop=None, party=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -107,7 +108,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         The regularizer's parameters (``--reg-param NAME=VALUE``).
     epsilon, rel_epsilon : float
         Stop when the gap is at most `epsilon`, or at most `rel_epsilon` times
-        the best objective (0 disables either).
+        the best objective (0 disables either). Ignored under differential
+        privacy, where the gap is noisy: the run takes `max_iter` iterations.
     max_iter : int
     idle_age : int
         Drop planes idle this many iterations (0: never).
@@ -135,13 +137,18 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         ``stop() -> bool``, checked on rank 0 between iterations: True ends the
         run (status 5 with a final checkpoint; status 3 for a solver without
         checkpoints).
+    party : prbmrm.party.Party, optional
+        Party mode: rank r is party r, `data` names each party's own files
+        (a template with ``{rank}``, or a list with one entry per party) and
+        every sum is a secure aggregation (see :mod:`prbmrm.party`).
 
     Returns
     -------
     result : prbmrm.solvers.Result, prbmrm.solvers.path.PathResult or None
-        On rank 0 (a PathResult for several lambdas); None on the other ranks.
-        ``result.w`` is flat: reshape it to ``(n_features [+ 1 with bias],
-        loss.n_outputs)`` for multi-output losses.
+        On rank 0 (a PathResult for several lambdas; in party mode also on the
+        parties that receive the model); None on the other ranks. ``result.w``
+        is flat: reshape it to ``(n_features [+ 1 with bias], loss.n_outputs)``
+        for multi-output losses.
     local : prbmrm.data.LocalData
         This rank's data, as loaded.
     loss : prbmrm.losses.Loss
@@ -151,6 +158,13 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
 
     comm = get_comm() if comm is None else comm
     check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size, solver, theta)
+    if party is not None:
+        if not isinstance(lam, numbers.Real) or checkpoint or resume:
+            raise UsageError("party mode trains one lambda and takes no --checkpoint or --resume")
+        comm = party.start(comm, solver=solver, max_iter=max_iter)
+        if party.private:
+            # A noisy gap certifies nothing (it even goes negative): use the whole budget.
+            epsilon = rel_epsilon = -math.inf
     loss_object = get_loss(loss, **(loss_params or {}))
     # A bundle size is a parameter of the solvers that keep a bundle; others refuse it.
     own = dict(solver_params or {}, **({"bundle_size": bundle_size} if bundle_size else {}),
@@ -160,6 +174,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     if data is None:
         X, y = load_demo()
         local = split_local(X, y, comm, bias=bias, source=DEMO_NAME)
+    elif party is not None:
+        local = load_party(data, comm, bias=bias)
     elif isinstance(data, tuple):
         X, y, *data_options = data
         local = split_local(X, y, comm, bias=bias, source="arrays", **(data_options[0] if data_options else {}))
@@ -177,7 +193,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     if problem is not None:
         raise UsageError(f"{where}: {problem}")
     loss_object.prepare(local.classes, local.label_kind)
-    oracle = DistributedRisk(loss_object, local.X, local.y, local.n_examples_total, comm, local.blocks,
+    evaluated = loss_object if party is None else party.check_loss(loss_object)
+    oracle = DistributedRisk(evaluated, local.X, local.y, local.n_examples_total, comm, local.blocks,
                              local.qid)
     regularizer.prepare(oracle.dim, loss_object.risk_floor)
     w0 = regularizer.initial_point(oracle.dim)
@@ -187,11 +204,16 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     callback, options = _checkpoint_options(comm, local, callback, options, checkpoint, checkpoint_every, resume,
                                             stop, loss_object, regularizer, lam=lam, solver=solver, bias=bias,
                                             idle_age=idle_age, bundle_size=bundle_size, max_iter=max_iter)
-    solve = minimize_path if path else minimize
-    result = run_distributed(oracle, lambda risk: solve(
-        risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
-        max_iter=max_iter, idle_age=idle_age, callback=callback, **options))
-    return result, local, loss_object
+
+    def solve(risk):
+        return (minimize_path if path else minimize)(
+            risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
+            max_iter=max_iter, idle_age=idle_age, callback=callback, **options)
+
+    if party is None:
+        return run_distributed(oracle, solve), local, loss_object
+    party.attach(oracle, local, lam, regularizer, loss_object)
+    return party.run(oracle, solve), local, loss_object
 
 
 def _checkpoint_options(comm, local, callback, options, path, every, resume, stop, loss, regularizer, **run):
@@ -243,6 +265,8 @@ class ProgressTable:
         up to 100, then 100.
     stream : file, optional
         sys.stdout by default.
+    note : str, optional
+        A line printed above the first header (e.g. that the bound is not certified).
     """
 
     LIVE_SECONDS = 0.1
@@ -250,9 +274,10 @@ class ProgressTable:
     HEADER = (f"{'iter':>6} {'objective':>13} {'best':>13} {'lower bound':>13} {'gap':>10} "
               f"{'planes':>6} {'risk s':>8} {'sub s':>8} {'comm s':>8}")
 
-    def __init__(self, every=0, stream=None):
+    def __init__(self, every=0, stream=None, note=None):
         self.every = every
         self.stream = sys.stdout if stream is None else stream
+        self.note = note
         self.last = None
         self.printed = 0
         self.live = self.stream.isatty()
@@ -261,6 +286,8 @@ class ProgressTable:
     def __call__(self, row):
         # The first row of a run, of a resumed run, or of each step of a lambda path.
         if self.last is None or (isinstance(row, PathProgress) and row.iteration == 1):
+            if self.last is None and self.note:
+                print(self.note, file=self.stream)
             self.finish()
             if isinstance(row, PathProgress):
                 print(f"path step {row.step + 1}: lambda {row.lam:.6g}", file=self.stream)
@@ -405,7 +432,8 @@ def build_parser():
     """Return the argument parser of ``python -m prbmrm.train``."""
     parser = ArgumentParser(prog="prbmrm.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="shard directory or glob of shard files "
-                        "(python -m prbmrm.shard makes them); default: the embedded demo data")
+                        "(python -m prbmrm.shard makes them); with --parties each party's, a template "
+                        "such as 'site-{rank}.h5'; default: the embedded demo data")
     parser.add_argument("--loss", default="hinge", help=f"loss: {', '.join(LOSSES)} (default hinge)")
     parser.add_argument("--loss-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")
@@ -444,6 +472,25 @@ def build_parser():
                         help="append each iteration's progress row to FILE as a JSON line (rank 0)")
     add_config_options(parser)
     parser.add_argument("--version", action="version", version=f"prbmrm {__version__}")
+    party = parser.add_argument_group("party mode (several data owners, one rank each; README: Party mode)")
+    party.add_argument("--parties", action="store_true",
+                       help="rank r is party r: reads only its own files, every sum is securely aggregated")
+    party.add_argument("--party-data", action="append", metavar="PATH",
+                       help="the files of one party, once per party in rank order (instead of a --data "
+                            "template such as 'site-{rank}.h5')")
+    party.add_argument("--model-to", metavar="RANKS",
+                       help="comma-separated parties that receive and write the model (default: all)")
+    party.add_argument("--allow-score-sharing", action="store_true",
+                       help="accept a non-decomposable loss, whose per-example scores go to rank 0 unmasked")
+    party.add_argument("--verify-coordinator", action="store_true",
+                       help="every party replays the solver and stops if a w of rank 0 differs")
+    party.add_argument("--audit-log", default="audit-{rank}.jsonl",
+                       help="each party's log of every w it evaluated (default audit-{rank}.jsonl)")
+    party.add_argument("--no-audit-log", action="store_true", help="write no audit log")
+    party.add_argument("--dp-epsilon", type=float, help="differential privacy: epsilon over the whole run")
+    party.add_argument("--dp-delta", type=float, help="differential privacy: delta over the whole run")
+    party.add_argument("--dp-clip", type=float, default=1.0,
+                       help="norm each example's (loss, gradient) is clipped to (default 1)")
     return parser
 
 
@@ -472,6 +519,34 @@ def _check_checkpoint_arguments(args, comm):
     comm.check(error)
 
 
+_PARTY_ONLY = ("party_data", "model_to", "allow_score_sharing", "verify_coordinator", "dp_epsilon",
+               "dp_delta")
+
+
+def party_from_args(args):
+    """Return the :class:`prbmrm.party.Party` of ``--parties`` and its options, or None."""
+    if not args.parties:
+        given = [name for name in _PARTY_ONLY if getattr(args, name) not in (None, False)]
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} needs --parties")
+        return None
+    if args.party_data and args.data:
+        raise UsageError("give either --data (a template with {rank}) or --party-data, not both")
+    if args.data is None and not args.party_data:
+        raise UsageError("--parties needs each party's data: --data 'site-{rank}.h5' or --party-data")
+    model_to = None
+    if args.model_to is not None:
+        try:
+            model_to = [int(r) for r in args.model_to.split(",")]
+        except ValueError:
+            raise UsageError(f"--model-to expects comma-separated party numbers, "
+                             f"got {args.model_to!r}") from None
+    return Party(model_to=model_to, allow_score_sharing=args.allow_score_sharing,
+                 verify_coordinator=args.verify_coordinator,
+                 audit_log=None if args.no_audit_log else args.audit_log, dp_epsilon=args.dp_epsilon,
+                 dp_delta=args.dp_delta, dp_clip=args.dp_clip)
+
+
 def _absolute_files(params):
     """`params` with file names made absolute, so `prbmrm.predict` finds them from any directory."""
     return {name: os.path.abspath(value) if isinstance(value, str) and os.path.isfile(value) else value
@@ -492,28 +567,37 @@ def main(argv, comm):
     regularizer = get_regularizer(args.reg, **reg_params)
     solver_params = parse_params(args.solver_param, "--solver-param")
     solver_options(args.solver, solver_params)
+    party = party_from_args(args)
+    # In party mode each party that receives the model writes its own file.
+    out = args.out if party is None else party_path(args.out, comm.rank)
+    writes = comm.is_root if party is None else party.model_to is None or comm.rank in party.model_to
     error, log = None, None
-    if comm.is_root:
+    if writes:
         try:
-            check_writable(args.out)
-            log = JsonLog(args.log_json) if args.log_json else None
+            check_writable(out)
+            log = JsonLog(args.log_json) if args.log_json and comm.is_root else None
         except Exception as problem:
             error = problem
     comm.check(error)
     _check_checkpoint_arguments(args, comm)
     verbose = comm.is_root and not args.quiet
-    table = ProgressTable(args.print_every) if verbose else None
+    note = ("note: differential privacy adds noise to every risk and subgradient: the objective, "
+            "lower bound and gap below are noisy, the lower bound is NOT certified, and the run "
+            f"takes all {args.max_iter} iterations" if party is not None and party.private else None)
+    table = ProgressTable(args.print_every, note=note) if verbose else None
     started = time.perf_counter()
     with SignalFlag(comm) as interrupted:
-        result, local, loss = fit(args.data, loss=args.loss, loss_params=loss_params, lam=lam,
-                                  bias=args.bias, solver=args.solver, reg=regularizer, epsilon=args.epsilon,
-                                  rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
+        result, local, loss = fit(args.party_data or args.data, loss=args.loss, loss_params=loss_params,
+                                  lam=lam, bias=args.bias, solver=args.solver, reg=regularizer,
+                                  epsilon=args.epsilon, rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
                                   idle_age=args.idle_age, bundle_size=args.bundle_size, theta=args.theta,
                                   solver_params=solver_params, callback=_callbacks(table, log), comm=comm,
                                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                                  resume=args.resume, stop=interrupted)
+                                  resume=args.resume, stop=interrupted, party=party)
     status = comm.bcast_object(interrupted.exit_status)
-    if not comm.is_root:
+    if party is not None and not args.quiet and not comm.is_root:
+        print_audit_summary(party)
+    if result is None:
         return status
     seconds = time.perf_counter() - started
     path = result if isinstance(result, PathResult) else None
@@ -534,11 +618,16 @@ def main(argv, comm):
              "options": json.dumps(options), "seconds": seconds}
     if local.classes is not None:
         attrs["classes"] = np.asarray(local.classes, dtype=np.float64)
-    save_model(args.out, w, bias, attrs, history, groups)
+    if party is not None:
+        attrs.update(party.model_attrs())
+    if writes:
+        save_model(out, w, bias, attrs, history, groups)
     if verbose:
         table.finish()
         if path is not None:
             print_path(path)
+        if party is not None:
+            print(party_summary(party))
         totals = {name: float(np.sum(history[name]))
                   for name in ("seconds_risk", "seconds_subproblem", "seconds_comm")}
         print(f"{'converged' if result.success else 'stopped'} after {result.nit} iterations "
@@ -548,12 +637,43 @@ def main(argv, comm):
               f"comm {totals['seconds_comm']:.3f}, total {seconds:.3f} on {comm.size} rank(s); "
               f"{local.n_examples_total} examples x {local.n_features} features"
               f"{' + bias' if args.bias else ''}; {nonzeros} of {w.size} weights nonzero\n"
-              f"model written to {args.out}")
-    if interrupted.signum is not None:
+              f"{f'model written to {out}' if writes else 'model not written here (--model-to)'}")
+        if party is not None:
+            print_audit_summary(party)
+    if interrupted.signum is not None and comm.is_root:
         print(f"prbmrm.train: interrupted by signal {interrupted.signum} after iteration {result.nit}"
               f"{f'; checkpoint written to {args.checkpoint}' if args.checkpoint else ''}",
               file=sys.stderr, flush=True)
     return status
+
+
+def party_summary(party):
+    """The lines rank 0 prints about party mode at the end of a run."""
+    comm = party.comm
+    lines = [f"party mode: {comm.size} parties, {comm.messages} masked sums (fixed point 2^{comm.exponent} "
+             f"range, {comm.rescales} rescale(s) after overflow); public key fingerprints "
+             f"{', '.join(comm.fingerprints)}"]
+    if party.private:
+        lines.append(f"differential privacy: spent epsilon {party.budget.spent():.4g} (target "
+                     f"{party.dp_epsilon:g}) at delta {party.dp_delta:g} over {party.budget.evaluations} "
+                     f"evaluations; noise multiplier {party.budget.noise_multiplier:.4g}, clip "
+                     f"{party.dp_clip:g}; the lower bound is not certified")
+    return "\n".join(lines)
+
+
+def print_audit_summary(party):
+    """Each party prints its own audit summary (what its audit log ends with)."""
+    summary = party.audit_summary
+    if summary is None:
+        return
+    trend = ""
+    if "local_objective_first" in summary:
+        trend = (f"; local objective {summary['local_objective_first']:.6g} -> "
+                 f"{summary['local_objective_last']:.6g} "
+                 f"({'decreasing' if summary['decreasing'] else 'NOT decreasing'}), "
+                 f"{summary['queries_above_first']} queries above the first")
+    print(f"party {party.comm.rank}: answered {summary['queries']} queries{trend}; audit log "
+          f"{party_path(party.audit_log, party.comm.rank)}", flush=True)
 
 
 if __name__ == "__main__":

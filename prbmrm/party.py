@@ -1,0 +1,562 @@
+"""Party mode: several data owners train one model; data stays home, only masked sums travel.
+
+Rank r is party r. Each party reads only its own shard files, and every sum
+of risks and gradients is a secure aggregation (:class:`prbmrm.secure.SecureComm`):
+no party, rank 0 included, and nothing on the wire ever carries one party's
+risk or gradient, only their sum over all parties. Rank 0 is also the
+coordinator: it keeps the bundle and sends each ``w`` to evaluate.
+
+On top of that, optionally:
+
+- ``verify_coordinator``: every party receives the aggregated plane anyway,
+  so it runs its own copy of the solver on the same planes and checks that
+  each w rank 0 sends is the one the solver prescribes (to round-off);
+- an audit log per party: every w it was asked to evaluate, its own local
+  risk and regularized risk, and a summary (paper 002, Sec. 4.1: "each data
+  owner may check whether R_emp(w) + lam Omega(w) is decreasing on his
+  portion of the data");
+- differential privacy: each example's (loss, gradient) is clipped to norm C
+  and each party adds a share of Gaussian noise to its sums before masking;
+  the (epsilon, delta) spent is accounted by dp-accounting's RDP accountant.
+"""
+
+import json
+import math
+import os
+import time
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+
+from .data import (LocalData, _check_agreement, _collectively, _read_local, _shard_meta, _spec_label,
+                   list_shards)
+from .errors import CollectiveError, CoordinatorError, InputError, PrbmrmError, UsageError
+from .losses import ScalarLoss
+from .losses.vector import VectorLoss, _gradient
+from .risk import run_distributed
+from .secure import SecureComm
+
+
+REPLAYABLE_SOLVERS = ("bmrm", "proximal", "lbfgs")
+"""Solvers a party can replay: they talk to the ranks through risk evaluations alone (no line
+search or service rounds), so each party can rerun them on the aggregated planes."""
+
+
+class LeakWarning(UserWarning):
+    """Party mode was asked to run a loss whose distributed form sends per-example values."""
+
+
+def party_path(template, rank):
+    """Fill a path template such as ``'site-{rank}.h5'`` for party `rank` (a path without a field is kept)."""
+    try:
+        return template.format(rank=rank)
+    except (KeyError, IndexError, ValueError) as error:
+        raise UsageError(f"{template!r}: not a path template with the field {{rank}} ({error})") from None
+
+
+def load_party(spec, comm, *, bias=False):
+    """Load this party's own shard files; agree with the other parties on the data's format.
+
+    Each party's files are a complete shard set of its own (``python -m
+    prbmrm.shard`` run on its data alone). The parties then exchange only
+    their feature count, label kind, classes and whether they have query ids;
+    the total number of examples is a secure sum.
+
+    Parameters
+    ----------
+    spec : str or list of str
+        This party's files (a directory, a glob or a file, as for
+        :func:`prbmrm.data.list_shards`), or a list with one such entry per
+        party, in rank order. A string may be a template with the field
+        ``{rank}``, filled with this party's rank.
+    comm : prbmrm.secure.SecureComm
+    bias : bool
+
+    Returns
+    -------
+    LocalData
+        With ``row_offset`` 0: a party's place among the others' rows is not
+        known to it.
+
+    Raises
+    ------
+    CollectiveError
+        On every rank, if any party's files are bad or the parties disagree.
+    UsageError
+        If a list does not hold one entry per party.
+    """
+    if isinstance(spec, (list, tuple)):
+        if len(spec) != comm.size:
+            raise UsageError(f"party mode needs one data path per party: got {len(spec)} for "
+                             f"{comm.size} parties")
+        spec = spec[comm.rank]
+    else:
+        spec = party_path(os.fspath(spec), comm.rank)
+
+    def own_set():
+        files = list_shards(spec)
+        label = _spec_label(spec, files)
+        metas = [_shard_meta(path, pos, files, label) for pos, path in enumerate(files)]
+        _check_agreement(files, label, metas, metas[0], np.array([m["n"] for m in metas]))
+        return metas
+
+    metas = _collectively(comm, own_set)
+    mine = {"d": metas[0]["d"], "kind": metas[0]["kind"], "has_qid": metas[0]["has_qid"]}
+    shared = [comm.bcast_object((mine, metas[0]["classes"]), root=r) for r in range(comm.size)]
+    comm.check(_disagreement(shared))
+    kind, classes = _label_union(shared)
+    X, y, qid = _collectively(comm, _read_local, metas, bias)
+    n_total = int(comm.allreduce_sum(np.array([len(y)], dtype=np.int64))[0])
+    return LocalData(X=X, y=y, qid=qid, n_features=mine["d"], n_examples_total=n_total,
+                     label_kind=kind, classes=classes, files=[m["path"] for m in metas],
+                     bias=bool(bias), row_offset=0,
+                     blocks=[0] + np.cumsum([m["n"] for m in metas]).tolist())
+
+
+# Label kinds of one label per example: each party's kind says which values its own labels
+# take (one party may lack a class), so the parties' kinds combine through their values.
+_VALUE_KINDS = ("binary", "integer", "real")
+
+
+def _disagreement(shared):
+    """An InputError naming the first thing party 0 and another party disagree on, or None."""
+    (first, first_classes), show = shared[0], lambda c: "[" + ", ".join(f"{v:g}" for v in c) + "]"
+    for party, (theirs, classes) in enumerate(shared):
+        for key, what in (("d", "the number of features"), ("has_qid", "query ids")):
+            if theirs[key] != first[key]:
+                return InputError(f"parties disagree on {what}: party 0 has {first[key]!r}, "
+                                  f"party {party} has {theirs[key]!r}")
+        kinds = {first["kind"], theirs["kind"]}
+        if not kinds <= set(_VALUE_KINDS) and len(kinds) > 1:
+            return InputError(f"parties disagree on the label kind: party 0 has {first['kind']!r}, "
+                              f"party {party} has {theirs['kind']!r}")
+        # Label sets and targets index the columns of y: they must be the same everywhere.
+        if not kinds <= set(_VALUE_KINDS) and not np.array_equal(classes, first_classes):
+            return InputError(f"parties disagree on the columns of y: party 0 has "
+                              f"{show(first_classes)}, party {party} has {show(classes)}")
+    return None
+
+
+def _label_union(shared):
+    """The label kind and classes of all parties' data together (as one conversion would find)."""
+    kinds = {theirs["kind"] for theirs, _ in shared}
+    if not kinds <= set(_VALUE_KINDS):
+        return kinds.pop(), shared[0][1]
+    if "real" in kinds:
+        return "real", None
+    classes = np.unique(np.concatenate([c for _, c in shared]))
+    return ("binary" if classes.size == 2 else "integer"), classes
+
+
+class ClippedLoss:
+    """A loss whose every example's (loss, gradient) is scaled to norm at most `clip`.
+
+    The sum over examples then changes by at most `clip` (in the Euclidean
+    norm of the d + 1 values) when one example is added or removed: the
+    sensitivity of the Gaussian mechanism. Works for the scalar and vector
+    losses (those with per-example coefficients).
+
+    Parameters
+    ----------
+    loss : prbmrm.losses.ScalarLoss or prbmrm.losses.vector.VectorLoss
+        Prepared for the data.
+    clip : float
+        C > 0.
+    """
+
+    decomposable = True
+
+    def __init__(self, loss, clip):
+        self.loss = loss
+        self.clip = float(clip)
+        self.n_outputs = loss.n_outputs
+
+    def loss_gradient(self, w, X, y, qid=None):
+        """Return the clipped ``(sum of losses, sum of gradients)`` over the rows of `X`."""
+        if isinstance(self.loss, ScalarLoss):
+            f = X @ w
+            losses, G = self.loss.value(f, y), self.loss.derivative(f, y)[:, None]
+        else:
+            losses, G = self.loss.coefficients(np.asarray(X @ w.reshape(-1, self.n_outputs)), y)
+            G = G.toarray() if sp.issparse(G) else np.asarray(G)
+        row_norms2 = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else np.einsum(
+            "ij,ij->i", X, X)
+        # ||(l_i, x_i g_i^T)|| = sqrt(l_i^2 + |x_i|^2 |g_i|^2) for the d x k gradient x_i g_i^T.
+        norms = np.sqrt(losses**2 + row_norms2 * np.einsum("ij,ij->i", G, G))
+        scale = self.clip / np.maximum(norms, self.clip)  # min(1, C / norm)
+        risk = float(scale @ losses)
+        if isinstance(self.loss, ScalarLoss):
+            return risk, np.asarray(X.T @ (scale * G[:, 0]), dtype=np.float64)
+        return risk, _gradient(X, G * scale[:, None])
+
+
+class PrivacyBudget:
+    """(epsilon, delta)-differential privacy of the noisy sums, accounted with dp-accounting.
+
+    Each evaluation releases ``sum_i clip_C(l_i, g_i) + N(0, (sigma C)^2 I)``,
+    a Gaussian mechanism of noise multiplier sigma (add-or-remove-one
+    neighbours). sigma is calibrated so that `evaluations` of them compose to
+    the target (epsilon, delta) under Renyi DP (the accountant of Mironov
+    2017 as maintained in Google's dp-accounting), and a fresh accountant
+    composes one Gaussian event per evaluation actually made.
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The target, over all evaluations.
+    evaluations : int
+        The most evaluations the run may make (``max_iter`` for BMRM).
+    """
+
+    def __init__(self, epsilon, delta, evaluations):
+        try:
+            import dp_accounting
+            from dp_accounting.rdp import RdpAccountant
+        except ImportError:
+            raise UsageError("--dp-epsilon needs the package dp-accounting "
+                             "(pip install dp-accounting, or prbmrm[dp])") from None
+        self._dp = dp_accounting
+        self.epsilon = epsilon
+        self.delta = delta
+        self.noise_multiplier = float(dp_accounting.calibrate_dp_mechanism(
+            RdpAccountant, lambda sigma: dp_accounting.SelfComposedDpEvent(
+                dp_accounting.GaussianDpEvent(sigma), evaluations), epsilon, delta))
+        self.accountant = RdpAccountant()
+        self.evaluations = 0
+
+    def spend(self, *_):
+        """Account for one more release (an observer of the risk oracle, called before each sum)."""
+        self.accountant.compose(self._dp.GaussianDpEvent(self.noise_multiplier))
+        self.evaluations += 1
+
+    def spent(self):
+        """Return the epsilon spent so far at the target delta."""
+        return float(self.accountant.get_epsilon(self.delta)) if self.evaluations else 0.0
+
+
+class AuditLog:
+    """A party's own record of every query: JSON lines, one per w it was asked to evaluate.
+
+    The first line describes the run (party, rows, lam, the parties' key
+    fingerprints); each query line holds ``query``, ``w`` (exact: JSON
+    keeps every float64 digit), ``local_risk`` (the mean loss over this
+    party's rows, clipped under differential privacy; null for a
+    non-decomposable loss, whose risk only rank 0 forms) and
+    ``local_objective`` = lam Omega(w) + local_risk; the last line is the
+    ``summary`` of :meth:`close`.
+
+    Parameters
+    ----------
+    path : str
+    party : int
+    n_local : int
+    lam : float
+    regularizer : object
+        Provides ``value(w)``.
+    decomposable : bool
+    header : dict
+        More fields for the first line.
+    """
+
+    def __init__(self, path, party, n_local, lam, regularizer, decomposable, header):
+        self.path = path
+        self._file = open(path, "w")
+        self.n_local = n_local
+        self.lam = lam
+        self.regularizer = regularizer
+        self.decomposable = decomposable
+        self.objectives = []
+        self._write({"party": party, "rows": n_local, "lam": lam, "started": time.time(), **header})
+
+    def _write(self, record):
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def note(self, record):
+        """Add a line, e.g. ``{"deviation": message}``."""
+        self._write(record)
+
+    def __call__(self, w, partials):
+        """Record one query (an observer of the risk oracle)."""
+        record = {"query": len(self.objectives) + 1}
+        if self.decomposable and self.n_local:
+            risk = float(np.sum(partials[:, -1])) / self.n_local
+            objective = self.lam * float(self.regularizer.value(w)) + risk
+            record.update(local_risk=risk, local_objective=objective)
+            self.objectives.append(objective)
+        else:
+            record.update(local_risk=None, local_objective=None)
+            self.objectives.append(math.nan)
+        record["w"] = w.tolist()
+        self._write(record)
+
+    def close(self):
+        """Write and return the summary: queries answered and the trend of the local objective.
+
+        ``decreasing`` is the paper's check: is the local regularized risk
+        of the last query below that of the first? ``queries_above_first``
+        counts the queries whose local objective exceeded the first one's
+        (BMRM's early iterates may; a run that keeps doing so deserves a look).
+        """
+        J = np.asarray(self.objectives)
+        summary = {"queries": len(J)}
+        if len(J) and np.isfinite(J).all():
+            summary.update(local_objective_first=float(J[0]), local_objective_last=float(J[-1]),
+                           local_objective_best=float(J.min()), decreasing=bool(J[-1] < J[0]),
+                           queries_above_first=int(np.count_nonzero(J > J[0])))
+        self._write({"summary": summary})
+        self._file.close()
+        return summary
+
+
+class CoordinatorCheck:
+    """The risk oracle a verifying party hands its own copy of the solver.
+
+    Called with the w this party's solver prescribes, it receives the w rank
+    0 sent, compares the two, evaluates this party's share at rank 0's w (so
+    the planes stay those of the run) and returns the aggregated plane.
+
+    Parameters
+    ----------
+    oracle : prbmrm.risk.DistributedRisk
+    comm : prbmrm.secure.SecureComm
+    tolerance : float
+        Largest ``max |w_sent - w_own| / max |w_own|`` accepted (exact
+        equality when w_own is 0).
+    log : AuditLog, optional
+        Where a deviation is also noted.
+    """
+
+    def __init__(self, oracle, comm, tolerance, log=None):
+        self.oracle = oracle
+        self.comm = comm
+        self.tolerance = tolerance
+        self.log = log
+        self.queries = 0
+
+    @property
+    def last_seconds(self):
+        """dict: the oracle's timings of the last evaluation."""
+        return self.oracle.last_seconds
+
+    def _deviated(self, what):
+        message = (f"the coordinator deviated from the protocol: {what} (party {self.comm.rank} "
+                   "replays the solver on the aggregated planes)")
+        if self.log is not None:
+            self.log.note({"deviation": message})
+        self.comm.report_deviation(CoordinatorError(message))
+
+    def __call__(self, w):
+        self.queries += 1
+        sent = self.oracle.receive()
+        if sent is None:
+            self._deviated(f"it stopped after {self.queries - 1} evaluations, where the solver "
+                           "asks for another one")
+            raise _Stopped
+        self.check(sent, w, f"at evaluation {self.queries} the w it sent")
+        return self.oracle.answer()
+
+    def check(self, sent, own, what):
+        """Report a deviation if `sent` differs from `own` by more than the tolerance."""
+        scale = float(np.max(np.abs(own), initial=0.0))
+        difference = float(np.max(np.abs(sent - own), initial=0.0))
+        if not difference <= self.tolerance * scale:
+            self._deviated(f"{what} differs from the one the solver prescribes by {difference:.3g} "
+                           f"(max |w| {scale:.3g}, tolerance {self.tolerance:g} relative)")
+
+    def finish(self):
+        """After this party's solver stopped: the coordinator must stop too."""
+        if self.oracle.receive() is not None:
+            self._deviated(f"it asked for evaluation {self.queries + 1} after the solver stopped")
+            self.oracle.answer()  # the sum carries the report: every rank raises
+
+
+class _Stopped(Exception):
+    """The coordinator stopped before this party's solver did (already reported)."""
+
+
+class Party:
+    """Party mode: its options, then its state during :func:`prbmrm.train.fit`.
+
+    Parameters
+    ----------
+    model_to : sequence of int, optional
+        The parties that receive the final model (:func:`fit` returns it
+        there); every party by default.
+    allow_score_sharing : bool
+        Accept a non-decomposable loss, whose per-example scores (and, once,
+        labels) every party sends to rank 0 unmasked; warns with
+        :class:`LeakWarning`.
+    verify_coordinator : bool
+        Every party replays the solver and checks each w of rank 0.
+    tolerance : float
+        Relative tolerance of that check.
+    audit_log : str or None
+        Path template of each party's audit log (``{rank}`` is filled); None: none.
+    dp_epsilon, dp_delta : float, optional
+        Differential privacy target over the whole run (both or neither).
+    dp_clip : float
+        Per-example clipping norm C of (loss, gradient).
+
+    Attributes
+    ----------
+    comm : prbmrm.secure.SecureComm
+        Set by :meth:`start`.
+    budget : PrivacyBudget or None
+    audit_summary : dict or None
+        This party's audit summary, after the run.
+    """
+
+    def __init__(self, *, model_to=None, allow_score_sharing=False, verify_coordinator=False,
+                 tolerance=1e-9, audit_log="audit-{rank}.jsonl", dp_epsilon=None, dp_delta=None,
+                 dp_clip=1.0):
+        self.model_to = None if model_to is None else sorted(set(int(r) for r in model_to))
+        self.allow_score_sharing = allow_score_sharing
+        self.verify_coordinator = verify_coordinator
+        self.tolerance = float(tolerance)
+        self.audit_log = audit_log
+        self.dp_epsilon = dp_epsilon
+        self.dp_delta = dp_delta
+        self.dp_clip = float(dp_clip)
+        self.comm = None
+        self.budget = None
+        self.audit_summary = None
+        self._audit = None
+        self._check_options()
+
+    @property
+    def private(self):
+        """bool: differential privacy is on."""
+        return self.dp_epsilon is not None
+
+    def _check_options(self):
+        if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
+            raise UsageError(f"the coordinator check's tolerance must be >= 0, got {self.tolerance:g}")
+        if (self.dp_epsilon is None) != (self.dp_delta is None):
+            raise UsageError("differential privacy needs both --dp-epsilon and --dp-delta")
+        if self.private:
+            if not (math.isfinite(self.dp_epsilon) and self.dp_epsilon > 0):
+                raise UsageError(f"--dp-epsilon must be > 0, got {self.dp_epsilon:g}")
+            if not 0 < self.dp_delta < 1:
+                raise UsageError(f"--dp-delta must be in (0, 1), got {self.dp_delta:g}")
+            if not (math.isfinite(self.dp_clip) and self.dp_clip > 0):
+                raise UsageError(f"--dp-clip must be > 0, got {self.dp_clip:g}")
+
+    def start(self, comm, *, solver, max_iter):
+        """Check the run's options against party mode and agree on the keys (collective)."""
+        if self.model_to is not None and not all(0 <= r < comm.size for r in self.model_to):
+            raise UsageError(f"--model-to names parties {self.model_to}, but there are {comm.size} "
+                             f"(0 to {comm.size - 1})")
+        if self.verify_coordinator and solver == "smooth_lbfgs":
+            raise UsageError("--verify-coordinator cannot replay solver 'smooth_lbfgs': rank 0 alone "
+                             "evaluates its smoothed loss")
+        if self.verify_coordinator and solver not in REPLAYABLE_SOLVERS:
+            raise UsageError(f"--verify-coordinator replays solvers that only evaluate the risk "
+                             f"({', '.join(REPLAYABLE_SOLVERS)}), not {solver!r}")
+        noise_std = 0.0
+        if self.private:
+            if solver != "proximal":
+                # BMRM's first step goes to -a/lam: a noisy plane from that far lies above the risk
+                # near the optimum by |<noise, w_1>| and the cutting-plane model stalls there.
+                raise UsageError(f"differential privacy runs with --solver proximal (got {solver!r}): "
+                                 "its steps stay near the prox-center, where noisy planes are accurate, "
+                                 "and it makes one release per iteration")
+            self.budget = PrivacyBudget(self.dp_epsilon, self.dp_delta, max_iter)
+            # Any P - 1 shares make the full noise: one party knowing its own share still faces sigma C.
+            noise_std = self.budget.noise_multiplier * self.dp_clip / math.sqrt(comm.size - 1)
+        self.comm = SecureComm(comm, noise_std)
+        return self.comm
+
+    def check_loss(self, loss):
+        """Refuse (or, if allowed, warn about) a loss whose distributed form leaks per-example values.
+
+        Returns the loss the oracle evaluates: the loss itself, or under
+        differential privacy its :class:`ClippedLoss`. Call after ``loss.prepare``.
+        """
+        if not loss.decomposable:
+            leak = (f"loss {loss.name!r} is not decomposable: every iteration each party's per-example "
+                    "scores f_i = <w, x_i> go to rank 0 unmasked, and before the first one its "
+                    "labels (and query ids); rank 0 returns per-example coefficients")
+            if not self.allow_score_sharing:
+                raise UsageError(f"{leak}; pass --allow-score-sharing to accept that, or use a "
+                                 "decomposable loss")
+            warnings.warn(f"party {self.comm.rank}: {leak}", LeakWarning, stacklevel=2)
+        if not self.private:
+            return loss
+        if not isinstance(loss, (ScalarLoss, VectorLoss)):
+            raise UsageError(f"differential privacy clips each example's loss and gradient: loss "
+                             f"{loss.name!r} has no per-example gradient (scalar and multiclass "
+                             "losses do)")
+        return ClippedLoss(loss, self.dp_clip)
+
+    def attach(self, oracle, local, lam, regularizer, loss):
+        """Hook the audit log and the privacy accountant to the oracle's evaluations."""
+        observers = []
+        if self.audit_log is not None:
+            self._audit = AuditLog(party_path(self.audit_log, self.comm.rank), self.comm.rank,
+                                   local.n_local, lam, regularizer, loss.decomposable,
+                                   {"parties": self.comm.size, "files": local.files,
+                                    "key_fingerprints": self.comm.fingerprints})
+            observers.append(self._audit)
+        if self.budget is not None:
+            observers.append(self.budget.spend)
+        if observers:
+            oracle.observer = lambda *args: [observer(*args) for observer in observers]
+
+    def run(self, oracle, solve):
+        """Run `solve` on rank 0, serve or replay it on the other parties; hand out the result.
+
+        Returns
+        -------
+        prbmrm.solvers.Result or None
+            On the parties of `model_to` (rank 0 always has it): None elsewhere.
+        """
+        comm = self.comm
+        own = None
+        try:
+            if comm.is_root:
+                result = run_distributed(oracle, solve)
+            elif self.verify_coordinator:
+                own = self._replay(oracle, solve)
+            else:
+                oracle.serve()
+            result = comm.bcast_object(result if comm.is_root else None)
+            if own is not None:
+                CoordinatorCheck(oracle, comm, self.tolerance, self._audit).check(result.w, own.w,
+                                                                                  "the final model")
+            comm.settle()
+        finally:
+            if self._audit is not None:
+                self.audit_summary = self._audit.close()
+        if comm.is_root or self.model_to is None or comm.rank in self.model_to:
+            return result
+        return None
+
+    def _replay(self, oracle, solve):
+        check = CoordinatorCheck(oracle, self.comm, self.tolerance, self._audit)
+        try:
+            own = solve(check)
+        except _Stopped:
+            return None
+        except CollectiveError:
+            raise
+        except PrbmrmError:
+            # This replay failed where rank 0 did not fail yet: answer it until it stops.
+            oracle.serve()
+            raise
+        check.finish()
+        return own
+
+    def model_attrs(self):
+        """Model-file attributes of party mode (on rank 0 after the run)."""
+        attrs = {"parties": self.comm.size,
+                 "secure_aggregation": "pairwise masks in Z_2^64, X25519 + HKDF-SHA256 + ChaCha20",
+                 "fixed_point_exponent": self.comm.exponent, "fixed_point_rescales": self.comm.rescales,
+                 "key_fingerprints": self.comm.fingerprints, "verify_coordinator": self.verify_coordinator,
+                 "lower_bound_certified": not self.private}
+        if self.private:
+            attrs.update(dp_epsilon=self.budget.spent(), dp_delta=self.dp_delta,
+                         dp_target_epsilon=self.dp_epsilon, dp_noise_multiplier=self.budget.noise_multiplier,
+                         dp_clip=self.dp_clip, dp_evaluations=self.budget.evaluations)
+        return attrs

@@ -78,6 +78,16 @@ class Loss(Parametrized):
         """
         raise NotImplementedError
 
+    def steepest_gradient(self, w, p, X, y):
+        """Return ``(sum of losses, g)`` with g the subgradient of the rows' sum maximizing ``<g, p>``.
+
+        The argsup oracle of subLBFGS (paper 003, Sec. 3.2): ``<g, p>`` is
+        the directional derivative along `p`. This default returns the
+        subgradient of :meth:`loss_gradient`, exact where the loss is
+        differentiable; piecewise-linear losses override it.
+        """
+        return self.loss_gradient(w, X, y)
+
     def scores(self, X, w):
         """Return the scores of the rows of `X` under the flat weights `w`: ``X @ w``."""
         return X @ w
@@ -224,6 +234,18 @@ class ScalarLoss(Loss):
         ahead = (breaks > 0) & (df != 0)
         jumps = (slopes[1:] - slopes[:-1]) * np.abs(df)
         return PiecewiseLinearLine(np.sum(self.value(f0, y)), slope0, breaks[ahead], jumps[ahead])
+
+    def steepest_gradient(self, w, p, X, y):
+        """Exact for piecewise-linear l: an example on a kink takes the slope of the piece ahead along p."""
+        if not self.piecewise_linear:
+            return self.loss_gradient(w, X, y)
+        f0, df = self.scores(X, w), self.scores(X, p)
+        kinks = np.sort(self.kinks(y), axis=1).T
+        inside = np.vstack([kinks[:1] - 1.0, 0.5 * (kinks[1:] + kinks[:-1]), kinks[-1:] + 1.0])
+        piece = np.count_nonzero((kinks < f0) | ((kinks == f0) & (df > 0)), axis=0)
+        slopes = np.array([self.derivative(f, y) for f in inside])
+        coefficients = np.take_along_axis(slopes, piece[None], axis=0)[0]
+        return float(np.sum(self.value(f0, y))), np.asarray(X.T @ coefficients, dtype=np.float64)
 
     def line_values(self, f0, df, y, eta):
         f = f0 + eta * df

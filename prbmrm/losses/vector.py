@@ -206,6 +206,18 @@ class MulticlassHinge(MaxMarginLoss):
         rows = np.arange(len(index))
         return Z[rows, worst], _pair_coefficients(len(index), self.n_outputs, worst, index, 1.0)
 
+    def steepest_gradient(self, w, p, X, y):
+        """Exact: among the maximizing classes y', the one whose margin grows fastest along p."""
+        if type(self).coefficients is not MulticlassHinge.coefficients:
+            return super().steepest_gradient(w, p, X, y)
+        index = self.class_index(y)
+        Z = self.margins(self.scores(X, w), index)
+        slopes = self.differences(self.scores(X, p), index)
+        worst = np.argmax(np.where(Z == Z.max(axis=1, keepdims=True), slopes, -np.inf), axis=1)
+        rows = np.arange(len(index))
+        G = _pair_coefficients(len(index), self.n_outputs, worst, index, 1.0)
+        return float(np.sum(Z[rows, worst])), _gradient(X, G)
+
 
 class ScaledMulticlassHinge(MulticlassHinge):
     """Scaled soft-margin multiclass loss, eq. 24 of paper 000 with phi(x, y) = e_y (x) x.
@@ -399,6 +411,23 @@ class MultilabelHinge(VectorLoss):
         active = both & (hinge > 0)
         losses = np.where(active, hinge, 0.0)
         return losses, _pair_coefficients(n, k, highest, lowest, active.astype(np.float64))
+
+    def steepest_gradient(self, w, p, X, y):
+        """Exact: the tied worst labels that move worst along p; a hinge at 0 counts if it grows."""
+        F, dF = self.scores(X, w), self.scores(X, p)
+        relevant = np.asarray(y).astype(bool, copy=False)
+        n = len(F)
+        rows = np.arange(n)
+        low = np.where(relevant, F, np.inf)
+        high = np.where(relevant, -np.inf, F)
+        lowest = np.argmin(np.where(low == low.min(axis=1, keepdims=True), dF, np.inf), axis=1)
+        highest = np.argmax(np.where(high == high.max(axis=1, keepdims=True), dF, -np.inf), axis=1)
+        both = relevant.any(axis=1) & ~relevant.all(axis=1)
+        hinge = self.margin - F[rows, lowest] + F[rows, highest]
+        grows = dF[rows, highest] - dF[rows, lowest] > 0
+        active = both & ((hinge > 0) | ((hinge == 0) & grows))
+        G = _pair_coefficients(n, self.n_outputs, highest, lowest, active.astype(np.float64))
+        return float(np.sum(np.where(both & (hinge > 0), hinge, 0.0))), _gradient(X, G)
 
     def predict_labels(self, f):
         f = np.asarray(f, dtype=np.float64).reshape(len(f), -1)

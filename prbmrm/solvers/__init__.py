@@ -20,9 +20,11 @@ from .lsbmrm import minimize_lsbmrm
 from .pragam import minimize_pragam, minimize_pragam_b
 from .proximal import minimize_proximal
 from .smooth_lbfgs import minimize_smooth_lbfgs
+from .sublbfgs import minimize_owlqn, minimize_owlqn_star, minimize_sublbfgs
 
 SOLVERS = {"bmrm": minimize_bmrm, "lsbmrm": minimize_lsbmrm, "proximal": minimize_proximal, "lbfgs": minimize_lbfgs,
-           "smooth_lbfgs": minimize_smooth_lbfgs, "pragam": minimize_pragam, "pragam_b": minimize_pragam_b}
+           "smooth_lbfgs": minimize_smooth_lbfgs, "pragam": minimize_pragam, "pragam_b": minimize_pragam_b,
+           "sublbfgs": minimize_sublbfgs, "owlqn": minimize_owlqn, "owlqn_star": minimize_owlqn_star}
 """Registry of solvers by name: the values of ``--solver``."""
 
 COMMON_OPTIONS = ("epsilon", "rel_epsilon", "max_iter", "idle_age", "callback")

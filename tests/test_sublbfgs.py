@@ -1,0 +1,156 @@
+"""subLBFGS, OWL-QN and OWL-QN* (paper 003): the argsup oracle, the optimum against cvxpy / BMRM, the certified bound."""
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from conftest import load_svmlight, shared_shards
+from prbmrm.comm import SerialComm
+from prbmrm.data import load_local
+from prbmrm.errors import UsageError
+from prbmrm.losses import get_loss
+from prbmrm.regularizers import get_regularizer
+from prbmrm.risk import DistributedRisk, run_distributed
+from prbmrm.solvers import minimize
+from prbmrm.solvers.sublbfgs import LbfgsMatrix, descent_direction, risk_argsup
+
+
+def oracle_of(loss, X, y, label_kind="binary"):
+    loss = get_loss(loss)
+    loss.prepare(np.unique(y) if label_kind != "multilabel" else np.arange(y.shape[1]), label_kind)
+    return DistributedRisk(loss, X, y, len(y), SerialComm())
+
+
+def a9a(m):
+    X, y = load_svmlight("a9a.xz")
+    return X[:m], y[:m]
+
+
+# --------------------------------------------------------------------------
+# The argsup oracle: <a, p> is the directional derivative (finite differences)
+# --------------------------------------------------------------------------
+
+def kink_problems():
+    """Integer data and points where many examples sit exactly on a kink (exact in floating point)."""
+    rng = np.random.default_rng(0)
+    X = sp.csr_matrix(rng.integers(0, 2, size=(60, 5)).astype(np.float64))
+    yield "hinge", X, rng.choice([-1.0, 1.0], 60), "binary", np.eye(5)[0]
+    yield "multiclass_hinge", X, rng.integers(0, 3, 60).astype(np.float64), "integer", np.zeros(15)
+    yield "multilabel_hinge", X, rng.integers(0, 2, size=(60, 3)).astype(np.float64), "multilabel", np.zeros(15)
+
+
+@pytest.mark.parametrize("problem", list(kink_problems()), ids=lambda p: p[0])
+def test_argsup_is_the_directional_derivative(problem):
+    name, X, y, kind, w = problem
+    oracle = oracle_of(name, X, y, kind)
+    argsup = risk_argsup(oracle)
+    rng = np.random.default_rng(1)
+    on_kink = 0
+    for _ in range(20):
+        p = rng.standard_normal(len(w))
+        r, a = argsup(w, p)
+        r0, a0 = oracle(w)
+        assert r == pytest.approx(r0, rel=1e-12)
+        t = 1e-7  # below every breakpoint of these problems: R is linear on [w, w + t p]
+        derivative = (oracle(w + t * p)[0] - r0) / t
+        assert float(a @ p) == pytest.approx(derivative, rel=1e-5, abs=1e-9)
+        # a is a subgradient: <a, p'> <= R'(w; p') in every direction p'
+        for q in rng.standard_normal((5, len(w))):
+            assert float(a @ q) <= (oracle(w + t * q)[0] - r0) / t + 1e-6
+        on_kink += abs(float(a0 @ p) - derivative) > 1e-6
+    assert on_kink > 0  # the plain subgradient would not do
+
+
+def test_descent_direction_on_a_known_nonsmooth_function():
+    # J(w) = |w_1| + 0.1 w_2^2 at w = (0, 1): subdifferential {(u, 0.2): |u| <= 1}; the best
+    # direction for B = I is -(0, 0.2), whatever subgradient it starts from.
+    def argsup(p):
+        return np.array([np.sign(p[0]) if p[0] != 0 else 1.0, 0.2])
+    B = LbfgsMatrix(5)
+    p, _ = descent_direction(np.array([1.0, 0.2]), argsup, B, tolerance=1e-12, k_max=50)
+    np.testing.assert_allclose(p, [0.0, -0.2], atol=1e-6)
+    assert descent_direction(np.array([1.0, 0.0]), lambda q: np.array([np.sign(q[0]) or 1.0, 0.0]), B,
+                             1e-12, 50)[0] is None  # w is optimal: no descent direction
+
+
+# --------------------------------------------------------------------------
+# The optimum and the certified bound
+# --------------------------------------------------------------------------
+
+def check_run(result, optimum, rel=1e-3):
+    assert result.fun <= optimum * (1 + rel)
+    assert np.all(result.history["lower_bound"] <= optimum * (1 + 1e-9) + 1e-12)
+
+
+def test_sublbfgs_reaches_cvxpy_optimum_hinge():
+    X, y = a9a(2000)
+    lam = 1e-3
+    w = cp.Variable(X.shape[1])
+    problem = cp.Problem(cp.Minimize(0.5 * lam * cp.sum_squares(w)
+                                     + cp.sum(cp.pos(1 - cp.multiply(y, X @ w))) / len(y)))
+    problem.solve(solver=cp.CLARABEL)
+    result = minimize(oracle_of("hinge", X, y), np.zeros(X.shape[1]), lam, method="sublbfgs", rel_epsilon=1e-4)
+    check_run(result, problem.value)
+    assert result.gap <= 1e-3 * result.fun
+
+
+def test_sublbfgs_reaches_bmrm_optimum_multiclass_hinge():
+    X, y = load_svmlight("dna.scale.xz")
+    X, y, lam = X[:300], y[:300], 0.1
+    reference = minimize(oracle_of("multiclass_hinge", X, y, "integer"), np.zeros(3 * X.shape[1]), lam,
+                         rel_epsilon=1e-6)
+    result = minimize(oracle_of("multiclass_hinge", X, y, "integer"), np.zeros(3 * X.shape[1]), lam,
+                      method="sublbfgs", rel_epsilon=1e-3, max_iter=2000)
+    check_run(result, reference.fun)
+    assert np.all(result.history["lower_bound"] <= reference.fun)
+    assert reference.lower_bound <= result.fun * (1 + 1e-12)
+
+
+def l1_logistic_optimum(X, y, lam):
+    w = cp.Variable(X.shape[1])
+    problem = cp.Problem(cp.Minimize(lam * cp.norm1(w) + cp.sum(cp.logistic(-cp.multiply(y, X @ w))) / len(y)))
+    problem.solve(solver=cp.CLARABEL)
+    return problem.value
+
+
+@pytest.mark.parametrize("method", ["owlqn", "owlqn_star"])
+def test_owlqn_reaches_cvxpy_l1_logistic_optimum(method):
+    X, y = a9a(1000)
+    lam = 1e-3
+    optimum = l1_logistic_optimum(X, y, lam)
+    l1 = get_regularizer("l1")
+    oracle = oracle_of("logistic", X, y)
+    l1.prepare(oracle.dim, oracle.loss.risk_floor)
+    result = minimize(oracle, np.zeros(X.shape[1]), lam, method=method, reg=l1, rel_epsilon=1e-4, max_iter=500)
+    check_run(result, optimum)
+    assert np.count_nonzero(result.w) < X.shape[1]  # L1 makes w sparse
+
+
+def test_usage_errors():
+    X, y = a9a(100)
+    with pytest.raises(UsageError, match="needs --reg l1"):
+        minimize(oracle_of("logistic", X, y), np.zeros(X.shape[1]), 1e-3, method="owlqn")
+    with pytest.raises(UsageError, match="differentiable regularizer"):
+        minimize(oracle_of("hinge", X, y), np.zeros(X.shape[1]), 1e-3, method="sublbfgs", reg="l1")
+    with pytest.raises(UsageError, match="memory"):
+        minimize(oracle_of("hinge", X, y), np.zeros(X.shape[1]), 1e-3, method="sublbfgs", memory=0)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_sublbfgs_run_equals_serial_run(comm, mpi_tmp_path):
+    X, y = a9a(3000)
+    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
+    local = load_local(directory, comm, bias=True)
+    options = dict(method="sublbfgs", rel_epsilon=1e-3)
+    oracle = DistributedRisk(get_loss("hinge"), local.X, local.y, local.n_examples_total, comm, local.blocks)
+    result = run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), 1e-4, **options))
+    if comm.is_root:
+        serial_data = load_local(directory, SerialComm(), bias=True)
+        serial = DistributedRisk(get_loss("hinge"), serial_data.X, serial_data.y, len(y), SerialComm(),
+                                 serial_data.blocks)
+        expected = minimize(serial, np.zeros(serial.dim), 1e-4, **options)
+        assert result.nit == expected.nit
+        for column in ("objective", "best_objective", "lower_bound"):
+            np.testing.assert_allclose(result.history[column], expected.history[column], rtol=1e-9)

@@ -26,6 +26,15 @@ class CollectiveError(PrbmrmError):
     """
 
 
+class JointError(CollectiveError):
+    """A CollectiveError that every rank raised inside one collective call.
+
+    The serving ranks leave their serve loop with it too (a secure sum that
+    overflowed or that carried a party's report), so rank 0 must not stop
+    them: :func:`prbmrm.risk.run_distributed` lets it pass.
+    """
+
+
 class UsageError(PrbmrmError):
     """A bad option or option value, found identically on every rank.
 
@@ -34,7 +43,7 @@ class UsageError(PrbmrmError):
     """
 
 
-class CoordinatorError(CollectiveError):
+class CoordinatorError(JointError):
     """A party found that the coordinator (rank 0) deviated from the protocol.
 
     Raised together with a :class:`CollectiveError` on the other ranks (see

@@ -38,7 +38,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import CollectiveError, PrbmrmError
+from .errors import CollectiveError, JointError, PrbmrmError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
 
@@ -549,15 +549,15 @@ def run_distributed(oracle, solve):
         On every rank, with the same message, if `solve` raised a
         :class:`PrbmrmError` on rank 0. Any other exception is re-raised on
         rank 0 while the other ranks raise a CollectiveError with its text, so
-        no rank is left waiting. A CollectiveError raised by `solve` (every
-        rank raised it together, e.g. from a secure sum) passes through.
+        no rank is left waiting. A :class:`~prbmrm.errors.JointError` (every
+        rank raised it inside one collective, e.g. a secure sum) passes through.
     """
     if not oracle.comm.is_root:
         oracle.serve()
         return None
     try:
         result = solve(oracle)
-    except CollectiveError:
+    except JointError:
         raise  # every rank raised it together: none is left waiting to be stopped
     except BaseException as error:
         oracle.stop(error)

@@ -50,7 +50,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .errors import CollectiveError, UsageError
+from .errors import JointError, UsageError
 
 MIN_PARTIES = 3
 """Fewest parties secure aggregation runs with."""
@@ -199,7 +199,7 @@ class SecureComm:
 
         Raises
         ------
-        CollectiveError
+        JointError
             On every rank, if an integer is too large for the sum to be exact.
         """
         if buf.dtype != np.int64:
@@ -209,7 +209,7 @@ class SecureComm:
         overflow = bool(np.any(np.abs(buf) >= limit))
         total, status = self._masked_sum(buf, overflow)
         if status[_OVERFLOW]:
-            raise CollectiveError(f"secure sum of integers: {status[_OVERFLOW]} of the {self.size} "
+            raise JointError(f"secure sum of integers: {status[_OVERFLOW]} of the {self.size} "
                                   f"parties hold a value beyond +-{limit}, the sum could wrap")
         buf[:] = total
         return buf
@@ -269,7 +269,7 @@ class SecureComm:
         which this party sends uniformly random values instead of its own:
         the answer to a deviating query is never revealed. Then every rank
         raises together: this party `error`, a :class:`CoordinatorError`;
-        the others a :class:`CollectiveError` that counts the parties that
+        the others a :class:`~prbmrm.errors.JointError` that counts the parties that
         stopped.
         """
         self._deviation = error
@@ -284,7 +284,7 @@ class SecureComm:
         if self._deviation is not None:
             error, self._deviation = self._deviation, None
             raise error
-        raise CollectiveError(f"{count} of the {self.size} parties stopped the run: they found that "
+        raise JointError(f"{count} of the {self.size} parties stopped the run: they found that "
                               "the coordinator deviated from the protocol (each says how)")
 
 

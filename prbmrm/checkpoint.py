@@ -29,7 +29,7 @@ import scipy.sparse as sp
 
 from . import __version__
 from .errors import InputError, UsageError
-from .model import _temporary_name
+from .model import _temporary_name, read_checked
 
 CHECKPOINT_FORMAT = "prbmrm-checkpoint"
 
@@ -87,15 +87,9 @@ def load_checkpoint(path):
     InputError
         If the file is missing, unreadable or not a prbmrm checkpoint.
     """
-    try:
-        with h5py.File(path, "r") as f:
-            if f.attrs.get("format") != CHECKPOINT_FORMAT:
-                raise InputError(f"{path}: not a prbmrm checkpoint file")
-            meta = {key: json.loads(value) for key, value in f.attrs.items()
-                    if key not in ("format", "version")}
-            return _read_group(f["state"]), meta
-    except OSError as error:
-        raise InputError(f"{path}: cannot read checkpoint: {error}") from None
+    with read_checked(path, CHECKPOINT_FORMAT, "checkpoint file") as f:
+        meta = {key: json.loads(value) for key, value in f.attrs.items() if key not in ("format", "version")}
+        return _read_group(f["state"]), meta
 
 
 def _block_digest(X, y, qid):

@@ -4,6 +4,7 @@ Written atomically (a temporary file in the same directory, fsync, rename), so
 a failed or interrupted run never leaves a partial model behind.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -134,16 +135,29 @@ def load_model(path):
     InputError
         If the file is missing, unreadable or not a prbmrm model.
     """
+    with read_checked(path, MODEL_FORMAT, "model file") as f:
+        attrs = {key: _plain(value) for key, value in f.attrs.items()}
+        history = {key: f["history"][key][()] for key in f.get("history", ())}
+        lam_path = {key: f["path"][key][()] for key in f["path"]} if "path" in f else None
+        return Model(w=f["w"][()], bias=attrs["bias"], attrs=attrs, history=history, path=lam_path)
+
+
+@contextlib.contextmanager
+def read_checked(path, file_format, what):
+    """Open the HDF5 file `path` for reading if its ``format`` attribute is `file_format`.
+
+    Raises
+    ------
+    InputError
+        Naming `path` and `what` if the file is missing, unreadable or of another format.
+    """
     try:
         with h5py.File(path, "r") as f:
-            if f.attrs.get("format") != MODEL_FORMAT:
-                raise InputError(f"{path}: not a prbmrm model file")
-            attrs = {key: _plain(value) for key, value in f.attrs.items()}
-            history = {key: f["history"][key][()] for key in f.get("history", ())}
-            path = {key: f["path"][key][()] for key in f["path"]} if "path" in f else None
-            return Model(w=f["w"][()], bias=attrs["bias"], attrs=attrs, history=history, path=path)
+            if f.attrs.get("format") != file_format:
+                raise InputError(f"{path}: not a prbmrm {what}")
+            yield f
     except OSError as error:
-        raise InputError(f"{path}: cannot read model file: {error}") from None
+        raise InputError(f"{path}: cannot read {what}: {error}") from None
 
 
 def _temporary_name(path):

@@ -95,7 +95,7 @@ class DistributedRisk:
         self.loss = loss
         self.n_total = int(n_total)
         self.comm = comm
-        self.dim = X.shape[1] * loss.n_outputs
+        self.dim = loss.weight_dim(X.shape[1])
         bounds = [0, X.shape[0]] if blocks is None else list(blocks)
         self._blocks = [(_row_block(X, a, b), y[a:b], None if qid is None else qid[a:b])
                         for a, b in zip(bounds[:-1], bounds[1:])]

@@ -70,6 +70,10 @@ class Loss(Parametrized):
         """
         return None
 
+    def weight_dim(self, n_features):
+        """Return the length of the flat weight vector for `n_features` features (with the bias)."""
+        return n_features * self.n_outputs
+
     def loss_gradient(self, w, X, y, qid=None):
         """Return ``(sum of losses, sum of subgradients)`` over the rows of `X`.
 

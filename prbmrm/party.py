@@ -171,6 +171,7 @@ class ClippedLoss:
         self.loss = loss
         self.clip = float(clip)
         self.n_outputs = loss.n_outputs
+        self.weight_dim = loss.weight_dim
 
     def loss_gradient(self, w, X, y, qid=None):
         """Return the clipped ``(sum of losses, sum of gradients)`` over the rows of `X`."""

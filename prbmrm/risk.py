@@ -160,20 +160,32 @@ class DistributedRisk:
     def _evaluate(self, bcast_seconds):
         started = time.perf_counter()
         w = self._message[:-1]
+        error, exchange = None, 0.0
         if self.loss.decomposable:
-            for partial, chunks in zip(self._partials, self._chunks):
-                partial[:] = 0.0
-                for X, y, qid in chunks:
-                    risk, gradient = self.loss.loss_gradient(w, X, y, qid)
-                    partial[-1] += risk
-                    partial[:-1] += gradient.ravel()
-            exchange = 0.0
+            try:
+                for partial, chunks in zip(self._partials, self._chunks):
+                    partial[:] = 0.0
+                    for X, y, qid in chunks:
+                        risk, gradient = self.loss.loss_gradient(w, X, y, qid)
+                        partial[-1] += risk
+                        partial[:-1] += gradient.ravel()
+            except Exception as problem:
+                # NaN partials make every rank's sum NaN, so every rank knows to check.
+                error = problem
+                self._partials[:] = np.nan
         else:
             exchange = self._multivariate_partials(w)
         computed = time.perf_counter()
-        if self.observer is not None:
+        if self.observer is not None and error is None:
             self.observer(w, self._partials)
         self._sums = self.comm.reproducible_sum(self._partials, self._n_parts)
+        if not np.isfinite(self._sums[-1]):
+            # Every rank sees the same sums, so every rank makes this check and raises
+            # together: rank 0 must not stop the others, who left serve() already.
+            try:
+                self.comm.check(_described(error, self.comm.rank))
+            except CollectiveError as failed:
+                raise JointError(str(failed)) from error
         self.last_seconds = {"risk": computed - started - exchange,
                              "comm": bcast_seconds + exchange + time.perf_counter() - computed}
         for key, seconds in self.last_seconds.items():
@@ -507,6 +519,14 @@ class RiskLine:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def _described(error, rank):
+    """`error`, or for an unexpected one (a bug, not a user's input) one that names its rank and type."""
+    if error is None or isinstance(error, PrbmrmError):
+        return error
+    return RuntimeError(f"rank {rank} failed computing its risk: {type(error).__name__}: {error}")
+
 
 def _row_block(X, start, stop):
     """Rows start:stop of X without copying the large arrays."""

@@ -72,6 +72,33 @@ def test_rank_failure_in_the_solver_reaches_every_rank(comm):
         run_distributed(oracle, failing)
 
 
+class HingeFailingOnLabelTwo(type(get_loss("hinge"))):
+    """The hinge loss, except that a block holding the label 2 makes it fail (a bug on one rank)."""
+
+    def loss_gradient(self, w, X, y, qid=None):
+        if np.any(y == 2):
+            raise ZeroDivisionError("label two")
+        return super().loss_gradient(w, X, y, qid)
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_failing_inside_the_risk_stops_every_rank(comm):
+    from prbmrm.errors import CollectiveError
+    from prbmrm.solvers import minimize
+
+    X = np.ones((comm.size * 2, 2))
+    y = np.ones(comm.size * 2)
+    y[-1] = 2.0  # only on the last rank
+    rows = slice(2 * comm.rank, 2 * comm.rank + 2)
+    oracle = DistributedRisk(HingeFailingOnLabelTwo(), X[rows], y[rows], len(y), comm)
+    # Every rank raises the same message, naming the failing rank and the error's type,
+    # and none is left waiting in a collective.
+    with pytest.raises(CollectiveError, match=f"rank {comm.size - 1} failed computing its risk: "
+                                              "ZeroDivisionError: label two"):
+        run_distributed(oracle, lambda risk: minimize(risk, np.zeros(2), 1.0))
+    comm.barrier()
+
+
 class HingeThroughRankZero(__import__("prbmrm.losses", fromlist=["MultivariateLoss"]).MultivariateLoss):
     """The hinge loss computed the non-decomposable way: scores to rank 0, coefficients back."""
 

@@ -208,3 +208,13 @@ def test_bad_svmlight_input_to_predict(tmp_path, ranks, content, fragment):
     completed, seconds = run_ranks(ranks, ["-m", "prbmrm.predict", "--model", str(model), "--data",
                                            str(bad), "--out", out])
     expect_failure(completed, seconds, out, "bad.svm", fragment)
+
+
+def test_blas_runs_one_thread_unless_a_serial_user_asks_for_more():
+    from prbmrm._cli import single_blas_thread
+
+    assert single_blas_thread(1, {})
+    assert not single_blas_thread(1, {"OMP_NUM_THREADS": "4"})
+    assert not single_blas_thread(1, {"OPENBLAS_NUM_THREADS": "2"})
+    # Under MPI every core runs a rank already.
+    assert single_blas_thread(3, {"OMP_NUM_THREADS": "4"})

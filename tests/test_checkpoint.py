@@ -131,6 +131,40 @@ def test_resume_refusal_stops_every_rank(tmp_path):
         fit(resume=str(tmp_path / "missing.h5"), **OPTIONS)
 
 
+# subLBFGS on the demo data: 40 iterations (it stalls, status 4, before the gap test is met).
+SUBLBFGS = ["--solver", "sublbfgs"]
+
+
+@pytest.fixture(scope="module")
+def sublbfgs_full():
+    return fit(solver="sublbfgs", **OPTIONS)[0]
+
+
+@pytest.mark.parametrize("stop", [20, 1])  # 1: before any LBFGS pair is stored
+def test_sublbfgs_resume_reaches_the_uninterrupted_w(tmp_path, sublbfgs_full, stop):
+    """The LBFGS pairs, the bound's planes and the iterate's subgradient make the resumed path bitwise the same."""
+    full = sublbfgs_full
+    path = str(tmp_path / "state.h5")
+    part, _, _ = fit(solver="sublbfgs", max_iter=stop, checkpoint=path, checkpoint_every=8, **OPTIONS)
+    state, meta = load_checkpoint(path)
+    assert part.nit == meta["iteration"] == stop
+    assert state["lbfgs"]["rho"].shape == (min(stop - 1, 15),)
+    resumed, _, _ = fit(solver="sublbfgs", resume=path, **OPTIONS)
+    assert resumed.nit == full.nit > stop and resumed.status == full.status
+    check_same_run(resumed, full)
+    np.testing.assert_array_equal(resumed.w_last, full.w_last)
+
+
+def test_sublbfgs_resume_on_3_ranks_reaches_the_uninterrupted_w(tmp_path, sublbfgs_full):
+    full = sublbfgs_full
+    path = str(tmp_path / "state.h5")
+    part = train(tmp_path, 3, "part", *SUBLBFGS, "--max-iter", "20", "--checkpoint", path)
+    assert part.attrs["iterations"] == 20 and load_checkpoint(path)[1]["iteration"] == 20
+    resumed = train(tmp_path, 3, "resumed", *SUBLBFGS, "--resume", path)
+    assert resumed.attrs["iterations"] == full.nit and resumed.attrs["status"] == full.status
+    check_same_run(resumed, full)
+
+
 def test_solvers_without_checkpoints_refuse_and_still_stop():
     with pytest.raises(UsageError, match="solver 'lbfgs' does not support --checkpoint"):
         fit(loss="logistic", solver="lbfgs", checkpoint="never.h5")

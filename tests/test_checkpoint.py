@@ -165,6 +165,22 @@ def test_sublbfgs_resume_on_3_ranks_reaches_the_uninterrupted_w(tmp_path, sublbf
     check_same_run(resumed, full)
 
 
+def test_owlqn_resume_reaches_the_uninterrupted_optimum(tmp_path):
+    """OWL-QN shares subLBFGS's state; its L1 bound is an LP whose warm start is not saved, so
+    the resumed run is held to the certified gaps, not to the uninterrupted path (README)."""
+    options = dict(loss="logistic", reg="l1", solver="owlqn", lam=1e-3, rel_epsilon=1e-3)
+    full, _, _ = fit(**options)
+    path = str(tmp_path / "state.h5")
+    fit(max_iter=30, checkpoint=path, **options)
+    state = load_checkpoint(path)[0]
+    assert state["lbfgs"]["rho"].shape == (15,) and state["a"].shape == full.w.shape
+    resumed, _, _ = fit(resume=path, **options)
+    assert resumed.nit > 30 and resumed.status == full.status == 1
+    assert abs(resumed.fun - full.fun) <= max(resumed.gap, full.gap)
+    assert len(resumed.history["objective"]) == resumed.nit
+    np.testing.assert_array_equal(resumed.history["objective"][:30], full.history["objective"][:30])
+
+
 def test_lbfgs_resume_replays_scipy_and_reaches_the_uninterrupted_w(tmp_path):
     """scipy's L-BFGS-B is run again over the saved evaluations, then continues on the same path."""
     options = dict(loss="logistic", solver="lbfgs", solver_params={"bound_every": 3}, **OPTIONS)

@@ -129,10 +129,9 @@ class LbfgsRun:
     def fun(self, w):
         """Return ``(value, gradient)`` at `w` for scipy; the last point is evaluated only once."""
         if self._point is None or not np.array_equal(w, self._point[0]):
-            digest = _digest(w)
             if self._replay:
                 saved, objective, value, gradient = self._replay.popleft()
-                if saved != digest:
+                if saved != _digest(w):
                     raise UsageError("cannot resume: scipy's L-BFGS-B asks for other points than in the "
                                      "checkpointed run (another scipy version?)")
             else:
@@ -141,7 +140,7 @@ class LbfgsRun:
                 for key in self._seconds:
                     self._seconds[key] += seconds[key]
                 if self._evaluations is not None:
-                    self._evaluations.append((digest, objective, value, gradient))
+                    self._evaluations.append((_digest(w), objective, value, gradient))
             self._point = (np.array(w, dtype=np.float64), objective, value, gradient)
         return self._point[2], self._point[3]
 

@@ -3,9 +3,12 @@
 A key is an option's long name without the dashes, with ``_`` or ``-``
 (``rel_epsilon = 1e-4``); flags take ``true`` or ``false``; a repeatable
 ``NAME=VALUE`` option takes a table (``loss_param = {tau = 0.9}`` or a
-``[loss_param]`` section). The keys follow the argparse parser, so every new
-option has its key without further code. The file's values become the
-parser's defaults, so options given on the command line override them.
+``[loss_param]`` section), another repeatable option an array (or one
+string for one value). The options of an argument group marked with
+:func:`config_section` are the keys of their own table (``[privacy]``). The
+keys follow the argparse parser, so every new option has its key without
+further code. The file's values become the parser's defaults, so options
+given on the command line override them.
 
 Rank 0 reads the file and broadcasts its text; every rank then checks it the
 same way, so a bad file stops every rank with the same message.
@@ -32,6 +35,19 @@ def add_config_options(parser):
                         help="read options from this TOML file; options on the command line override it")
     parser.add_argument("--print-config", action="store_true",
                         help="print the effective options as a TOML configuration file and exit")
+
+
+def config_section(group, name, keys=None):
+    """Make the options of the argparse argument `group` the keys of the TOML table ``[name]``.
+
+    Parameters
+    ----------
+    group : argparse._ArgumentGroup
+    name : str
+    keys : dict of str to str, optional
+        ``{dest: key}``: keys other than the option's dest (``party_data`` as ``data``).
+    """
+    group.config_section = (name, dict(keys or {}))
 
 
 def parse_configured(parser, argv, comm):
@@ -89,22 +105,48 @@ def read_config(parser, path, comm):
         table = tomllib.loads(text.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise UsageError(f"{path}: not a valid TOML file: {error}") from None
-    actions = config_actions(parser)
+    layout = config_layout(parser)
     values = {}
     for key, value in table.items():
-        dest = key.replace("-", "_")
-        if dest not in actions:
-            close = difflib.get_close_matches(dest, actions, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (keys: {', '.join(actions)})"
-            raise UsageError(f"{path}: unknown key {key!r}{hint}")
-        values[dest] = _from_toml(actions[dest], value, f"{path}: key {key!r}")
+        if key in layout and key != "":
+            _expect(isinstance(value, dict), "a table", value, f"{path}: [{key}]")
+            for name, item in value.items():
+                values.update(_read_key(layout, key, name, item, f"{path}: [{key}]"))
+        else:
+            values.update(_read_key(layout, "", key, value, path))
     return values
 
 
-def config_actions(parser):
-    """``{dest: action}`` of the options a configuration file may set."""
-    return {action.dest: action for action in parser._actions
-            if action.default is not argparse.SUPPRESS and action.dest not in CONFIG_DESTS}
+def _read_key(layout, section, key, value, where):
+    """``{dest: value}`` of `key` in the table `section` ("" the top level), or raise UsageError."""
+    actions = layout[section]
+    name = key.replace("-", "_")
+    if name not in actions:
+        elsewhere = [other for other, keys in layout.items() if other != section and name in keys]
+        if elsewhere:
+            place = f"the [{elsewhere[0]}] table" if elsewhere[0] else "the top level, before any table"
+            hint = f" here; it belongs in {place}"
+        else:
+            close = difflib.get_close_matches(name, actions, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (keys: {', '.join(actions)})"
+        raise UsageError(f"{where}: unknown key {key!r}{hint}")
+    action = actions[name]
+    return {action.dest: _from_toml(action, value, f"{where}: key {key!r}")}
+
+
+def config_layout(parser):
+    """``{table: {key: action}}`` of the options a configuration file may set; "" is the top level."""
+    layout = {"": {}}
+    sections = {}
+    for group in parser._action_groups:
+        name, keys = getattr(group, "config_section", ("", {}))
+        for action in group._group_actions:
+            sections[action.dest] = name, keys.get(action.dest, action.dest)
+    for action in parser._actions:
+        if action.default is not argparse.SUPPRESS and action.dest not in CONFIG_DESTS:
+            name, key = sections.get(action.dest, ("", action.dest))
+            layout.setdefault(name, {})[key] = action
+    return layout
 
 
 def config_text(parser, args):
@@ -115,15 +157,16 @@ def config_text(parser, args):
     import tomli_w
 
     table = {}
-    for dest, action in config_actions(parser).items():
-        value = getattr(args, dest)
-        if value is None:
-            continue
-        if _is_pairs(action):
-            value = {name: _guess_type(text) for name, _, text in (pair.partition("=") for pair in value)}
-        elif isinstance(value, tuple):
-            value = list(value)
-        table[dest] = value
+    for section, actions in config_layout(parser).items():
+        for key, action in actions.items():
+            value = getattr(args, action.dest)
+            if value is None:
+                continue
+            if _is_pairs(action):
+                value = {name: _guess_type(text) for name, _, text in (pair.partition("=") for pair in value)}
+            elif isinstance(value, tuple):
+                value = list(value)
+            (table.setdefault(section, {}) if section else table)[key] = value
     return f"# {parser.prog} configuration (--config FILE)\n" + tomli_w.dumps(table)
 
 
@@ -155,6 +198,8 @@ def _from_toml(action, value, where):
     if action.nargs == 0:  # a flag: true means given
         _expect(isinstance(value, bool), "true or false", value, where)
         return action.const if value else action.default
+    if isinstance(action, argparse._AppendAction) and isinstance(value, str):
+        return [_convert(action, value, where)]  # the option given once
     if isinstance(action, argparse._AppendAction) or action.nargs not in (None, "?"):
         _expect(isinstance(value, list), "an array", value, where)
         return [_convert(action, item, where) for item in value]

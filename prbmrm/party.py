@@ -88,8 +88,8 @@ def load_party(spec, comm, *, bias=False):
     """
     if isinstance(spec, (list, tuple)):
         if len(spec) != comm.size:
-            raise UsageError(f"party mode needs one data path per party: got {len(spec)} for "
-                             f"{comm.size} parties")
+            raise UsageError(f"party mode needs one data path per party (--party-data, or the [privacy] "
+                             f"table's data): got {len(spec)} for {comm.size} parties")
         spec = spec[comm.rank]
     else:
         spec = party_path(os.fspath(spec), comm.rank)

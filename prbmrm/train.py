@@ -18,7 +18,7 @@ import numpy as np
 
 from . import __version__
 from ._cli import ArgumentParser, run
-from ._config import add_config_options, parse_configured
+from ._config import add_config_options, config_section, parse_configured
 from ._params import parse_params
 from .checkpoint import SignalFlag, checkpointing
 from .data import load_local, split_local
@@ -475,10 +475,11 @@ def build_parser():
     party = parser.add_argument_group("party mode (several data owners, one rank each; README: Party mode)")
     party.add_argument("--parties", action="store_true",
                        help="rank r is party r: reads only its own files, every sum is securely aggregated")
+    config_section(party, "privacy", {"party_data": "data"})
     party.add_argument("--party-data", action="append", metavar="PATH",
-                       help="the files of one party, once per party in rank order (instead of a --data "
-                            "template such as 'site-{rank}.h5')")
-    party.add_argument("--model-to", metavar="RANKS",
+                       help="the files of one party, once per party in rank order, or once a template "
+                            "such as 'site-{rank}.h5' (instead of --data)")
+    party.add_argument("--model-to", metavar="RANKS", type=party_numbers,
                        help="comma-separated parties that receive and write the model (default: all)")
     party.add_argument("--allow-score-sharing", action="store_true",
                        help="accept a non-decomposable loss, whose per-example scores go to rank 0 unmasked")
@@ -523,6 +524,24 @@ _PARTY_ONLY = ("party_data", "model_to", "allow_score_sharing", "verify_coordina
                "dp_delta")
 
 
+def party_numbers(text):
+    """Type of ``--model-to``: comma-separated party numbers, as a list."""
+    try:
+        return [int(r) for r in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--model-to expects comma-separated party numbers, "
+                                         f"got {text!r}") from None
+
+
+def party_data(args):
+    """The `data` of :func:`fit`: ``--data``, or the ``--party-data`` list (given once with ``{rank}``: a template)."""
+    paths = args.party_data
+    if not paths:
+        return args.data
+    template = len(paths) == 1 and party_path(paths[0], 0) != party_path(paths[0], 1)
+    return paths[0] if template else paths
+
+
 def party_from_args(args):
     """Return the :class:`prbmrm.party.Party` of ``--parties`` and its options, or None."""
     if not args.parties:
@@ -534,14 +553,7 @@ def party_from_args(args):
         raise UsageError("give either --data (a template with {rank}) or --party-data, not both")
     if args.data is None and not args.party_data:
         raise UsageError("--parties needs each party's data: --data 'site-{rank}.h5' or --party-data")
-    model_to = None
-    if args.model_to is not None:
-        try:
-            model_to = [int(r) for r in args.model_to.split(",")]
-        except ValueError:
-            raise UsageError(f"--model-to expects comma-separated party numbers, "
-                             f"got {args.model_to!r}") from None
-    return Party(model_to=model_to, allow_score_sharing=args.allow_score_sharing,
+    return Party(model_to=args.model_to, allow_score_sharing=args.allow_score_sharing,
                  verify_coordinator=args.verify_coordinator,
                  audit_log=None if args.no_audit_log else args.audit_log, dp_epsilon=args.dp_epsilon,
                  dp_delta=args.dp_delta, dp_clip=args.dp_clip)
@@ -587,7 +599,7 @@ def main(argv, comm):
     table = ProgressTable(args.print_every, note=note) if verbose else None
     started = time.perf_counter()
     with SignalFlag(comm) as interrupted:
-        result, local, loss = fit(args.party_data or args.data, loss=args.loss, loss_params=loss_params,
+        result, local, loss = fit(party_data(args), loss=args.loss, loss_params=loss_params,
                                   lam=lam, bias=args.bias, solver=args.solver, reg=regularizer,
                                   epsilon=args.epsilon, rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
                                   idle_age=args.idle_age, bundle_size=args.bundle_size, theta=args.theta,

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO, load_svmlight, mpiexec, run_ranks
 from prbmrm.checkpoint import load_checkpoint, save_checkpoint
-from prbmrm.errors import UsageError
+from prbmrm.errors import CollectiveError, UsageError
 from prbmrm.model import load_model
 from prbmrm.train import fit
 
@@ -131,10 +131,91 @@ def test_resume_refusal_stops_every_rank(tmp_path):
         fit(resume=str(tmp_path / "missing.h5"), **OPTIONS)
 
 
+# subLBFGS on the demo data: 23 iterations (it stalls, status 4, before the gap test is met).
+SUBLBFGS = dict(solver="sublbfgs", lam=1e-2, rel_epsilon=1e-5)
+
+
+@pytest.fixture(scope="module")
+def sublbfgs_full():
+    return fit(**SUBLBFGS)[0]
+
+
+@pytest.mark.parametrize("stop", [12, 1])  # 1: before any LBFGS pair is stored
+def test_sublbfgs_resume_reaches_the_uninterrupted_w(tmp_path, sublbfgs_full, stop):
+    """The LBFGS pairs, the bound's planes and the iterate's subgradient make the resumed path bitwise the same."""
+    full = sublbfgs_full
+    path = str(tmp_path / "state.h5")
+    part, _, _ = fit(max_iter=stop, checkpoint=path, checkpoint_every=5, **SUBLBFGS)
+    state, meta = load_checkpoint(path)
+    assert part.nit == meta["iteration"] == stop and state["lbfgs"]["rho"].shape == (stop - 1,)
+    resumed, _, _ = fit(resume=path, **SUBLBFGS)
+    assert resumed.nit == full.nit > stop and resumed.status == full.status
+    check_same_run(resumed, full)
+    np.testing.assert_array_equal(resumed.w_last, full.w_last)
+
+
+def test_sublbfgs_resume_on_3_ranks_reaches_the_uninterrupted_w(tmp_path, sublbfgs_full):
+    full = sublbfgs_full
+    path = str(tmp_path / "state.h5")
+    options = ["--solver", "sublbfgs", "--lam", "1e-2"]
+    part = train(tmp_path, 3, "part", *options, "--max-iter", "12", "--checkpoint", path)
+    assert part.attrs["iterations"] == 12 and load_checkpoint(path)[1]["iteration"] == 12
+    resumed = train(tmp_path, 3, "resumed", *options, "--resume", path)
+    assert resumed.attrs["iterations"] == full.nit and resumed.attrs["status"] == full.status
+    check_same_run(resumed, full)
+
+
+def test_owlqn_resume_reaches_the_uninterrupted_optimum(tmp_path):
+    """OWL-QN shares subLBFGS's state; its L1 bound is an LP whose warm start is not saved, so
+    the resumed run is held to the certified gaps, not to the uninterrupted path (README)."""
+    options = dict(loss="logistic", reg="l1", solver="owlqn", lam=1e-3, rel_epsilon=1e-3)
+    full, _, _ = fit(**options)
+    path = str(tmp_path / "state.h5")
+    fit(max_iter=30, checkpoint=path, **options)
+    state = load_checkpoint(path)[0]
+    assert state["lbfgs"]["rho"].shape == (15,) and state["a"].shape == full.w.shape
+    resumed, _, _ = fit(resume=path, **options)
+    assert resumed.nit > 30 and resumed.status == full.status == 1
+    assert abs(resumed.fun - full.fun) <= max(resumed.gap, full.gap)
+    assert len(resumed.history["objective"]) == resumed.nit
+    np.testing.assert_array_equal(resumed.history["objective"][:30], full.history["objective"][:30])
+
+
+def test_lbfgs_resume_replays_scipy_and_reaches_the_uninterrupted_w(tmp_path):
+    """scipy's L-BFGS-B is run again over the saved evaluations, then continues on the same path."""
+    options = dict(loss="logistic", solver="lbfgs", solver_params={"bound_every": 3}, **OPTIONS)
+    full, _, _ = fit(**options)
+    path = str(tmp_path / "state.h5")
+    fit(max_iter=13, checkpoint=path, **options)  # 13: not a row that solves the QP
+    state, meta = load_checkpoint(path)
+    assert meta["iteration"] == 13 and state["stale"]  # the bound as the uninterrupted run has it
+    assert state["evaluations"]["gradient"].shape == (len(state["evaluations"]["digest"]), len(full.w))
+    resumed, _, _ = fit(resume=path, **options)
+    assert resumed.nit == full.nit > 13 and resumed.status == full.status == 1
+    check_same_run(resumed, full)
+    # A run that would ask scipy for other points is refused, not continued on another path.
+    state["evaluations"]["digest"][3] += 1
+    save_checkpoint(path, state, meta)
+    with pytest.raises(CollectiveError, match="L-BFGS-B asks for other points than in the checkpointed run"):
+        fit(resume=path, **options)
+
+
+def test_proximal_resume_reaches_the_uninterrupted_w(tmp_path):
+    options = dict(solver="proximal", bundle_size=5, lam=1e-3, rel_epsilon=1e-3)
+    full, _, _ = fit(**options)
+    path = str(tmp_path / "state.h5")
+    fit(max_iter=40, checkpoint=path, **options)
+    assert load_checkpoint(path)[0]["planes"]["A"].shape[0] <= 5
+    resumed, _, _ = fit(resume=path, **options)
+    assert resumed.nit == full.nit > 40 and resumed.status == full.status
+    check_same_run(resumed, full)
+    np.testing.assert_array_equal(resumed.w_last, full.w_last)
+
+
 def test_solvers_without_checkpoints_refuse_and_still_stop():
-    with pytest.raises(UsageError, match="solver 'lbfgs' does not support --checkpoint"):
-        fit(loss="logistic", solver="lbfgs", checkpoint="never.h5")
-    result, _, _ = fit(loss="logistic", solver="lbfgs", stop=lambda: True)
+    with pytest.raises(UsageError, match="solver 'pragam' does not support --checkpoint"):
+        fit(solver="pragam", checkpoint="never.h5")
+    result, _, _ = fit(solver="pragam", stop=lambda: True)
     assert result.status == 3 and result.nit == 1
 
 

@@ -83,6 +83,48 @@ def test_print_config_round_trips(tmp_path, capsys):
                                                                      if k != "config"}
 
 
+PRIVACY = """
+bias = true
+
+[privacy]
+parties = true
+data = ["site-a/", "site-b/", "site-c/"]
+model_to = [2, 0]
+verify_coordinator = true
+audit_log = "audit/{rank}.jsonl"
+dp_epsilon = 1.0
+dp_delta = 1e-5
+"""
+
+
+def test_privacy_table_sets_the_party_options_and_flags_override_it(tmp_path, capsys):
+    config = write(tmp_path, PRIVACY)
+    text, values = effective(capsys, "--config", config, "--model-to", "1", "--no-audit-log")
+    privacy = values["privacy"]
+    assert privacy["parties"] is True and privacy["data"] == ["site-a/", "site-b/", "site-c/"]
+    assert privacy["model_to"] == [1] and privacy["no_audit_log"] is True
+    assert privacy["verify_coordinator"] is True and privacy["audit_log"] == "audit/{rank}.jsonl"
+    assert (privacy["dp_epsilon"], privacy["dp_delta"]) == (1.0, 1e-5) and values["bias"] is True
+    assert "parties" not in values and "party_data" not in privacy  # only in their table, by their keys
+    again, _ = effective(capsys, "--config", write(tmp_path, text, "again.toml"))
+    assert again == text
+    args = parse_configured(train.build_parser(), ["--config", config], SerialComm())
+    flags = parse_configured(train.build_parser(), [
+        "--bias", "--parties", "--party-data", "site-a/", "--party-data", "site-b/", "--party-data", "site-c/",
+        "--model-to", "2,0", "--verify-coordinator", "--audit-log", "audit/{rank}.jsonl", "--dp-epsilon", "1",
+        "--dp-delta", "1e-5"], SerialComm())
+    assert {k: v for k, v in vars(args).items() if k != "config"} == {k: v for k, v in vars(flags).items()
+                                                                      if k != "config"}
+
+
+def test_privacy_data_template_is_one_string(tmp_path):
+    config = write(tmp_path, '[privacy]\nparties = true\ndata = "site-{rank}.h5"\n')
+    args = parse_configured(train.build_parser(), ["--config", config], SerialComm())
+    assert train.party_data(args) == "site-{rank}.h5"
+    assert train.party_data(train.build_parser().parse_args(["--party-data", "a", "--party-data", "b"])) == ["a", "b"]
+    assert train.party_data(train.build_parser().parse_args(["--party-data", "a"])) == ["a"]  # no template
+
+
 def test_every_option_has_a_key_and_new_options_appear(tmp_path):
     parser = ArgumentParser(prog="demo")
     parser.add_argument("--rate", type=float, default=1.0)
@@ -113,6 +155,12 @@ def test_every_option_has_a_key_and_new_options_appear(tmp_path):
     ('lam = "big"\n', ["key 'lam'", "comma-separated list of numbers, got 'big'"]),
     ("lam = \n", ["run.toml: not a valid TOML file"]),
     ("print_config = true\n", ["unknown key 'print_config'"]),
+    ("parties = true\n", ["unknown key 'parties' here; it belongs in the [privacy] table"]),
+    ("[privacy]\nlam = 1e-3\n", ["run.toml: [privacy]: unknown key 'lam' here; it belongs in the top level"]),
+    ("[privacy]\nparty = true\n", ["[privacy]: unknown key 'party'; did you mean 'parties'?"]),
+    ("privacy = 1\n", ["run.toml: [privacy]: expected a table, got an integer 1"]),
+    ('[privacy]\nmodel_to = "a,b"\n', ["[privacy]: key 'model_to'", "comma-separated party numbers"]),
+    ("[privacy]\ndata = [1, 2]\n", ["[privacy]: key 'data'", "expected a string, got an integer 1"]),
 ])
 def test_bad_files_are_refused_with_the_file_and_key(tmp_path, capsys, text, fragments):
     config = write(tmp_path, text)

@@ -337,6 +337,52 @@ def test_parties_must_share_label_sets_and_targets():
 
 # ---- Coordinator check and audit log ---------------------------------------------------------------
 
+def privacy_config(tmp_path, name, data, **extra):
+    """A configuration file of a 3-party run on `data` (TOML text of the [privacy] data key)."""
+    path = tmp_path / f"{name}.toml"
+    lines = [f"{key} = {value}" for key, value in extra.items()]
+    path.write_text(f'bias = true\nlam = 3e-3\nquiet = true\nout = "{tmp_path}/{name}-{{rank}}.h5"\n\n'
+                    f'[privacy]\nparties = true\ndata = {data}\n' + "".join(line + "\n" for line in lines))
+    return str(path)
+
+
+@pytest.mark.timeout(300)
+def test_a_config_file_trains_the_model_of_the_flags(party_data, tmp_path):
+    """The [privacy] table (one path per party) gives the model of the flags (a --data template)."""
+    sites = party_data / "3"
+    completed, _ = run_ranks(3, [
+        "-m", "prbmrm.train", "--parties", "--data", f"{sites}/a9a-site-{{rank}}", "--bias", "--lam", "3e-3",
+        "--quiet", "--model-to", "0,2", "--verify-coordinator", "--audit-log", f"{tmp_path}/flags-{{rank}}.jsonl",
+        "--out", f"{tmp_path}/flags-{{rank}}.h5"], timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    config = privacy_config(tmp_path, "config", json.dumps([f"{sites}/a9a-site-{r}" for r in range(3)]),
+                            model_to="[0, 2]", verify_coordinator="true",
+                            audit_log=f'"{tmp_path}/config-{{rank}}.jsonl"')
+    completed, _ = run_ranks(3, ["-m", "prbmrm.train", "--config", config], timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    for name in ("flags", "config"):
+        assert sorted(path.name for path in tmp_path.glob(f"{name}-*.h5")) == [f"{name}-0.h5", f"{name}-2.h5"]
+        assert len(list(tmp_path.glob(f"{name}-*.jsonl"))) == 3
+    for r in (0, 2):
+        flags, configured = (load_model(str(tmp_path / f"{name}-{r}.h5")) for name in ("flags", "config"))
+        np.testing.assert_array_equal(configured.w, flags.w)
+        assert configured.bias == flags.bias and configured.attrs["parties"] == 3
+        for key in ("objective", "iterations", "verify_coordinator"):
+            assert configured.attrs[key] == flags.attrs[key], key
+
+
+@pytest.mark.timeout(120)
+def test_a_config_file_needs_one_data_path_per_party(party_data, tmp_path):
+    sites = json.dumps([str(party_data / "3" / f"a9a-site-{r}") for r in range(2)])
+    completed, _ = run_ranks(3, ["-m", "prbmrm.train", "--config", privacy_config(tmp_path, "two", sites)],
+                             timeout=60)
+    assert completed.returncode == 2
+    errors = [line for line in completed.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "Traceback" not in completed.stderr, completed.stderr
+    assert "one data path per party (--party-data, or the [privacy] table's data): got 2 for 3 parties" in errors[0]
+    assert not list(tmp_path.glob("two-*.h5"))
+
+
 def test_a_deviating_coordinator_is_caught_by_every_party(party_data, tmp_path):
     parties, evaluation = 4, 5
     directory = party_data / str(parties)

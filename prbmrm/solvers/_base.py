@@ -249,7 +249,11 @@ class CuttingPlaneModel:
 
 
 def snapshot(recorder, model, **values):
-    """A checkpoint's state of a BMRM variant: history, planes and multipliers, and the solver's `values`."""
+    """A checkpoint's state: the history, the planes of `model` (its ``state()``) and the solver's `values`.
+
+    `model` is a :class:`CuttingPlaneModel` (BMRM variants) or a
+    :class:`CuttingPlaneBound` (solvers that only bound the gap with planes).
+    """
     return dict(recorder.state(), **model.state(), **values)
 
 
@@ -470,6 +474,17 @@ class CuttingPlaneBound:
     def stale(self):
         """bool: planes were added since the QP was last solved."""
         return self._stale
+
+    def state(self):
+        """Return the planes, multipliers and best bound as a dict (for a checkpoint)."""
+        return {"bundle": self.bundle.state(), "alpha": self._alpha.copy(), "stale": self._stale,
+                "value": self.value, "seconds": self.seconds}
+
+    def restore(self, state):
+        """Continue from :meth:`state`: the next QP is warm-started as the saved one would have been."""
+        self.bundle.restore(state["bundle"])
+        self._alpha = np.asarray(state["alpha"], dtype=np.float64)
+        self._stale, self.value, self.seconds = bool(state["stale"]), state["value"], state["seconds"]
 
     def add(self, w, risk, a):
         """Add the plane of the evaluation ``(w, R_emp(w) = risk, a)``."""

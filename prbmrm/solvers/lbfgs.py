@@ -10,13 +10,15 @@ L-BFGS is a heuristic (it usually stops when its line search fails, status 4);
 the gap then still says how far it got.
 """
 
+import hashlib
 import time
+from collections import deque
 
 import numpy as np
 from scipy.optimize import minimize as scipy_minimize
 
 from ..errors import UsageError
-from ._base import CuttingPlaneBound, Progress, Recorder, check_finite
+from ._base import CuttingPlaneBound, Progress, Recorder, check_finite, snapshot
 
 def regularizer_gradient(regularizer):
     """Return ``grad Omega`` of a regularizer differentiable everywhere; UsageError otherwise.
@@ -58,7 +60,20 @@ class LbfgsRun:
     memory : int
         L-BFGS's number of correction pairs (scipy's ``maxcor``).
     bound_every : int
-        Solve the bound's QP every this many rows, and at the last one.
+        Solve the bound's QP every this many rows; :meth:`minimize` solves it
+        at the end for the last row.
+    checkpoint : callable, optional
+        ``checkpoint(t, snapshot)`` after row t (see
+        :func:`~prbmrm.solvers.bmrm.minimize_bmrm`); True stops with status 5.
+        scipy keeps L-BFGS's memory and line search to itself, so the state
+        also holds every evaluation (its value, gradient and a digest of its
+        point): O(evaluations * dim) numbers.
+    state : dict, optional
+        A state of `checkpoint` to continue from: :meth:`minimize` then runs
+        scipy from the first point again, answering its evaluations from the
+        state (checking that scipy asks for the same points) without
+        evaluating anything or recording rows, until the saved iteration; from
+        there on it takes the uninterrupted run's path.
 
     Attributes
     ----------
@@ -68,7 +83,8 @@ class LbfgsRun:
     best_w : ndarray
     """
 
-    def __init__(self, risk, evaluate, bound, recorder, *, max_iter, memory, bound_every):
+    def __init__(self, risk, evaluate, bound, recorder, *, max_iter, memory, bound_every, checkpoint=None,
+                 state=None):
         self.risk = risk
         self.evaluate = evaluate
         self.bound = bound
@@ -76,11 +92,35 @@ class LbfgsRun:
         self.max_iter = max_iter
         self.memory = memory
         self.bound_every = bound_every
+        self.checkpoint = checkpoint
         self.iteration = 0
         self.best_objective = np.inf
         self.best_w = None
         self._point = None  # (w, objective, value, gradient) of the last evaluation
         self._seconds = {"risk": 0.0, "comm": 0.0}
+        # (digest of w, objective, value, gradient) of every evaluation, kept for checkpoints
+        self._evaluations = [] if checkpoint is not None or state is not None else None
+        self._replay = deque()  # the evaluations of a resumed run still to hand to scipy
+        self._skip = 0  # the rows of a resumed run scipy has yet to reach again
+        if state is not None:
+            self._restore(state)
+
+    def _restore(self, state):
+        self.recorder.restore(state)
+        self.bound.restore(state)
+        self.best_w, self.best_objective = state["best_w"], state["best_objective"]
+        self.iteration = state["iteration"]
+        saved = state["evaluations"]
+        self._evaluations = [(int(digest), objective, value, gradient.copy()) for digest, objective, value, gradient
+                             in zip(saved["digest"], saved["objective"], saved["value"], saved["gradient"])]
+        self._replay.extend(self._evaluations)
+        self._skip = self.iteration - 1  # the first row is not one of scipy's
+
+    def _snapshot(self):
+        digest, objective, value, gradient = (np.array(column) for column in zip(*self._evaluations))
+        return snapshot(self.recorder, self.bound, best_w=self.best_w, best_objective=self.best_objective,
+                        iteration=self.iteration, evaluations={"digest": digest, "objective": objective,
+                                                              "value": value, "gradient": gradient})
 
     def forget(self):
         """Drop the remembered last evaluation (the function changed, e.g. its smoothing)."""
@@ -89,12 +129,29 @@ class LbfgsRun:
     def fun(self, w):
         """Return ``(value, gradient)`` at `w` for scipy; the last point is evaluated only once."""
         if self._point is None or not np.array_equal(w, self._point[0]):
-            objective, value, gradient = self.evaluate(w)
-            seconds = getattr(self.risk, "last_seconds", {"risk": 0.0, "comm": 0.0})
-            for key in self._seconds:
-                self._seconds[key] += seconds[key]
+            if self._replay:
+                saved, objective, value, gradient = self._replay.popleft()
+                if saved != _digest(w):
+                    raise UsageError("cannot resume: scipy's L-BFGS-B asks for other points than in the "
+                                     "checkpointed run (another scipy version?)")
+            else:
+                objective, value, gradient = self.evaluate(w)
+                seconds = getattr(self.risk, "last_seconds", {"risk": 0.0, "comm": 0.0})
+                for key in self._seconds:
+                    self._seconds[key] += seconds[key]
+                if self._evaluations is not None:
+                    self._evaluations.append((_digest(w), objective, value, gradient))
             self._point = (np.array(w, dtype=np.float64), objective, value, gradient)
         return self._point[2], self._point[3]
+
+    def row(self, w):
+        """:meth:`record` the iterate `w`, then offer the state to the checkpoint; return True to stop."""
+        if self.record(w):
+            return True
+        if self.checkpoint is not None and self.checkpoint(self.iteration, self._snapshot):
+            self.recorder.interrupt()
+            return True
+        return False
 
     def record(self, w):
         """Append the row of the iterate `w` (evaluating it if needed); return True to stop."""
@@ -104,7 +161,8 @@ class LbfgsRun:
         if objective < self.best_objective:
             self.best_objective, self.best_w = objective, self._point[0]
         solved = self.bound.seconds
-        if self.iteration % self.bound_every == 0 or self.iteration >= self.max_iter:
+        # Not forced at max_iter: a checkpoint there must hold the state an uninterrupted run has.
+        if self.iteration % self.bound_every == 0:
             lower_bound = self.bound.lower_bound()
         else:
             lower_bound = self.bound.value  # an older bound: still valid, maybe weaker
@@ -125,10 +183,12 @@ class LbfgsRun:
 
         def callback(intermediate_result):
             last[0] = np.array(intermediate_result.x)  # scipy reuses its array
-            if self.record(last[0]):
+            if self._skip:  # a resumed run: the checkpoint holds this row
+                self._skip -= 1
+            elif self.row(last[0]):
                 raise StopIteration
 
-        remaining = self.max_iter - self.iteration
+        remaining = self.max_iter - (self.iteration - self._skip)
         if remaining > 0:
             # ftol = gtol = 0: only the certified gap (callback), max_iter or a failed
             # line search end the run; scipy's own tests know nothing of the gap.
@@ -146,8 +206,15 @@ class LbfgsRun:
         return self.recorder.result(self.best_w, self.best_objective, w_last)
 
 
+def _digest(w):
+    """A 63-bit digest of the bytes of `w` (which point scipy asks for)."""
+    return int.from_bytes(hashlib.sha256(np.ascontiguousarray(w, dtype=np.float64).tobytes()).digest()[:8],
+                          "little") >> 1
+
+
 def minimize_lbfgs(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                   idle_age=10, memory=10, bound_every=1, max_planes=50, callback=None):
+                   idle_age=10, memory=10, bound_every=1, max_planes=50, callback=None, state=None,
+                   checkpoint=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with L-BFGS (scipy's L-BFGS-B), certifying the gap.
 
     Every point L-BFGS evaluates (iterates and line-search trials) adds its
@@ -182,6 +249,10 @@ def minimize_lbfgs(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3,
         Most planes the bound keeps (50; 0: no limit).
     callback : callable, optional
         Called with each :class:`Progress`; raising StopIteration stops.
+    state, checkpoint
+        As for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`; the state holds
+        the bound's planes, the best point, the history and every evaluation
+        (see :class:`LbfgsRun`).
 
     Returns
     -------
@@ -200,7 +271,7 @@ def minimize_lbfgs(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3,
         return objective, objective, lam * gradient(point) + a
 
     run = LbfgsRun(risk, evaluate, bound, Recorder(epsilon, rel_epsilon, callback), max_iter=max_iter,
-                   memory=memory, bound_every=bound_every)
-    if not run.record(w):
+                   memory=memory, bound_every=bound_every, checkpoint=checkpoint, state=state)
+    if state is not None or not run.row(w):
         w = run.minimize(w)
     return run.result(w)

@@ -7,11 +7,11 @@ import numpy as np
 
 from ..errors import UsageError
 from ..qp import solve_simplex_qp
-from ._base import Bundle, Progress, Recorder, check_finite
+from ._base import Bundle, Progress, Recorder, check_finite, snapshot
 
 
 def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                      idle_age=10, bundle_size=0, zeta=1.0, rho=0.1, callback=None):
+                      idle_age=10, bundle_size=0, zeta=1.0, rho=0.1, callback=None, state=None, checkpoint=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with the proximal bundle method.
 
     Unlike BMRM, the model is built of planes of J itself: iteration t
@@ -76,6 +76,10 @@ def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
     callback : callable, optional
         Called with a :class:`Progress` after every iteration; raising
         StopIteration stops the solver.
+    state, checkpoint
+        As for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`; the state holds
+        both bundles, the multipliers, the proximity control, the prox-center,
+        the last step's prediction, the best point and the history.
 
     Returns
     -------
@@ -94,7 +98,16 @@ def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
     lower_bound = -np.inf
     step = None  # what the last stabilized step predicted
     recorder = Recorder(epsilon, rel_epsilon, callback)
-    for t in range(1, max_iter + 1):
+    start = 1
+    if state is not None:
+        recorder.restore(state)
+        control.restore(state)
+        model.restore(state["planes"])
+        lower.restore(state["lower"])
+        alpha, w, best_w, center = state["alpha"], state["w"], state["best_w"], state["center"]
+        best_objective, lower_bound = state["best_objective"], state["lower_bound"]
+        center_objective, step, start = state["center_objective"], tuple(state["step"]), state["iteration"] + 1
+    for t in range(start, max_iter + 1):
         r, a = risk(w)
         check_finite(r, a, t)
         objective = lam * regularizer.value(w) + r
@@ -141,6 +154,12 @@ def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
             lower.update_idle(alpha)
             lower.prune(idle_age, alpha)
             alpha = model.prune(idle_age, alpha)
+        if checkpoint is not None and checkpoint(t, lambda: snapshot(
+                recorder, control, planes=model.state(), lower=lower.state(), alpha=alpha, w=w,
+                best_w=best_w, best_objective=best_objective, lower_bound=lower_bound, center=center,
+                center_objective=center_objective, step=np.array(step), iteration=t)):
+            recorder.interrupt()
+            break
     return recorder.result(best_w, best_objective, w)
 
 
@@ -214,6 +233,15 @@ class ProximityControl:
         self.m_r = m_r
         self.streak = 0  # > 0: serious steps in a row since zeta changed; < 0: null steps
         self.variation = np.inf  # eps_v
+
+    def state(self):
+        """Return the weight, its safeguard, the streak and eps_v as a dict (for a checkpoint)."""
+        return {"zeta": self.zeta, "zeta_min": self.zeta_min, "streak": self.streak, "variation": self.variation}
+
+    def restore(self, state):
+        """Continue from :meth:`state`."""
+        self.zeta, self.zeta_min = state["zeta"], state["zeta_min"]
+        self.streak, self.variation = state["streak"], state["variation"]
 
     def update(self, serious, decrease, predicted, aggregate_error, p_norm, error):
         """Update :attr:`zeta` after a step.

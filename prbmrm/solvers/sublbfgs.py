@@ -40,7 +40,7 @@ from collections import deque
 import numpy as np
 
 from ..errors import UsageError
-from ._base import CuttingPlaneBound, Progress, Recorder, check_finite
+from ._base import CuttingPlaneBound, Progress, Recorder, check_finite, snapshot
 from .linesearch import open_line, search_line
 
 
@@ -128,6 +128,20 @@ class LbfgsMatrix:
     def __init__(self, memory, h=1e-8, H=1e8):
         self.pairs = deque(maxlen=memory)
         self.h, self.H = h, H
+
+    def state(self):
+        """Return the stored pairs as a dict of arrays (for a checkpoint), oldest first."""
+        if not self.pairs:
+            return {"s": np.empty((0, 0)), "y": np.empty((0, 0)), "rho": np.empty(0)}
+        s, y, rho = zip(*self.pairs)
+        return {"s": np.array(s), "y": np.array(y), "rho": np.array(rho)}
+
+    def restore(self, state):
+        """Replace the pairs by those of :meth:`state`."""
+        self.pairs.clear()
+        # Rows copied: separate arrays, aligned as the saved ones were, so dot products round alike.
+        self.pairs.extend((s.copy(), y.copy(), float(rho)) for s, y, rho in
+                          zip(state["s"], state["y"], state["rho"]))
 
     def update(self, s, y):
         """Store the pair (s, y) after the safeguards; return False if it was skipped."""
@@ -251,6 +265,30 @@ class _Run:
         self.seconds = {"risk": 0.0, "comm": 0.0}
         return self.recorder.record(row)
 
+    def checkpointed(self, checkpoint, B, **values):
+        """Offer the state after the last row to `checkpoint`; return True (status 5) if it says stop.
+
+        The state is the history, the bound's planes, the LBFGS pairs of `B`,
+        the best point, and the solver's `values` (iterate, its subgradient
+        and objective): all the next iteration depends on, so a resumed run
+        takes the uninterrupted run's path bitwise.
+        """
+        if checkpoint is None or not checkpoint(self.iteration, lambda: snapshot(
+                self.recorder, self.bound, lbfgs=B.state(), best_w=self.best_w,
+                best_objective=self.best_objective, iteration=self.iteration, **values)):
+            return False
+        self.recorder.interrupt()
+        return True
+
+    def restore(self, state, B, *names):
+        """Continue from a state of :meth:`checkpointed`; return its values `names`."""
+        self.recorder.restore(state)
+        self.bound.restore(state)
+        B.restore(state["lbfgs"])
+        self.best_w, self.best_objective = state["best_w"], state["best_objective"]
+        self.iteration = state["iteration"]
+        return [state[name] for name in names]
+
     def result(self, w_last, stalled):
         if stalled and self.recorder.status == 2:
             self.recorder.status = 4
@@ -258,7 +296,8 @@ class _Run:
 
 
 def minimize_sublbfgs(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                      idle_age=10, memory=15, tolerance=1e-5, k_max=100, max_planes=50, callback=None):
+                      idle_age=10, memory=15, tolerance=1e-5, k_max=100, max_planes=50, callback=None,
+                      state=None, checkpoint=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with subLBFGS (paper 003, Alg. 1-2), certifying the gap.
 
     Parameters
@@ -280,6 +319,10 @@ def minimize_sublbfgs(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
         Most direction-finding iterations per step (100).
     max_planes : int
         Most planes the bound keeps (50; 0: no limit).
+    state, checkpoint
+        As for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`; the state holds
+        the iterate, its subgradient and objective, the LBFGS pairs, the
+        bound's planes and multipliers, the best point and the history.
 
     Returns
     -------
@@ -300,9 +343,13 @@ def minimize_sublbfgs(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
         return run.evaluated(w, r, a), lam * regularizer.subgradient(w) + a
 
     B = LbfgsMatrix(memory)
-    w = np.array(w0, dtype=np.float64)
-    objective, g = argsup(w, -regularizer.subgradient(w))
-    stalled = run.record(objective)
+    if state is None:
+        w = np.array(w0, dtype=np.float64)
+        objective, g = argsup(w, -regularizer.subgradient(w))
+        stalled = run.record(objective) or run.checkpointed(checkpoint, B, w=w, g=g, objective=objective)
+    else:
+        w, g, objective = run.restore(state, B, "w", "g", "objective")
+        stalled = False
     while not stalled and run.iteration < max_iter:
         p, _ = descent_direction(g, lambda q: argsup(w, q)[1], B, tolerance, k_max)
         if p is None:
@@ -318,7 +365,7 @@ def minimize_sublbfgs(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
         objective, g_next = argsup(w_next, p)  # the argsup along p: s^T y > 0 (Sec. 3.3)
         B.update(w_next - w, g_next - g)
         w, g = w_next, g_next
-        if run.record(objective):
+        if run.record(objective) or run.checkpointed(checkpoint, B, w=w, g=g, objective=objective):
             break
     if run.bound.stale:
         run.recorder.raise_lower_bound(run.bound.lower_bound())
@@ -336,17 +383,21 @@ def pseudo_gradient(a, w, lam):
 
 
 def _minimize_owlqn(risk, w0, lam, regularizer, star, epsilon, rel_epsilon, max_iter, idle_age, memory,
-                    tolerance, k_max, max_planes, callback, c1=1e-4, max_backtracks=50):
+                    tolerance, k_max, max_planes, callback, state, checkpoint, c1=1e-4, max_backtracks=50):
     if regularizer.name != "l1":
         raise UsageError(f"OWL-QN minimizes L1-regularized risks: it needs --reg l1, not {regularizer.name!r}")
     _check_options(memory, tolerance, k_max, max_planes)
     run = _Run(risk, lam, regularizer, CuttingPlaneBound(len(w0), regularizer, lam, max_planes=max_planes,
                                                          idle_age=idle_age), Recorder(epsilon, rel_epsilon, callback))
     B = LbfgsMatrix(memory)
-    w = np.array(w0, dtype=np.float64)
-    r, a = risk(w)
-    objective = run.evaluated(w, r, a)
-    stalled = run.record(objective)
+    if state is None:
+        w = np.array(w0, dtype=np.float64)
+        r, a = risk(w)
+        objective = run.evaluated(w, r, a)
+        stalled = run.record(objective) or run.checkpointed(checkpoint, B, w=w, a=a, objective=objective)
+    else:
+        w, a, objective = run.restore(state, B, "w", "a", "objective")
+        stalled = False
     while not stalled and run.iteration < max_iter:
         pg = pseudo_gradient(a, w, lam)
         if star:  # R_emp is smooth: the argsup of J is a plus the L1 part's (no risk evaluation)
@@ -375,7 +426,7 @@ def _minimize_owlqn(risk, w0, lam, regularizer, star, epsilon, rel_epsilon, max_
             break
         B.update(w_next - w, a_next - a)  # the smooth part's curvature
         w, a, objective = w_next, a_next, objective_next
-        if run.record(objective):
+        if run.record(objective) or run.checkpointed(checkpoint, B, w=w, a=a, objective=objective):
             break
     if run.bound.stale:
         run.recorder.raise_lower_bound(run.bound.lower_bound())
@@ -383,7 +434,7 @@ def _minimize_owlqn(risk, w0, lam, regularizer, star, epsilon, rel_epsilon, max_
 
 
 def minimize_owlqn(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10,
-                   memory=15, max_planes=50, callback=None):
+                   memory=15, max_planes=50, callback=None, state=None, checkpoint=None):
     """Minimize ``lam ||w||_1 + R_emp(w)`` (smooth R_emp) with OWL-QN (Andrew and Gao, 2007), certifying the gap.
 
     Each iteration takes the pseudo-gradient, the LBFGS direction ``-B pg``
@@ -401,7 +452,7 @@ def minimize_owlqn(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3,
     w0 : ndarray
     lam : float
     regularizer : prbmrm.regularizers.L1
-    epsilon, rel_epsilon, max_iter, idle_age, callback
+    epsilon, rel_epsilon, max_iter, idle_age, callback, state, checkpoint
         As for :func:`minimize_sublbfgs`.
     memory : int
         LBFGS buffer size (15).
@@ -413,11 +464,12 @@ def minimize_owlqn(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3,
     Result
     """
     return _minimize_owlqn(risk, w0, lam, regularizer, False, epsilon, rel_epsilon, max_iter, idle_age, memory,
-                           1e-5, 1, max_planes, callback)
+                           1e-5, 1, max_planes, callback, state, checkpoint)
 
 
 def minimize_owlqn_star(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                        idle_age=10, memory=15, tolerance=1e-5, k_max=100, max_planes=50, callback=None):
+                        idle_age=10, memory=15, tolerance=1e-5, k_max=100, max_planes=50, callback=None,
+                        state=None, checkpoint=None):
     """OWL-QN* (paper 003, Sec. 8.4): OWL-QN with the direction of :func:`descent_direction`.
 
     The direction-finding loop starts at the pseudo-gradient and asks the
@@ -431,4 +483,4 @@ def minimize_owlqn_star(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=
     Result
     """
     return _minimize_owlqn(risk, w0, lam, regularizer, True, epsilon, rel_epsilon, max_iter, idle_age, memory,
-                           tolerance, k_max, max_planes, callback)
+                           tolerance, k_max, max_planes, callback, state, checkpoint)

@@ -48,7 +48,7 @@ def make_chain_data(n_sequences, n_states=4, n_features=8, lengths=(10, 30), sta
     xs, ys = [], []
     for length in rng.integers(lengths[0], lengths[1] + 1, size=n_sequences):
         states = np.empty(length, dtype=np.int64)
-        states[0] = rng.integers(n_states)
+        states[:1] = rng.integers(n_states)
         for t in range(1, length):
             states[t] = rng.choice(n_states, p=transition[states[t - 1]])
         emitted = means[states] + noise * rng.normal(size=(length, n_features))

@@ -31,7 +31,9 @@ def make_chain_data(n_sequences, n_states=4, n_features=8, lengths=(10, 30), sta
     noise : float
         Standard deviation of the emission noise.
     seed : int
-        The same seed gives the same chain, means and sequences.
+        The same seed gives the same chain, means and sequences; a
+        different seed gives a different HMM, so draw training and test
+        sequences in one call and slice them apart.
 
     Returns
     -------
@@ -63,7 +65,10 @@ def make_matching_data(n_pairs, n_points=10, group_sizes=(4, 4, 12), group_noise
     Each pair draws n points with d = sum(group_sizes) features from
     N(0, I), and a second set that is the first permuted by a random
     permutation, with noise of standard deviation ``group_noise[g]`` added to
-    the features of group g. Groups of noisy features mislead the uniform
+    the features of group g and the sum scaled back to unit variance (so
+    every feature has the same scale and only its reliability differs: the
+    correlation of a point's feature with its partner's is
+    ``1 / sqrt(1 + noise^2)``). Groups of noisy features mislead the uniform
     cost ``-||x_i - x'_j||^2``; learned weights can discount them.
 
     Parameters
@@ -91,7 +96,7 @@ def make_matching_data(n_pairs, n_points=10, group_sizes=(4, 4, 12), group_noise
         points = rng.normal(size=(n_points, len(noise)))
         permutation = rng.permutation(n_points)
         other = np.empty_like(points)
-        other[permutation] = points + noise * rng.normal(size=points.shape)
+        other[permutation] = (points + noise * rng.normal(size=points.shape)) / np.sqrt(1.0 + noise ** 2)
         xs.append(pair_features(points, other))
         ys.append(permutation)
     return RaggedExamples.from_lists(xs, ys, len(noise))

@@ -196,3 +196,27 @@ def test_check_label_rejects_bad_labels():
         matching.predict(np.zeros((5, 2)), np.zeros(2))
     with pytest.raises(ValueError, match="at least one state"):
         ChainModel(0)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("kind, form", [("chain", "margin"), ("chain", "logistic"), ("matching", "margin")])
+def test_ranks_holding_blocks_of_examples_agree_with_one_rank(comm, kind, form):
+    from prbmrm.risk import run_distributed
+
+    model, data = small_data(kind, seed=8)
+    data = data[:6]
+    # Six canonical blocks of one example; each rank holds a contiguous run of them.
+    owner = np.arange(6) * comm.size // 6
+    mine = np.flatnonzero(owner == comm.rank)
+    local = data[mine[0]:mine[-1] + 1] if len(mine) else data[0:0]
+    oracle = DistributedRisk(StructuredLoss(model, form), local, np.zeros(len(local)), len(data), comm,
+                             blocks=np.arange(len(local) + 1))
+    points = np.random.default_rng(9).normal(size=(3, oracle.dim))
+    values = run_distributed(oracle, lambda risk: [risk(w) for w in points])
+    if comm.is_root:
+        serial = DistributedRisk(StructuredLoss(model, form), data, np.zeros(len(data)), len(data), SerialComm(),
+                                 blocks=np.arange(len(data) + 1))
+        for w, (risk, a) in zip(points, values):
+            risk_serial, a_serial = serial(w)
+            assert risk == risk_serial
+            np.testing.assert_array_equal(a, a_serial)

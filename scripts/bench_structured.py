@@ -18,10 +18,12 @@ Timings are wall-clock seconds on a shared machine; iteration counts are the
 robust figure. Run: ``PYTHONPATH=$PWD python scripts/bench_structured.py``.
 """
 
+import importlib.resources
 import importlib.util
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 from prbmrm.comm import SerialComm
 from prbmrm.losses import get_loss
@@ -82,10 +84,11 @@ def bench_chain(title, data, n_states, splits, lams):
     a, b = splits
     train_data, validation, test = data[:a], data[a:b], data[b:]
     model = ChainModel(n_states)
+    majority = np.mean(test.y_values == np.bincount(train_data.y_values).argmax())
     print(f"\n### (b) Chain labeling, {title}: {n_states} states, {data.shape[1]} features per position, "
           f"{len(train_data)}/{len(validation)}/{len(test)} sequences "
           f"({len(train_data.y_values)}/{len(validation.y_values)}/{len(test.y_values)} positions) "
-          f"for training/validation/test\n")
+          f"for training/validation/test; the most frequent state has test accuracy {majority:.4f}\n")
     print("| model | solver | lam | iterations | seconds | validation accuracy | test Hamming accuracy |")
     print("|---|---|---|---|---|---|---|")
     rows = []
@@ -101,8 +104,9 @@ def bench_chain(title, data, n_states, splits, lams):
         for lam in lams["position"]:
             loss = get_loss(loss_name)
             loss.prepare(classes, "integer")
-            result, seconds = train(loss, train_data.x_values, train_data.y_values.astype(np.float64), lam,
-                                    method=method)
+            # CSR: the one-hot features of real sentences are sparse.
+            result, seconds = train(loss, sp.csr_matrix(train_data.x_values),
+                                    train_data.y_values.astype(np.float64), lam, method=method)
 
             def accuracy(split):
                 return float(np.mean(np.argmax(loss.scores(split.x_values, result.w), axis=1) == split.y_values))
@@ -126,8 +130,6 @@ def hironsan_sentences():
     """
     if importlib.util.find_spec("hironsan") is None:
         return None
-    import importlib.resources
-
     text = (importlib.resources.files("hironsan.corpus") / "iob_sents.txt").read_text(encoding="utf-8")
     sentences = [[line.split("\t") for line in block.splitlines()] for block in text.split("\n\n")
                  if block.strip()]
@@ -152,7 +154,7 @@ def main():
     bench_matching()
     synthetic = make_chain_data(600, n_states=5, n_features=8, lengths=(10, 30), stay=0.8, noise=1.5, seed=0)
     bench_chain("synthetic HMM (stay 0.8, emission noise 1.5)", synthetic, 5, (200, 300),
-                {"chain": (0.1, 1.0, 10.0), "position": (1e-3, 1e-2, 1e-1)})
+                {"chain": (0.03, 0.3, 3.0), "position": (1e-3, 1e-2, 1e-1)})
     real = hironsan_sentences()
     if real is None:
         print("\n(hironsancorpus is not installed: `pip install hironsancorpus` adds the real sentences)")

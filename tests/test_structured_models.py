@@ -150,6 +150,21 @@ def test_serial_risk_oracle_averages_the_structured_loss(kind):
     np.testing.assert_allclose(a, gradient / len(data), rtol=1e-12, atol=1e-15)
 
 
+def test_bmrm_learns_matching_weights_that_beat_uniform_weights():
+    from prbmrm.solvers import minimize
+
+    model = MatchingModel()
+    data = make_matching_data(40, n_points=8, group_sizes=(2, 6), group_noise=(0.3, 10.0), seed=10)
+    train, test = data[:10], data[10:]
+    oracle = DistributedRisk(StructuredLoss(model), train, np.zeros(len(train)), len(train), SerialComm())
+    w = minimize(oracle, np.zeros(oracle.dim), 1.0, method="bmrm").w
+
+    def error(weights):
+        return np.mean([model.delta(y, model.predict(x, weights)) for x, y in test])
+
+    assert error(w) < 0.5 * error(np.ones(oracle.dim))
+
+
 @pytest.mark.parametrize("make", [
     lambda seed: make_chain_data(5, lengths=(3, 9), seed=seed),
     lambda seed: make_matching_data(3, n_points=6, seed=seed),

@@ -162,7 +162,7 @@ def main():
         data, tags = real
         n = len(data)
         bench_chain("hironsancorpus (Japanese named entities, IOB2)", data, len(tags),
-                    (int(0.6 * n), int(0.8 * n)), {"chain": (0.1, 1.0), "position": (1e-3, 1e-2)})
+                    (int(0.6 * n), int(0.8 * n)), {"chain": (0.03, 0.3), "position": (3e-4, 3e-3)})
 
 
 if __name__ == "__main__":

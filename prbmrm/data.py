@@ -383,11 +383,12 @@ def _query_starts(qid, where):
     return starts
 
 
-def _row_bounds(costs, qid, parts, where, what="parts"):
+def _row_bounds(costs, qid, parts, where, what="parts", unit=("row", "rows")):
     """Boundaries (parts + 1 row indices) of `parts` contiguous, balanced blocks.
 
-    Each block is a run of whole units (rows, or queries when `qid` is given);
-    boundary k sits where the cumulative cost is closest to k/parts of the total.
+    Each block is a run of whole units (rows, or queries when `qid` is given;
+    `unit` names a row in messages, singular and plural); boundary k sits
+    where the cumulative cost is closest to k/parts of the total.
     """
     n = costs.shape[0]
     starts = np.arange(n) if qid is None else _query_starts(qid, where)
@@ -395,7 +396,7 @@ def _row_bounds(costs, qid, parts, where, what="parts"):
     if parts < 1:
         raise InputError(f"{where}: the number of parts must be at least 1, got {parts}")
     if parts > n_units:
-        one, many = ("query", "queries") if qid is not None else ("row", "rows")
+        one, many = ("query", "queries") if qid is not None else unit
         raise InputError(f"{where}: cannot split {n_units} {many} into {parts} {what}: "
                          f"each needs at least one {one}")
     cum = np.r_[0, np.cumsum(np.add.reduceat(costs, starts))].astype(np.float64)
@@ -1276,7 +1277,7 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
     return _collectively(comm, keep_mine)
 
 
-def _rank_blocks(costs, qid, comm, where):
+def _rank_blocks(costs, qid, comm, where, unit=("row", "rows")):
     """Global boundaries of this rank's canonical blocks of in-memory rows (or queries).
 
     The rows are cut as if sharded into K = max(P, min(units, 64)) files
@@ -1288,5 +1289,5 @@ def _rank_blocks(costs, qid, comm, where):
     P, r = comm.size, comm.rank
     n_units = len(costs) if qid is None else int(np.count_nonzero(qid[1:] != qid[:-1])) + 1
     K = max(P, min(n_units, _SPLIT_BLOCKS))
-    bounds = _row_bounds(costs, qid, K, where, what="ranks")
+    bounds = _row_bounds(costs, qid, K, where, what="ranks", unit=unit)
     return bounds[r * K // P:(r + 1) * K // P + 1]

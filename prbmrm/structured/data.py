@@ -30,6 +30,7 @@ from ..errors import InputError
 from ..data import STRUCTURED
 from ._base import RaggedExamples
 
+_UNIT = ("example", "examples")  # what messages call the units a shard holds
 RAGGED = ("x_values", "x_offsets", "y_values", "y_offsets")
 """The datasets of a ragged shard, and the arrays of a structured ``.npz`` input."""
 
@@ -109,7 +110,7 @@ def write_structured_shards(examples, out_dir, parts, *, source="", model=None, 
         raise InputError(f"{where}: no examples to write")
     if isinstance(parts, bool) or int(parts) != parts:
         raise InputError(f"{where}: the number of parts must be an integer, got {parts!r}")
-    bounds = data._row_bounds(_costs(examples), None, int(parts), where, what="parts")
+    bounds = data._row_bounds(_costs(examples), None, int(parts), where, unit=_UNIT)
     attrs = dict(format=data.FORMAT, format_version=np.int64(data.FORMAT_VERSION), n_features=np.int64(d),
                  n_examples_total=np.int64(n), shard_count=np.int64(parts), label_kind=STRUCTURED,
                  source=str(source), **({} if model is None else {"model": str(model)}))
@@ -199,7 +200,7 @@ def split_examples(examples, comm, *, source=""):
         n, d = checked.shape
         if n == 0:
             raise InputError(f"{where}: no examples")
-        blocks = data._rank_blocks(_costs(checked), None, comm, where)
+        blocks = data._rank_blocks(_costs(checked), None, comm, where, unit=_UNIT)
         a = blocks[0]
         return data.LocalData(X=checked[a:blocks[-1]], y=None, qid=None, n_features=d, n_examples_total=n,
                               label_kind=STRUCTURED, classes=None, row_offset=a, blocks=[j - a for j in blocks])

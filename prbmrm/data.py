@@ -81,14 +81,16 @@ class LocalData:
 
     Attributes
     ----------
-    X : scipy.sparse.csr_matrix or numpy.ndarray
+    X : scipy.sparse.csr_matrix, numpy.ndarray or prbmrm.structured.RaggedExamples
         Local features, float64: CSR with int32 ``indices`` and ``indptr``
         where the sizes allow (int64 otherwise), or a C-contiguous array.
-        With `bias` the last column is a constant 1.
-    y : numpy.ndarray
+        With `bias` the last column is a constant 1. For structured data
+        (label kind ``"structured"``) the ragged examples with their labels.
+    y : numpy.ndarray or None
         float64 (n_local,) labels, float64 (n_local, k) targets for
         multioutput data, or for multilabel data an int8
-        (n_local, k) 0/1 indicator whose columns follow `classes`.
+        (n_local, k) 0/1 indicator whose columns follow `classes`; None
+        for structured data.
     qid : numpy.ndarray or None
         int64 (n_local,) query ids, or None when the data has none.
     n_features : int

@@ -94,9 +94,10 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         :func:`prbmrm.structured.data.write_structured_shards` or as a
         :class:`prbmrm.structured.RaggedExamples` present on every rank.
         None: the embedded demo data.
-    loss : str
+    loss : str or prbmrm.losses.Loss
         A key of :data:`prbmrm.losses.LOSSES` or the name of a loss plug-in
-        (:mod:`prbmrm.plugins`).
+        (:mod:`prbmrm.plugins`), or a loss object (then `loss_params` is
+        ignored), e.g. a :class:`prbmrm.structured.StructuredLoss`.
     loss_params : dict, optional
         The loss's parameters (``--loss-param NAME=VALUE``).
     lam : float, sequence of float or prbmrm.solvers.path.LamPath
@@ -172,7 +173,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         if party.private:
             # A noisy gap certifies nothing (it even goes negative): use the whole budget.
             epsilon = rel_epsilon = -math.inf
-    loss_object = get_loss(loss, **(loss_params or {}))
+    loss_object = get_loss(loss, **(loss_params or {})) if isinstance(loss, str) else loss
     # A bundle size is a parameter of the solvers that keep a bundle; others refuse it.
     own = dict(solver_params or {}, **({"bundle_size": bundle_size} if bundle_size else {}),
                **({} if theta is None else {"theta": theta}))
@@ -196,16 +197,16 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         raise UsageError("--bias does not apply to a structured loss: give the joint feature map a "
                          "constant feature instead")
     if local.label_kind == STRUCTURED and not structured:
-        problem = (f"loss {loss!r} needs rows of features and labels, the data holds structured "
+        problem = (f"loss {loss_object.name!r} needs rows of features and labels, the data holds structured "
                    "examples (train them with a structured loss)")
     elif local.label_kind == "multioutput" and not loss_object.multioutput:
-        problem = (f"loss {loss!r} needs one label per example, the data has "
+        problem = (f"loss {loss_object.name!r} needs one label per example, the data has "
                    f"{len(local.classes)} real targets per example (multioutput; "
                    "multivariate_regression fits them)")
     else:
         problem = loss_object.check_labels(local.classes, local.label_kind)
     if problem is None and loss_object.needs_qid and local.qid is None:
-        problem = f"loss {loss!r} needs query ids (qid:) and the data has none"
+        problem = f"loss {loss_object.name!r} needs query ids (qid:) and the data has none"
     if problem is not None:
         raise UsageError(f"{where}: {problem}")
     if structured:
@@ -248,7 +249,10 @@ def _checkpoint_options(comm, local, callback, options, path, every, resume, sto
         if stop is None or not comm.is_root:
             return callback, options
         return _stopping_callback(callback, stop), options
-    described = dict(run, loss=loss.name, loss_params={k: getattr(loss, k) for k in loss.params},
+    # A structured loss's model has parameters of its own (--loss-param too).
+    model = getattr(loss, "model", None)
+    loss_params = {k: getattr(owner, k) for owner in (loss, model) if owner is not None for k in owner.params}
+    described = dict(run, loss=loss.name, loss_params=loss_params,
                      reg=regularizer.name, reg_params={k: getattr(regularizer, k) for k in regularizer.params},
                      solver_params=options)
     keywords = checkpointing(comm, local, described, path=path, every=every, resume=resume,

@@ -238,8 +238,7 @@ def registered_test_model():
 def test_bmrm_reaches_the_optimum_of_multiclass_hinge():
     X, y, examples = dna(300)
     options = dict(lam=0.1, epsilon=0.0, rel_epsilon=1e-6, comm=SerialComm())
-    with registered_test_model():
-        result, local, _ = fit(examples, loss="multiclass_structured_test", loss_params={"n_classes": 3}, **options)
+    result, local, _ = fit(examples, loss=structured("margin"), **options)
     expected, _, _ = fit((X, y), loss="multiclass_hinge", **options)
     assert local.label_kind == "structured" and len(local.blocks) == 65
     assert abs(result.fun - expected.fun) <= result.gap + expected.gap
@@ -260,6 +259,24 @@ def test_refusals(options, message):
     options = dict(dict(loss="multiclass_structured_test", loss_params={"n_classes": 3}, max_iter=3), **options)
     with registered_test_model(), pytest.raises((UsageError, CollectiveError), match=message):
         fit(examples, comm=SerialComm(), **options)
+
+
+def test_checkpoint_and_resume_on_structured_shards(tmp_path):
+    _, _, examples = dna(60)
+    write_structured_shards(examples, tmp_path / "s", 3)
+    options = dict(loss="multiclass_structured_test", loss_params={"n_classes": 3}, lam=0.1, comm=SerialComm())
+    path = str(tmp_path / "state.h5")
+    with registered_test_model():
+        full, _, _ = fit(str(tmp_path / "s"), **options)
+        fit(str(tmp_path / "s"), max_iter=10, checkpoint=path, **options)
+        resumed, _, _ = fit(str(tmp_path / "s"), resume=path, **options)
+        np.testing.assert_array_equal(resumed.w, full.w)
+        assert resumed.nit == full.nit > 10
+        with pytest.raises(UsageError, match="other options: .*n_classes"):
+            fit(str(tmp_path / "s"), resume=path, **dict(options, loss_params={"n_classes": 4}))
+        write_structured_shards(dna(61)[2], tmp_path / "t", 3)
+        with pytest.raises(UsageError, match="other data"):
+            fit(str(tmp_path / "t"), resume=path, **options)
 
 
 def test_structured_loss_refuses_matrix_data():

@@ -828,9 +828,7 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
     n, d = X.shape
     if n == 0:
         raise InputError(f"{where}: no rows to write")
-    if isinstance(parts, bool) or int(parts) != parts:
-        raise InputError(f"{where}: the number of parts must be an integer, got {parts!r}")
-    parts = int(parts)
+    parts = _parts_count(parts, where)
     Y, label_kind, classes = _prepare_labels(y, n, where, multilabel=multilabel,
                                              multioutput=multioutput, positive=positive)
     qid = _as_qid(qid, n, where)
@@ -838,9 +836,7 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
     dense_out = not sp.issparse(X) if dense is None else bool(dense)
     bounds = _row_bounds(_row_costs(X, dense_out), qid, parts, where)
 
-    attrs = dict(format=FORMAT, format_version=np.int64(FORMAT_VERSION),
-                 n_features=np.int64(d), n_examples_total=np.int64(n),
-                 shard_count=np.int64(parts), label_kind=label_kind, source=str(source))
+    attrs = _shard_attrs(n, d, parts, label_kind, source)
     if classes is not None:
         attrs["classes"] = classes
     if positive is not None:
@@ -852,6 +848,20 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
                    dict(attrs, n_examples=np.int64(b - a), shard_index=np.int64(i)))
 
     return _write_all(out_dir, parts, write, overwrite)
+
+
+def _parts_count(parts, where):
+    """`parts` as an int, or InputError if it is not an integer."""
+    if isinstance(parts, bool) or int(parts) != parts:
+        raise InputError(f"{where}: the number of parts must be an integer, got {parts!r}")
+    return int(parts)
+
+
+def _shard_attrs(n, d, parts, label_kind, source):
+    """The root attributes every shard of a set shares."""
+    return dict(format=FORMAT, format_version=np.int64(FORMAT_VERSION), n_features=np.int64(d),
+                n_examples_total=np.int64(n), shard_count=np.int64(parts), label_kind=label_kind,
+                source=str(source))
 
 
 def _write_all(out_dir, parts, write, overwrite):

@@ -94,26 +94,23 @@ def write_structured_shards(examples, out_dir, parts, *, source="", model=None, 
     Returns
     -------
     list of str
-        Paths of the written shard files, in order.
+        The shard files, ``out_dir/part-00000.h5`` first.
 
     Raises
     ------
     InputError
         On inconsistent offsets, non-finite x, more parts than examples,
-        existing shards without `overwrite`, or a failure to write (which
-        leaves nothing behind).
+        shard files already in `out_dir` (unless `overwrite`), or a failure
+        to write, after which no shard is left.
     """
     where = source or "input examples"
     examples = check_examples(examples, where)
     n, d = examples.shape
     if n == 0:
         raise InputError(f"{where}: no examples to write")
-    if isinstance(parts, bool) or int(parts) != parts:
-        raise InputError(f"{where}: the number of parts must be an integer, got {parts!r}")
-    bounds = data._row_bounds(_costs(examples), None, int(parts), where, unit=_UNIT)
-    attrs = dict(format=data.FORMAT, format_version=np.int64(data.FORMAT_VERSION), n_features=np.int64(d),
-                 n_examples_total=np.int64(n), shard_count=np.int64(parts), label_kind=STRUCTURED,
-                 source=str(source), **({} if model is None else {"model": str(model)}))
+    parts = data._parts_count(parts, where)
+    bounds = data._row_bounds(_costs(examples), None, parts, where, unit=_UNIT)
+    attrs = dict(data._shard_attrs(n, d, parts, STRUCTURED, source), **({} if model is None else {"model": str(model)}))
 
     def write(i, path):
         block = examples[bounds[i]:bounds[i + 1]]
@@ -122,7 +119,7 @@ def write_structured_shards(examples, out_dir, parts, *, source="", model=None, 
             for name in RAGGED:
                 f.create_dataset(name, data=getattr(block, name))
 
-    return data._write_all(out_dir, int(parts), write, overwrite)
+    return data._write_all(out_dir, parts, write, overwrite)
 
 
 def shard_meta(f, meta):

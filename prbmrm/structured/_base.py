@@ -134,6 +134,7 @@ class StructuredModel(Parametrized):
 
     kind = "structured model"
     option = "--loss-param"
+    task = STRUCTURED  # as for losses: a model in a loss registry is the structured task's
     name = None
     rescalings = ("margin",)
 

@@ -27,6 +27,11 @@ same loop::
 so a round makes no pass over X (O(K log m_local) for piecewise-linear losses,
 O(K m_local) for the others) and moves a few numbers per rank.
 
+A structured loss (:class:`prbmrm.structured.StructuredLoss`) takes the
+blocks of ragged examples (:class:`prbmrm.structured.RaggedExamples`, which
+slice by example like rows) and runs the same loop; it has no scores ``X w``,
+so :meth:`DistributedRisk.line` declines and line searches go through ``risk(w)``.
+
 Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every
 rank) attach a service through the same protocol: :meth:`DistributedRisk.attach`
 builds it on every rank, and each :meth:`DistributedRisk.request` runs one of

@@ -179,6 +179,13 @@ def test_shard_command_converts_structured_npz(tmp_path, capsys):
     np.testing.assert_array_equal(local.X.y_values, examples.y_values)
     assert main([str(tmp_path / "seq.npz"), "--parts", "3", "--out", str(tmp_path / "t"), "--positive", "1"]) == 2
     assert "--positive does not apply to structured examples" in capsys.readouterr().err
+    np.savez(tmp_path / "matrix.npz", X=np.eye(2), y=np.array([1.0, -1.0]))
+    assert main([str(tmp_path / "seq.npz"), str(tmp_path / "matrix.npz"), "--parts", "2", "--out",
+                 str(tmp_path / "u")]) == 2
+    assert "matrix.npz: structured .npz inputs (x_values, ...) cannot be mixed" in capsys.readouterr().err
+    np.savez(tmp_path / "partial.npz", x_values=examples.x_values, x_offsets=examples.x_offsets)
+    assert main([str(tmp_path / "partial.npz"), "--parts", "2", "--out", str(tmp_path / "v")]) == 2
+    assert "partial.npz: structured .npz input without the array 'y_values'" in capsys.readouterr().err
 
 
 def shared_structured_shards(comm, tmp_path, examples, parts):

@@ -258,7 +258,9 @@ def test_bmrm_reaches_the_optimum_of_multiclass_hinge():
     (dict(solver="smooth_lbfgs"), "solver 'smooth_lbfgs' smooths the losses"),
     (dict(bias=True), "--bias does not apply to a structured loss"),
     (dict(loss_params={"n_classes": 2}), r"example \d+: label 2 is not a class index in 0\.\.1"),
-    (dict(loss_params={"n_classes": 3, "form": "hinge"}), "parameter form must be one of margin, slack, logistic"),
+    (dict(loss_params={"n_classes": 3, "form": "hinge"}),
+     "loss 'multiclass_structured_test': structured model 'multiclass_structured' supports the forms margin, "
+     "slack, logistic, not 'hinge'"),
     (dict(loss="hinge", loss_params={}), "loss 'hinge' needs rows of features and labels, the data holds structured examples"),
 ])
 def test_refusals(options, message):

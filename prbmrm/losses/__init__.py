@@ -12,6 +12,7 @@ Scalar losses (paper 000, Table 5) share the skeleton of Algorithm 6::
 and define only ``l`` and ``l'``. Losses are found by name in :data:`LOSSES`.
 """
 
+from ..errors import UsageError
 from ._base import BinaryLoss, Loss, MultivariateLoss, RegressionLoss, ScalarLoss
 from .multivariate import MULTIVARIATE_LOSSES
 from .scalar import SCALAR_LOSSES
@@ -46,7 +47,10 @@ def get_loss(name, **params):
     if is_class and issubclass(cls, StructuredModel):
         params = dict(params)
         form = params.pop("form", "margin")
-        return StructuredLoss(cls(**params), form, name=name)
+        try:
+            return StructuredLoss(cls(**params), form, name=name)
+        except ValueError as error:  # a model's own check of its parameters, or an unsupported form
+            raise UsageError(f"loss {name!r}: {error}") from None
     check_plugin("loss", name, cls, is_class and issubclass(cls, Loss),
                  "a subclass of prbmrm.losses.Loss or prbmrm.structured.StructuredModel")
     return cls(**params)

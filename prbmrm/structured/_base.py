@@ -23,9 +23,6 @@ from .._params import Parametrized
 from ..data import STRUCTURED
 from ..losses._base import Loss
 
-FORMS = ("margin", "slack", "logistic")
-"""The forms of a :class:`StructuredLoss`: (24) with margin or slack rescaling, or (23)."""
-
 
 class RaggedExamples:
     """Variable-size examples stacked along the first axis (x and y each with offsets).
@@ -194,8 +191,9 @@ class StructuredLoss(Loss):
         super().__init__(form=form)
 
     def check_params(self):
-        forms = tuple(f for f in FORMS if f == "logistic" or f in self.model.rescalings)
-        self._require("form", self.form in forms, f"one of {', '.join(forms)}")
+        if self.form != "logistic" and self.form not in self.model.rescalings:
+            raise ValueError(f"structured model {self.model.name!r} supports the forms "
+                             f"{', '.join(self.model.rescalings + ('logistic',))}, not {self.form!r}")
 
     def check_labels(self, classes, label_kind):
         if label_kind != STRUCTURED:

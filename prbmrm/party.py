@@ -172,6 +172,10 @@ class ClippedLoss:
         self.clip = float(clip)
         self.n_outputs = loss.n_outputs
 
+    def weight_dim(self, n_features):
+        """Return the wrapped loss's length of w (:meth:`prbmrm.losses.Loss.weight_dim`)."""
+        return self.loss.weight_dim(n_features)
+
     def loss_gradient(self, w, X, y, qid=None):
         """Return the clipped ``(sum of losses, sum of gradients)`` over the rows of `X`."""
         if isinstance(self.loss, ScalarLoss):

@@ -98,9 +98,11 @@ def _block_digest(X, y, qid):
     if sp.issparse(X):
         # Index dtypes depend on the local sizes, not on the data: hash them as int64.
         parts = (X.data, X.indices.astype(np.int64), np.diff(X.indptr).astype(np.int64))
+    elif hasattr(X, "x_offsets"):  # ragged examples, with their labels: offsets relative to the block
+        parts = (X.x_values, np.diff(X.x_offsets), X.y_values, np.diff(X.y_offsets))
     else:
         parts = (X,)
-    for part in (*parts, np.asarray(X.shape, dtype=np.int64), y, *(() if qid is None else (qid,))):
+    for part in (*parts, np.asarray(X.shape, dtype=np.int64), *(p for p in (y, qid) if p is not None)):
         digest.update(np.ascontiguousarray(part).tobytes())
     return int.from_bytes(digest.digest()[:6], "little")
 
@@ -114,7 +116,8 @@ def data_fingerprint(local, comm):
     one rank may resume on three.
     """
     bounds = local.blocks
-    digests = [_block_digest(local.X[a:b], local.y[a:b], None if local.qid is None else local.qid[a:b])
+    digests = [_block_digest(local.X[a:b], None if local.y is None else local.y[a:b],
+                             None if local.qid is None else local.qid[a:b])
                for a, b in itertools.pairwise(bounds)]
     every = comm.gather_scalars(np.asarray(digests, dtype=np.float64))
     if not comm.is_root:

@@ -16,7 +16,8 @@ Root attributes
     ``format`` = ``"prbmrm-shard"``, ``format_version`` = 1, ``n_features``,
     ``n_examples`` (rows in this shard), ``n_examples_total`` (rows over all
     shards), ``shard_index``, ``shard_count``, ``label_kind`` (one of
-    ``"binary"``, ``"integer"``, ``"real"``, ``"multilabel"``, ``"multioutput"``),
+    ``"binary"``, ``"integer"``, ``"real"``, ``"multilabel"``, ``"multioutput"``;
+    ``"structured"`` marks the ragged layout of :mod:`prbmrm.structured.data`),
     ``classes`` (float64, the sorted distinct label values over *all* shards,
     the label ids for multilabel data, the target ids 0..k-1 for multioutput
     data; absent for ``"real"``), ``source`` (the input
@@ -57,12 +58,15 @@ import scipy.sparse as sp
 
 from .errors import InputError
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "LABEL_KINDS", "LocalData", "infer_label_kind",
+__all__ = ["FORMAT", "FORMAT_VERSION", "LABEL_KINDS", "STRUCTURED", "LocalData", "infer_label_kind",
            "list_shards", "load_local", "read_input", "split_local", "write_shards"]
 
 FORMAT = "prbmrm-shard"
 FORMAT_VERSION = 1
 LABEL_KINDS = ("binary", "integer", "real", "multilabel", "multioutput")
+STRUCTURED = "structured"
+"""The label kind of ragged examples (:mod:`prbmrm.structured.data`), kept apart from :data:`LABEL_KINDS`:
+their labels are not an array of rows."""
 
 _INDEX_LIMIT = 2**31  # int32 indices and indptr below this
 _SPLIT_BLOCKS = 64  # canonical blocks of in-memory data (split_local)
@@ -77,14 +81,16 @@ class LocalData:
 
     Attributes
     ----------
-    X : scipy.sparse.csr_matrix or numpy.ndarray
+    X : scipy.sparse.csr_matrix, numpy.ndarray or prbmrm.structured.RaggedExamples
         Local features, float64: CSR with int32 ``indices`` and ``indptr``
         where the sizes allow (int64 otherwise), or a C-contiguous array.
-        With `bias` the last column is a constant 1.
-    y : numpy.ndarray
+        With `bias` the last column is a constant 1. For structured data
+        (label kind ``"structured"``) the ragged examples with their labels.
+    y : numpy.ndarray or None
         float64 (n_local,) labels, float64 (n_local, k) targets for
         multioutput data, or for multilabel data an int8
-        (n_local, k) 0/1 indicator whose columns follow `classes`.
+        (n_local, k) 0/1 indicator whose columns follow `classes`; None
+        for structured data.
     qid : numpy.ndarray or None
         int64 (n_local,) query ids, or None when the data has none.
     n_features : int
@@ -379,11 +385,12 @@ def _query_starts(qid, where):
     return starts
 
 
-def _row_bounds(costs, qid, parts, where, what="parts"):
+def _row_bounds(costs, qid, parts, where, what="parts", unit=("row", "rows")):
     """Boundaries (parts + 1 row indices) of `parts` contiguous, balanced blocks.
 
-    Each block is a run of whole units (rows, or queries when `qid` is given);
-    boundary k sits where the cumulative cost is closest to k/parts of the total.
+    Each block is a run of whole units (rows, or queries when `qid` is given;
+    `unit` names a row in messages, singular and plural); boundary k sits
+    where the cumulative cost is closest to k/parts of the total.
     """
     n = costs.shape[0]
     starts = np.arange(n) if qid is None else _query_starts(qid, where)
@@ -391,7 +398,7 @@ def _row_bounds(costs, qid, parts, where, what="parts"):
     if parts < 1:
         raise InputError(f"{where}: the number of parts must be at least 1, got {parts}")
     if parts > n_units:
-        one, many = ("query", "queries") if qid is not None else ("row", "rows")
+        one, many = ("query", "queries") if qid is not None else unit
         raise InputError(f"{where}: cannot split {n_units} {many} into {parts} {what}: "
                          f"each needs at least one {one}")
     cum = np.r_[0, np.cumsum(np.add.reduceat(costs, starts))].astype(np.float64)
@@ -821,9 +828,7 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
     n, d = X.shape
     if n == 0:
         raise InputError(f"{where}: no rows to write")
-    if isinstance(parts, bool) or int(parts) != parts:
-        raise InputError(f"{where}: the number of parts must be an integer, got {parts!r}")
-    parts = int(parts)
+    parts = _parts_count(parts, where)
     Y, label_kind, classes = _prepare_labels(y, n, where, multilabel=multilabel,
                                              multioutput=multioutput, positive=positive)
     qid = _as_qid(qid, n, where)
@@ -831,6 +836,41 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
     dense_out = not sp.issparse(X) if dense is None else bool(dense)
     bounds = _row_bounds(_row_costs(X, dense_out), qid, parts, where)
 
+    attrs = _shard_attrs(n, d, parts, label_kind, source)
+    if classes is not None:
+        attrs["classes"] = classes
+    if positive is not None:
+        attrs["positive"] = np.float64(positive)
+
+    def write(i, path):
+        a, b = bounds[i], bounds[i + 1]
+        _write_one(path, _rows(X, a, b), dense_out, Y[a:b], None if qid is None else qid[a:b],
+                   dict(attrs, n_examples=np.int64(b - a), shard_index=np.int64(i)))
+
+    return _write_all(out_dir, parts, write, overwrite)
+
+
+def _parts_count(parts, where):
+    """`parts` as an int, or InputError if it is not an integer."""
+    if isinstance(parts, bool) or int(parts) != parts:
+        raise InputError(f"{where}: the number of parts must be an integer, got {parts!r}")
+    return int(parts)
+
+
+def _shard_attrs(n, d, parts, label_kind, source):
+    """The root attributes every shard of a set shares."""
+    return dict(format=FORMAT, format_version=np.int64(FORMAT_VERSION), n_features=np.int64(d),
+                n_examples_total=np.int64(n), shard_count=np.int64(parts), label_kind=label_kind,
+                source=str(source))
+
+
+def _write_all(out_dir, parts, write, overwrite):
+    """Write `out_dir`'s shard files 0..parts-1 by ``write(i, path)``, all or none; return their paths.
+
+    Every shard goes to a temporary name first and all are renamed at the
+    end, so a failure leaves nothing behind; shard files beyond the new
+    count are removed after success.
+    """
     out_dir = os.fspath(out_dir)
     try:
         created = not os.path.exists(out_dir)
@@ -846,23 +886,11 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
         raise InputError(f"{out_dir}: already holds shard files "
                          f"({os.path.basename(existing[0])}, ...); pass --overwrite "
                          "(overwrite=True) to replace them")
-
-    # Every shard goes to a temporary name first and all are renamed at the
-    # end, so a failure leaves nothing behind.
     finals = [os.path.join(out_dir, _shard_name(i)) for i in range(parts)]
     temps = [os.path.join(out_dir, f".{_shard_name(i)}.tmp-{os.getpid()}") for i in range(parts)]
-    attrs = dict(format=FORMAT, format_version=np.int64(FORMAT_VERSION),
-                 n_features=np.int64(d), n_examples_total=np.int64(n),
-                 shard_count=np.int64(parts), label_kind=label_kind, source=str(source))
-    if classes is not None:
-        attrs["classes"] = classes
-    if positive is not None:
-        attrs["positive"] = np.float64(positive)
     try:
-        for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-            _write_one(temps[i], _rows(X, a, b), dense_out, Y[a:b],
-                       None if qid is None else qid[a:b],
-                       dict(attrs, n_examples=np.int64(b - a), shard_index=np.int64(i)))
+        for i, temp in enumerate(temps):
+            write(i, temp)
         for tmp, final in zip(temps, finals):
             os.replace(tmp, final)
     except BaseException as exc:
@@ -902,6 +930,10 @@ def _write_one(path, X, dense_out, y, qid, attrs):
 def _shard_summary(path):
     """Rows, stored nonzeros, queries and layout of one shard file (for the CLI)."""
     with h5py.File(path, "r") as f:
+        if _attr_str(f.attrs["label_kind"]) == STRUCTURED:
+            return dict(rows=int(f.attrs["n_examples"]), nnz=int(f["x_values"].shape[0]), queries=None,
+                        layout="ragged", n_features=int(f.attrs["n_features"]), label_kind=STRUCTURED,
+                        n_classes=None)
         X = f["X"]
         if isinstance(X, h5py.Group):
             nnz, layout = int(X["data"].shape[0]), "sparse"
@@ -1003,15 +1035,20 @@ def _shard_meta(path, pos, files, label):
                              f"(from 0) of the {len(files)} sorted shard files "
                              "(renamed or mixed shard files?)")
         n, d, kind = int(a["n_examples"]), int(a["n_features"]), _attr_str(a["label_kind"])
-        if kind not in LABEL_KINDS:
+        if kind not in LABEL_KINDS + (STRUCTURED,):
             raise InputError(f"{path}: unknown label_kind {kind!r}")
+        meta = dict(path=path, n=n, d=d, kind=kind, classes=None, sparse=False,
+                    n_total=int(a["n_examples_total"]), has_qid="qid" in f, nnz=0, labels="")
+        if kind == STRUCTURED:
+            from .structured.data import shard_meta
+
+            return shard_meta(f, meta)
         classes = None if kind == "real" else np.atleast_1d(a["classes"]).astype(np.float64)
         X, sparse = f["X"], isinstance(f["X"], h5py.Group)
         shape = tuple(int(s) for s in X.attrs.get("shape", ())) if sparse else X.shape
         if shape != (n, d):
             raise InputError(f"{path}: /X has shape {shape}, but the attributes say ({n}, {d})")
-        meta = dict(path=path, n=n, d=d, kind=kind, classes=classes, sparse=sparse,
-                    n_total=int(a["n_examples_total"]), has_qid="qid" in f, nnz=0)
+        meta.update(classes=classes, sparse=sparse)
         if sparse:
             enc = _attr_str(X.attrs.get("encoding-type"))
             if enc != "csr_matrix":
@@ -1049,6 +1086,7 @@ _AGREED = (
     ("has_qid", "query ids", lambda q: "query ids" if q else "none"),
     ("n_total", "n_examples_total", str),
     ("sparse", "the layout of /X", lambda s: "sparse" if s else "dense"),
+    ("labels", "the type and shape of the label parts", repr),
 )
 
 
@@ -1069,7 +1107,17 @@ def _check_agreement(files, label, metas, first, counts):
 
 def _read_local(metas, bias):
     """Read this rank's checked shards into one X, y, qid (preallocated: no
-    concatenation copies) and validate the values."""
+    concatenation copies) and validate the values.
+
+    Structured shards give ragged examples (with their labels) as X, and y None.
+    """
+    if metas[0]["kind"] == STRUCTURED:
+        from .structured.data import read_local
+
+        if bias:
+            raise InputError(f"{metas[0]['path']}: --bias (bias=True) does not apply to structured "
+                             "examples: give the joint feature map a constant feature instead")
+        return read_local(metas), None, None
     n, d = sum(m["n"] for m in metas), metas[0]["d"]
     kind, classes, sparse = metas[0]["kind"], metas[0]["classes"], metas[0]["sparse"]
     y = (np.empty((n, classes.size), dtype=np.int8) if kind == "multilabel"
@@ -1229,21 +1277,29 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
             raise InputError(f"{where}: no rows")
         Y, kind, found = _prepare_labels(y, n, where, label_kind=label_kind, classes=classes)
         q = _as_qid(qid, n, where)
-        P, r = comm.size, comm.rank
-        n_units = n if q is None else int(np.count_nonzero(q[1:] != q[:-1])) + 1
-        # Canonical blocks independent of P (as if sharded into K files), whole
-        # blocks per rank as load_local assigns files. K > n_units only when
-        # P > n_units, and then _row_bounds reports too few rows for the ranks.
-        K = max(P, min(n_units, _SPLIT_BLOCKS))
-        bounds = _row_bounds(_row_costs(A, not sp.issparse(A)), q, K, where, what="ranks")
-        first, last = r * K // P, (r + 1) * K // P
-        a, b = bounds[first], bounds[last]
+        blocks = _rank_blocks(_row_costs(A, not sp.issparse(A)), q, comm, where)
+        a, b = blocks[0], blocks[-1]
         mine = A[a:b]
         _check_finite(mine, where, row_offset=a)
         return LocalData(X=_with_bias(mine, bias), y=np.ascontiguousarray(Y[a:b]),
                          qid=None if q is None else q[a:b].copy(), n_features=d,
                          n_examples_total=n, label_kind=kind, classes=found, files=[],
-                         bias=bool(bias), row_offset=a,
-                         blocks=[bounds[j] - a for j in range(first, last + 1)])
+                         bias=bool(bias), row_offset=a, blocks=[j - a for j in blocks])
 
     return _collectively(comm, keep_mine)
+
+
+def _rank_blocks(costs, qid, comm, where, unit=("row", "rows")):
+    """Global boundaries of this rank's canonical blocks of in-memory rows (or queries).
+
+    The rows are cut as if sharded into K = max(P, min(units, 64)) files
+    (:func:`_row_bounds` on the rows' `costs`), which do not depend on the
+    number of ranks P up to 64; each rank keeps whole blocks, as
+    :func:`load_local` assigns files. K > units only when P > units, and then
+    _row_bounds reports too few rows for the ranks.
+    """
+    P, r = comm.size, comm.rank
+    n_units = len(costs) if qid is None else int(np.count_nonzero(qid[1:] != qid[:-1])) + 1
+    K = max(P, min(n_units, _SPLIT_BLOCKS))
+    bounds = _row_bounds(costs, qid, K, where, what="ranks", unit=unit)
+    return bounds[r * K // P:(r + 1) * K // P + 1]

@@ -173,6 +173,10 @@ class ClippedLoss:
         self.n_outputs = loss.n_outputs
         self.weight_dim = loss.weight_dim
 
+    def weight_dim(self, n_features):
+        """Return the wrapped loss's length of w (:meth:`prbmrm.losses.Loss.weight_dim`)."""
+        return self.loss.weight_dim(n_features)
+
     def loss_gradient(self, w, X, y, qid=None):
         """Return the clipped ``(sum of losses, sum of gradients)`` over the rows of `X`."""
         if isinstance(self.loss, ScalarLoss):

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from ._cli import ArgumentParser, run
-from .data import load_local, read_input, split_local
+from .data import STRUCTURED, load_local, read_input, split_local
 from .errors import CollectiveError, InputError, UsageError
 from .losses import get_loss
 from .model import check_writable, load_model
@@ -104,6 +104,8 @@ def main(argv, comm):
         model = model.at_lam(args.lam)
     loss = get_loss(model.attrs["loss"], **json.loads(model.attrs.get("loss_params", "{}")))
     loss.prepare(model.attrs.get("classes"), model.attrs.get("label_kind"))
+    if getattr(loss, "structured", False):
+        return predict_structured(args, model, loss, comm)
     if args.labels and not loss.predicts_labels:
         raise UsageError(f"--labels: loss {loss.name!r} predicts scores, not labels")
     n_model = model.w.shape[0]
@@ -141,6 +143,43 @@ def main(argv, comm):
         for path, what in ((args.out, "decision values"), (args.labels, "labels")):
             if path:
                 print(f"{what} written to {path}")
+    return 0
+
+
+def predict_structured(args, model, loss, comm):
+    """``prbmrm.predict`` for a structured loss: predicted labels and mean Delta (collective).
+
+    Each rank predicts its own examples; rank 0 gathers their labels' parts
+    (scalars) and writes one line per example, the predicted label's values
+    separated by spaces.
+    """
+    if args.out:
+        raise UsageError("--out: a structured model has no decision values (--labels writes its predictions)")
+    local = load_local(args.data, comm)
+    # Every rank sees the same global label kind and width, so every rank raises alike.
+    if local.label_kind != STRUCTURED:
+        raise UsageError(f"{args.data}: model {args.model} is a structured model ({loss.name!r}), "
+                         "the data are not structured examples")
+    if loss.weight_dim(local.n_features) != model.w.size:
+        raise UsageError(f"{args.data}: parts of {local.n_features} features make a joint feature map of "
+                         f"{loss.weight_dim(local.n_features)} weights, the model {args.model} has {model.w.size}")
+    w = np.ravel(model.w)
+    predicted = loss.predict_examples(local.X, w)
+    deltas = comm.gather_scalars([loss.model.delta(y, p) for (_, y), p in zip(local.X, predicted)])
+    sizes = comm.gather_scalars([np.size(p) for p in predicted])
+    values = comm.gather_scalars(np.concatenate([np.ravel(p) for p in predicted]) if predicted else [])
+    if not comm.is_root:
+        return 0
+    if args.labels:
+        rows = np.split(values, np.cumsum(sizes.astype(np.int64))[:-1])
+        temporary = args.labels + f".tmp-{os.getpid()}"
+        with open(temporary, "w") as f:
+            f.writelines(" ".join(f"{v:.17g}" for v in row) + "\n" for row in rows)
+        os.replace(temporary, args.labels)
+    if not args.quiet:
+        print(f"{len(deltas)} examples from {args.data}: mean_delta {np.mean(deltas):.6g}")
+        if args.labels:
+            print(f"labels written to {args.labels}")
     return 0
 
 

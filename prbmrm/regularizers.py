@@ -661,8 +661,9 @@ def get_regularizer(name, **params):
         If no regularizer has that name (the message lists the known names)
         or a parameter is unknown, of the wrong type or out of range.
     """
-    try:
-        cls = REGULARIZERS[name]
-    except KeyError:
-        raise UsageError(f"unknown regularizer {name!r}; known: {', '.join(sorted(REGULARIZERS))}") from None
+    from .plugins import check_plugin, lookup
+
+    cls = lookup(REGULARIZERS, "regularizer", name)
+    check_plugin("regularizer", name, cls, isinstance(cls, type) and issubclass(cls, Regularizer),
+                 "a subclass of prbmrm.regularizers.Regularizer")
     return cls(**params)

@@ -27,6 +27,11 @@ same loop::
 so a round makes no pass over X (O(K log m_local) for piecewise-linear losses,
 O(K m_local) for the others) and moves a few numbers per rank.
 
+A structured loss (:class:`prbmrm.structured.StructuredLoss`) takes the
+blocks of ragged examples (:class:`prbmrm.structured.RaggedExamples`, which
+slice by example like rows) and runs the same loop; it has no scores ``X w``,
+so :meth:`DistributedRisk.line` declines and line searches go through ``risk(w)``.
+
 Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every
 rank) attach a service through the same protocol: :meth:`DistributedRisk.attach`
 builds it on every rank, and each :meth:`DistributedRisk.request` runs one of
@@ -58,10 +63,11 @@ class DistributedRisk:
     ----------
     loss : prbmrm.losses.Loss
         The loss; its ``loss_gradient`` runs on this rank's shard.
-    X : scipy.sparse.csr_matrix or ndarray
-        This rank's examples (with the bias column appended if any).
-    y : ndarray
-        This rank's labels.
+    X : scipy.sparse.csr_matrix, ndarray or prbmrm.structured.RaggedExamples
+        This rank's examples (with the bias column appended if any); ragged
+        examples (with their labels) for a structured loss.
+    y : ndarray or None
+        This rank's labels (None for ragged examples, which hold theirs).
     n_total : int
         Number of examples over all ranks: R_emp is the sum divided by it.
     comm : prbmrm.comm.SerialComm or MPIComm
@@ -97,11 +103,11 @@ class DistributedRisk:
         self.comm = comm
         self.dim = loss.weight_dim(X.shape[1])
         bounds = [0, X.shape[0]] if blocks is None else list(blocks)
-        self._blocks = [(_row_block(X, a, b), y[a:b], None if qid is None else qid[a:b])
+        self._blocks = [(_row_block(X, a, b), _rows(y, a, b), _rows(qid, a, b))
                         for a, b in zip(bounds[:-1], bounds[1:])]
         # Chunks never cross a block, so sums stay the same on any number of ranks;
         # a query must stay whole, so losses with query ids keep their blocks whole.
-        self._chunks = [[(_row_block(X, a + s, a + t), y[a + s:a + t], None)
+        self._chunks = [[(_row_block(X, a + s, a + t), _rows(y, a + s, a + t), None)
                          for s, t in _chunk_bounds(X, a, b)] if qid is None else [block]
                         for block, a, b in zip(self._blocks, bounds[:-1], bounds[1:])]
         self._n_parts = int(comm.allreduce_sum(np.array([len(self._blocks)], dtype=np.int64))[0])
@@ -238,10 +244,11 @@ class DistributedRisk:
         -------
         RiskLine or None
             The session, to be closed (``with`` closes it); None if the loss
-            does not decompose over examples or needs query ids: the caller
-            then searches through ``risk(w)`` itself.
+            does not decompose over examples, needs query ids or is
+            structured (it has no scores ``X w``): the caller then searches
+            through ``risk(w)`` itself.
         """
-        if not self.loss.decomposable or self.loss.needs_qid:
+        if not self.loss.decomposable or self.loss.needs_qid or getattr(self.loss, "structured", False):
             return None
         started = time.perf_counter()
         self._message[:-1] = w
@@ -537,11 +544,18 @@ def _row_block(X, start, stop):
                           indptr - indptr[0]), shape=(stop - start, X.shape[1]), copy=False)
 
 
+def _rows(a, start, stop):
+    """Entries start:stop of `a`, or None if `a` is None."""
+    return None if a is None else a[start:stop]
+
+
 def _chunk_bounds(X, start, stop):
     """Row ranges, relative to `start`, of consecutive chunks of rows start:stop of about
-    ``_CHUNK_NONZEROS`` nonzeros each."""
+    ``_CHUNK_NONZEROS`` nonzeros each (for ragged examples: values of their parts)."""
     if sp.issparse(X):
         nonzeros = X.indptr[start:stop + 1] - X.indptr[start]
+    elif hasattr(X, "x_offsets"):
+        nonzeros = (X.x_offsets[start:stop + 1] - X.x_offsets[start]) * X.shape[1]
     else:
         nonzeros = np.arange(stop - start + 1) * X.shape[1]
     cuts = np.searchsorted(nonzeros, np.arange(_CHUNK_NONZEROS, nonzeros[-1], _CHUNK_NONZEROS))

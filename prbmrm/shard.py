@@ -6,6 +6,11 @@ Usage::
         [--multilabel] [--n-features D] [--positive LABEL] [--dense | --sparse]
         [--label-column K] [--overwrite] [--quiet]
 
+``.npz`` inputs with the arrays ``x_values``, ``x_offsets``, ``y_values``,
+``y_offsets`` hold structured examples (sequences, point sets): they are
+written as ragged shards that never split an example
+(:mod:`prbmrm.structured.data`).
+
 Runs on one process. Several inputs are concatenated. The rows are cut into
 P contiguous blocks balanced by nonzeros, never inside a query, and written
 as ``DIR/part-00000.h5`` ... (see :mod:`prbmrm.data` for the format). On any
@@ -21,6 +26,8 @@ from . import data
 from ._cli import EXIT_INPUT, ArgumentParser
 from .comm import launched_size
 from .errors import InputError, PrbmrmError, UsageError
+from .structured import RaggedExamples
+from .structured import data as structured_data
 
 PROG = "prbmrm.shard"
 
@@ -91,7 +98,9 @@ def _summary(paths, out_dir):
         info = data._shard_summary(path)
         rows += info["rows"]
         nnz += info["nnz"]
-        text = f"{os.path.basename(path)}: {info['rows']:,} rows, {info['nnz']:,} nonzeros"
+        # Ragged shards count examples and their parts (sequence positions, points).
+        row, value = ("examples", "parts") if info["layout"] == "ragged" else ("rows", "nonzeros")
+        text = f"{os.path.basename(path)}: {info['rows']:,} {row}, {info['nnz']:,} {value}"
         if info["queries"] is not None:
             queries += info["queries"]
             text += f", {info['queries']:,} queries"
@@ -101,8 +110,8 @@ def _summary(paths, out_dir):
         noun = {"multilabel": "labels", "multioutput": "targets"}.get(labels, "classes")
         labels += f" ({info['n_classes']} {noun})"
     total = (f"total: {len(paths)} {info['layout']} shard{'s' if len(paths) != 1 else ''} "
-             f"in {out_dir}: {rows:,} rows, {info['n_features']:,} features, "
-             f"{nnz:,} nonzeros")
+             f"in {out_dir}: {rows:,} {row}, {info['n_features']:,} features, "
+             f"{nnz:,} {value}")
     if info["queries"] is not None:
         total += f", {queries:,} queries"
     lines.append(total + f", labels {labels}")
@@ -116,21 +125,44 @@ def _main(argv):
         raise UsageError(f"runs on one process, and {name}={copies} says {copies} were started: "
                          "start it without mpiexec or srun -n (slurm/shard.sbatch is a single-task job)")
     _check_options(args)
+    ragged = [structured_data.is_structured_npz(path) for path in args.inputs]
     try:
-        X, y, qid = data.read_input(args.inputs, multilabel=args.multilabel,
-                                    multioutput=args.multioutput, n_features=args.n_features,
-                                    label_column=args.label_column)
-        paths = data.write_shards(X, y, args.out, args.parts, qid=qid,
-                                  source=", ".join(args.inputs), dense=args.dense,
-                                  multilabel=args.multilabel, multioutput=args.multioutput,
-                                  positive=args.positive,
-                                  overwrite=args.overwrite)
+        if any(ragged):
+            paths = _shard_structured(args, ragged)
+        else:
+            X, y, qid = data.read_input(args.inputs, multilabel=args.multilabel,
+                                        multioutput=args.multioutput, n_features=args.n_features,
+                                        label_column=args.label_column)
+            paths = data.write_shards(X, y, args.out, args.parts, qid=qid,
+                                      source=", ".join(args.inputs), dense=args.dense,
+                                      multilabel=args.multilabel, multioutput=args.multioutput,
+                                      positive=args.positive,
+                                      overwrite=args.overwrite)
     except MemoryError:
         raise InputError("out of memory while converting the input") from None
     if not args.quiet:
         for line in _summary(paths, args.out):
             print(line)
     return 0
+
+
+def _shard_structured(args, ragged):
+    """Shard structured examples (``.npz`` inputs with x_values, x_offsets, y_values, y_offsets); return the paths."""
+    if not all(ragged):
+        raise UsageError(f"{args.inputs[ragged.index(False)]}: structured .npz inputs (x_values, ...) "
+                         "cannot be mixed with other inputs")
+    given = [option for option, value in (("--multilabel", args.multilabel), ("--multioutput", args.multioutput),
+                                          ("--n-features", args.n_features), ("--positive", args.positive),
+                                          ("--dense/--sparse", args.dense), ("--label-column", args.label_column or None))
+             if value not in (None, False)]
+    if given:
+        raise UsageError(f"{given[0]} does not apply to structured examples")
+    pieces = [structured_data.read_npz(path) for path in args.inputs]
+    widths = {piece.shape[1] for piece in pieces}
+    if len(widths) > 1:
+        raise InputError(f"the structured inputs differ in the width of x_values: {sorted(widths)}")
+    return structured_data.write_structured_shards(RaggedExamples.concatenate(pieces), args.out, args.parts,
+                                                   source=", ".join(args.inputs), overwrite=args.overwrite)
 
 
 def main(argv=None):

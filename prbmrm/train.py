@@ -21,16 +21,19 @@ from ._cli import ArgumentParser, run
 from ._config import add_config_options, config_section, parse_configured
 from ._params import parse_params
 from .checkpoint import SignalFlag, checkpointing
-from .data import load_local, split_local
+from .data import STRUCTURED, load_local, split_local
 from .errors import InputError, UsageError
 from .losses import LOSSES, get_loss
 from .model import check_writable, save_model
 from .party import Party, load_party, party_path
+from .plugins import plugin_names
 from .regularizers import REGULARIZERS, get_regularizer
 from .risk import DistributedRisk, run_distributed
-from .solvers import SOLVERS, minimize, solver_options
+from .solvers import SOLVERS, get_solver, minimize, solver_options
 from .solvers.lsbmrm import check_theta
 from .solvers.path import LamPath, PathProgress, PathResult, minimize_path
+from .structured import RaggedExamples
+from .structured.data import split_examples
 
 DEMO_NAME = "embedded demo: Wisconsin breast cancer (569 x 30, standardized)"
 
@@ -82,14 +85,19 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
 
     Parameters
     ----------
-    data : str, list of str, tuple (X, y) or (X, y, options), or None
+    data : str, list of str, tuple (X, y) or (X, y, options), RaggedExamples, or None
         A shard directory, glob or list of shard files (each rank opens only
         its own block), or in-memory arrays ``(X, y)`` present on every rank
         (each rank keeps its block of rows); `options` are keywords of
         :func:`prbmrm.data.split_local` (``qid``, ``label_kind``, ``classes``).
+        Structured examples (for a structured loss) come as shards of
+        :func:`prbmrm.structured.data.write_structured_shards` or as a
+        :class:`prbmrm.structured.RaggedExamples` present on every rank.
         None: the embedded demo data.
-    loss : str
-        A key of :data:`prbmrm.losses.LOSSES`.
+    loss : str or prbmrm.losses.Loss
+        A key of :data:`prbmrm.losses.LOSSES` or the name of a loss plug-in
+        (:mod:`prbmrm.plugins`), or a loss object (then `loss_params` is
+        ignored), e.g. a :class:`prbmrm.structured.StructuredLoss`.
     loss_params : dict, optional
         The loss's parameters (``--loss-param NAME=VALUE``).
     lam : float, sequence of float or prbmrm.solvers.path.LamPath
@@ -100,7 +108,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     bias : bool
         Append a constant feature whose weight is the (regularized) offset.
     solver : str
-        A key of :data:`prbmrm.solvers.SOLVERS`.
+        A key of :data:`prbmrm.solvers.SOLVERS` or a solver plug-in's name.
     reg : str or prbmrm.regularizers.Regularizer
         A key of :data:`prbmrm.regularizers.REGULARIZERS`, or a regularizer
         object (then `reg_params` is ignored).
@@ -165,7 +173,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         if party.private:
             # A noisy gap certifies nothing (it even goes negative): use the whole budget.
             epsilon = rel_epsilon = -math.inf
-    loss_object = get_loss(loss, **(loss_params or {}))
+    loss_object = get_loss(loss, **(loss_params or {})) if isinstance(loss, str) else loss
     # A bundle size is a parameter of the solvers that keep a bundle; others refuse it.
     own = dict(solver_params or {}, **({"bundle_size": bundle_size} if bundle_size else {}),
                **({} if theta is None else {"theta": theta}))
@@ -176,22 +184,34 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         local = split_local(X, y, comm, bias=bias, source=DEMO_NAME)
     elif party is not None:
         local = load_party(data, comm, bias=bias)
+    elif isinstance(data, RaggedExamples):
+        local = split_examples(data, comm, source="examples")
     elif isinstance(data, tuple):
         X, y, *data_options = data
         local = split_local(X, y, comm, bias=bias, source="arrays", **(data_options[0] if data_options else {}))
     else:
         local = load_local(data, comm, bias=bias)
     where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
-    if local.label_kind == "multioutput" and not loss_object.multioutput:
-        problem = (f"loss {loss!r} needs one label per example, the data has "
+    structured = getattr(loss_object, "structured", False)
+    if bias and structured:
+        raise UsageError("--bias does not apply to a structured loss: give the joint feature map a "
+                         "constant feature instead")
+    if local.label_kind == STRUCTURED and not structured:
+        problem = (f"loss {loss_object.name!r} needs rows of features and labels, the data holds structured "
+                   "examples (train them with a structured loss)")
+    elif local.label_kind == "multioutput" and not loss_object.multioutput:
+        problem = (f"loss {loss_object.name!r} needs one label per example, the data has "
                    f"{len(local.classes)} real targets per example (multioutput; "
                    "multivariate_regression fits them)")
     else:
         problem = loss_object.check_labels(local.classes, local.label_kind)
     if problem is None and loss_object.needs_qid and local.qid is None:
-        problem = f"loss {loss!r} needs query ids (qid:) and the data has none"
+        problem = f"loss {loss_object.name!r} needs query ids (qid:) and the data has none"
     if problem is not None:
         raise UsageError(f"{where}: {problem}")
+    if structured:
+        problem = loss_object.check_examples(local.X, local.row_offset)
+        comm.check(None if problem is None else InputError(f"{where}: {problem}"))
     loss_object.prepare(local.classes, local.label_kind)
     evaluated = loss_object if party is None else party.check_loss(loss_object)
     oracle = DistributedRisk(evaluated, local.X, local.y, local.n_examples_total, comm, local.blocks,
@@ -229,7 +249,10 @@ def _checkpoint_options(comm, local, callback, options, path, every, resume, sto
         if stop is None or not comm.is_root:
             return callback, options
         return _stopping_callback(callback, stop), options
-    described = dict(run, loss=loss.name, loss_params={k: getattr(loss, k) for k in loss.params},
+    # A structured loss's model has parameters of its own (--loss-param too).
+    model = getattr(loss, "model", None)
+    loss_params = {k: getattr(owner, k) for owner in (loss, model) if owner is not None for k in owner.params}
+    described = dict(run, loss=loss.name, loss_params=loss_params,
                      reg=regularizer.name, reg_params={k: getattr(regularizer, k) for k in regularizer.params},
                      solver_params=options)
     keywords = checkpointing(comm, local, described, path=path, every=every, resume=resume,
@@ -238,7 +261,7 @@ def _checkpoint_options(comm, local, callback, options, path, every, resume, sto
 
 
 def _checkpoints(solver):
-    return "checkpoint" in inspect.signature(SOLVERS[solver]).parameters
+    return "checkpoint" in inspect.signature(get_solver(solver)).parameters
 
 
 def _stopping_callback(callback, stop):
@@ -434,7 +457,7 @@ def build_parser():
     parser.add_argument("--data", help="shard directory or glob of shard files "
                         "(python -m prbmrm.shard makes them); with --parties each party's, a template "
                         "such as 'site-{rank}.h5'; default: the embedded demo data")
-    parser.add_argument("--loss", default="hinge", help=f"loss: {', '.join(LOSSES)} (default hinge)")
+    parser.add_argument("--loss", default="hinge", help=f"loss: {', '.join([*LOSSES, *plugin_names('loss')])} (default hinge)")
     parser.add_argument("--loss-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")
     parser.add_argument("--lam", type=lam_values, default=1e-4,
@@ -445,12 +468,13 @@ def build_parser():
     parser.add_argument("--lam-max", type=float, metavar="LAM",
                         help="the first lambda of --lam-path (default: the smallest lambda at which "
                         "w = 0 is optimal for l1 and elastic_net, 1.0 for other regularizers)")
-    parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join(SOLVERS)} (default bmrm)")
+    parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join([*SOLVERS, *plugin_names('solver')])} (default bmrm)")
     parser.add_argument("--theta", type=float, help="lsbmrm: next plane at (1 - theta) w_b + theta w_t, "
                         "0 < theta <= 1 (default 0.9)")
     parser.add_argument("--solver-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the solver, e.g. mu=1e-6 for smooth_lbfgs (repeatable)")
-    parser.add_argument("--reg", default="l2", help=f"regularizer: {', '.join(REGULARIZERS)} (default l2)")
+    parser.add_argument("--reg", default="l2", help=f"regularizer: {', '.join([*REGULARIZERS, *plugin_names('regularizer')])} "
+                        "(default l2)")
     parser.add_argument("--reg-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the regularizer, e.g. p=1.5 for lp (repeatable)")
     parser.add_argument("--epsilon", type=float, default=0.0,
@@ -607,6 +631,7 @@ def main(argv, comm):
                                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
                                   resume=args.resume, stop=interrupted, party=party)
     status = comm.bcast_object(interrupted.exit_status)
+    mean_delta = training_mean_delta(result, local, loss, comm) if getattr(loss, "structured", False) else None
     if party is not None and not args.quiet and not comm.is_root:
         print_audit_summary(party)
     if result is None:
@@ -630,6 +655,8 @@ def main(argv, comm):
              "options": json.dumps(options), "seconds": seconds}
     if local.classes is not None:
         attrs["classes"] = np.asarray(local.classes, dtype=np.float64)
+    if mean_delta is not None:
+        attrs["train_mean_delta"] = mean_delta
     if party is not None:
         attrs.update(party.model_attrs())
     if writes:
@@ -648,8 +675,10 @@ def main(argv, comm):
               f"seconds: risk {totals['seconds_risk']:.3f}, subproblem {totals['seconds_subproblem']:.3f}, "
               f"comm {totals['seconds_comm']:.3f}, total {seconds:.3f} on {comm.size} rank(s); "
               f"{local.n_examples_total} examples x {local.n_features} features"
-              f"{' + bias' if args.bias else ''}; {nonzeros} of {w.size} weights nonzero\n"
-              f"{f'model written to {out}' if writes else 'model not written here (--model-to)'}")
+              f"{' + bias' if args.bias else ''}; {nonzeros} of {w.size} weights nonzero")
+        if mean_delta is not None:
+            print(f"training mean Delta {mean_delta:.6g}")
+        print(f"model written to {out}" if writes else "model not written here (--model-to)")
         if party is not None:
             print_audit_summary(party)
     if interrupted.signum is not None and comm.is_root:
@@ -657,6 +686,17 @@ def main(argv, comm):
               f"{f'; checkpoint written to {args.checkpoint}' if args.checkpoint else ''}",
               file=sys.stderr, flush=True)
     return status
+
+
+def training_mean_delta(result, local, loss, comm):
+    """Return the mean Delta(y, predict(x)) of the final w over all training examples (collective).
+
+    For a structured loss; `result` is rank 0's (a Result or PathResult).
+    """
+    last = result.last if isinstance(result, PathResult) else result
+    w = comm.bcast_object(None if last is None else last.w)
+    local_sum = loss.metrics_examples(local.X, w)["mean_delta"] * len(local.X) if len(local.X) else 0.0
+    return float(comm.allreduce_sum(np.array([local_sum]))[0]) / local.n_examples_total
 
 
 def party_summary(party):

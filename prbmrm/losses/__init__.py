@@ -25,16 +25,34 @@ LOSSES = {cls.name: cls for cls in SCALAR_LOSSES + VECTOR_LOSSES + MULTIVARIATE_
 def get_loss(name, **params):
     """Return a new instance of the loss registered as `name`, with its parameters.
 
+    `name` is a key of :data:`LOSSES` or of an entry point of the group
+    ``prbmrm.losses`` (:mod:`prbmrm.plugins`). A name for a
+    :class:`prbmrm.structured.StructuredModel` subclass gives its
+    :class:`prbmrm.structured.StructuredLoss`: the parameter ``form``
+    (``margin``, ``slack`` or ``logistic``; default ``margin``) chooses the
+    loss, the others go to the model.
+
     Raises
     ------
     UsageError
-        If no loss has that name (the message lists the known names) or a
-        parameter is unknown or of the wrong type.
+        If no loss has that name (the message lists the known names, plug-ins
+        included), its plug-in is broken, or a parameter is unknown or of the
+        wrong type.
     """
-    try:
-        cls = LOSSES[name]
-    except KeyError:
-        raise UsageError(f"unknown loss {name!r}; known losses: {', '.join(sorted(LOSSES))}") from None
+    from ..plugins import check_plugin, lookup
+    from ..structured import StructuredLoss, StructuredModel
+
+    cls = lookup(LOSSES, "loss", name)
+    is_class = isinstance(cls, type)
+    if is_class and issubclass(cls, StructuredModel):
+        params = dict(params)
+        form = params.pop("form", "margin")
+        try:
+            return StructuredLoss(cls(**params), form, name=name)
+        except ValueError as error:  # a model's own check of its parameters, or an unsupported form
+            raise UsageError(f"loss {name!r}: {error}") from None
+    check_plugin("loss", name, cls, is_class and issubclass(cls, Loss),
+                 "a subclass of prbmrm.losses.Loss or prbmrm.structured.StructuredModel")
     return cls(**params)
 
 

@@ -12,6 +12,7 @@ their per-rank steps through its :meth:`~prbmrm.risk.DistributedRisk.attach` ser
 import inspect
 
 from ..errors import UsageError
+from ..plugins import check_plugin, lookup
 from ..regularizers import get_regularizer
 from ._base import HISTORY_COLUMNS, Bundle, CuttingPlaneBound, Progress, Result
 from .bmrm import minimize_bmrm
@@ -31,11 +32,17 @@ COMMON_OPTIONS = ("epsilon", "rel_epsilon", "max_iter", "idle_age", "callback")
 """Options every solver takes; the others are its own (``--solver-param NAME=VALUE``)."""
 
 
-def _solver(method):
-    try:
-        return SOLVERS[method]
-    except KeyError:
-        raise UsageError(f"unknown solver {method!r}; known solvers: {', '.join(sorted(SOLVERS))}") from None
+def get_solver(method):
+    """Return the solver function named `method`: a key of :data:`SOLVERS` or a ``prbmrm.solvers`` plug-in.
+
+    Raises
+    ------
+    UsageError
+        For an unknown name (the message lists the known ones) or a broken plug-in.
+    """
+    solver = lookup(SOLVERS, "solver", method)
+    check_plugin("solver", method, solver, callable(solver), "a function")
+    return solver
 
 
 def solver_options(method, params):
@@ -57,7 +64,7 @@ def solver_options(method, params):
         For an unknown solver, a parameter the solver does not have (the
         message lists the ones it has) or a value of the wrong type.
     """
-    parameters = inspect.signature(_solver(method)).parameters.items()
+    parameters = inspect.signature(get_solver(method)).parameters.items()
     own = {name: parameter.default for name, parameter in parameters
            if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in COMMON_OPTIONS}
     options = {}
@@ -102,8 +109,8 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
     Result
     """
     regularizer = get_regularizer(reg) if isinstance(reg, str) else reg
-    return _solver(method)(risk, w0, lam, regularizer, **options)
+    return get_solver(method)(risk, w0, lam, regularizer, **options)
 
 
 __all__ = ["COMMON_OPTIONS", "HISTORY_COLUMNS", "SOLVERS", "Bundle", "CuttingPlaneBound", "Progress",
-           "Result", "minimize", "solver_options"]
+           "Result", "get_solver", "minimize", "solver_options"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import InputError, UsageError
 from ..regularizers import get_regularizer
-from . import SOLVERS
+from . import get_solver
 from ._base import Progress
 
 
@@ -165,7 +165,7 @@ def minimize_path(risk, w0, lams, method="bmrm", reg="l2", callback=None, **opti
     lams = np.sort(np.asarray(lams, dtype=np.float64))[::-1]
     if len(np.unique(lams)) != len(lams):
         raise UsageError("the lambdas of a path must differ")
-    solver = SOLVERS[method]
+    solver = get_solver(method)
     keeps_bundle = "bundle" in inspect.signature(solver).parameters
     path, state, w = PathResult(lams), {}, w0
     for step, lam in enumerate(lams):

@@ -88,7 +88,16 @@ def risk_argsup(risk):
     On a :class:`prbmrm.risk.DistributedRisk` with a decomposable loss it is
     the distributed :class:`ArgsupRanks`; otherwise ``risk(w)`` (an arbitrary
     subgradient: Alg. 2 then corrects the direction with what it gets).
+
+    Raises
+    ------
+    UsageError
+        For a structured loss, which has no argsup oracle.
     """
+    loss = getattr(risk, "loss", None)
+    if getattr(loss, "structured", False):
+        raise UsageError(f"solver 'sublbfgs' needs the argsup oracle of a loss of the scores X w; the "
+                         f"structured loss {loss.name!r} has none (use bmrm, lsbmrm, proximal or lbfgs)")
     if not (hasattr(risk, "attach") and risk.loss.decomposable):
         return lambda w, p: risk(w)
     ranks = risk.attach(ArgsupRanks)

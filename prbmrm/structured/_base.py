@@ -19,6 +19,8 @@ first axis with offsets, which slices by example like the rows of a matrix.
 
 import numpy as np
 
+from .._params import Parametrized
+from ..data import STRUCTURED
 from ..losses._base import Loss
 
 
@@ -67,6 +69,16 @@ class RaggedExamples:
         return cls(x_values, np.cumsum([0] + [len(x) for x in xs]), y_values,
                    np.cumsum([0] + [len(y) for y in ys]))
 
+    @classmethod
+    def concatenate(cls, blocks):
+        """Stack RaggedExamples with parts of the same width into one, in order."""
+        def offsets(name):
+            ends = [getattr(block, f"{name}_offsets") for block in blocks]
+            starts = np.cumsum([0] + [end[-1] for end in ends[:-1]])
+            return np.concatenate([[0]] + [end[1:] + start for end, start in zip(ends, starts)])
+        return cls(np.concatenate([block.x_values for block in blocks]), offsets("x"),
+                   np.concatenate([block.y_values for block in blocks]), offsets("y"))
+
     def __len__(self):
         return self.shape[0]
 
@@ -87,7 +99,7 @@ class RaggedExamples:
         return (self[i] for i in range(len(self)))
 
 
-class StructuredModel:
+class StructuredModel(Parametrized):
     """What a user writes for structured estimation: phi, Delta and the inference routines.
 
     Subclasses set :attr:`name` (the ``--loss`` name of the loss built on it)
@@ -97,16 +109,29 @@ class StructuredModel:
     method takes one example; ``w`` is the flat weight vector of length
     :meth:`size_joint_feature`.
 
+    Parameters
+    ----------
+    **params
+        Values for the names in :attr:`params` (``--loss-param NAME=VALUE``
+        on the command line), each converted to the type of its default, as
+        for losses.
+
     Attributes
     ----------
     name : str
         Registry name of the loss built on this model.
+    params : dict
+        The model's parameter names and their defaults (none by default),
+        e.g. ``{"n_states": 2}``.
     rescalings : tuple of str
         The forms of (24) that :meth:`loss_augmented_argmax` supports:
         ``"margin"`` (Gamma = 1, Taskar et al.) and/or ``"slack"``
         (Gamma = Delta, Tsochantaridis et al.).
     """
 
+    kind = "structured model"
+    option = "--loss-param"
+    task = STRUCTURED  # as for losses: a model in a loss registry is the structured task's
     name = None
     rescalings = ("margin",)
 
@@ -152,18 +177,40 @@ class StructuredLoss(Loss):
     form : {"margin", "slack", "logistic"}
         ``margin`` and ``slack``: the max-margin loss (24) with that
         rescaling; ``logistic``: the log-loss (23).
+    name : str, optional
+        Registry name of the loss (``--loss``); the model's :attr:`~StructuredModel.name` by default.
     """
 
     kind = "loss"
-    task = "structured"
+    task = STRUCTURED
     structured = True
+    params = {"form": "margin"}
 
-    def __init__(self, model, form="margin"):
-        super().__init__()
-        if form != "logistic" and form not in model.rescalings:
-            raise ValueError(f"structured model {model.name!r} supports the forms "
-                             f"{', '.join(model.rescalings + ('logistic',))}, not {form!r}")
-        self.model, self.form, self.name = model, form, model.name
+    def __init__(self, model, form="margin", name=None):
+        self.model, self.name = model, model.name if name is None else name
+        super().__init__(form=form)
+
+    def check_params(self):
+        if self.form != "logistic" and self.form not in self.model.rescalings:
+            raise ValueError(f"structured model {self.model.name!r} supports the forms "
+                             f"{', '.join(self.model.rescalings + ('logistic',))}, not {self.form!r}")
+
+    def check_labels(self, classes, label_kind):
+        if label_kind != STRUCTURED:
+            return (f"loss {self.name!r} is a structured loss: it needs structured examples (shards "
+                    f"written by write_structured_shards), the data has {label_kind} labels")
+        return None
+
+    def check_examples(self, X, start=0):
+        """Return an error text naming the first example of `X` whose label the model rejects, else None.
+
+        `start` is the global index of X's first example (it numbers the examples in the message).
+        """
+        for i, (x, y) in enumerate(X, start=start + 1):
+            problem = self.model.check_label(x, y)
+            if problem is not None:
+                return f"example {i}: {problem}"
+        return None
 
     def weight_dim(self, n_features):
         """Return the length of w: the length of phi."""
@@ -198,3 +245,7 @@ class StructuredLoss(Loss):
         """Return ``{"mean_delta": mean Delta(y, predict(x))}`` over the examples of `X`."""
         deltas = [self.model.delta(label, self.model.predict(x, w)) for x, label in X]
         return {"mean_delta": float(np.mean(deltas)) if deltas else float("nan")}
+
+    def steepest_gradient(self, w, p, X, y):
+        """Not available: no argsup over the subdifferential of a structured loss (subLBFGS refuses it)."""
+        raise NotImplementedError(f"structured loss {self.name!r} has no argsup oracle")

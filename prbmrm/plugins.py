@@ -1,0 +1,71 @@
+"""Third-party losses, regularizers and solvers: Python entry points, loaded when first named.
+
+A package adds its own by declaring entry points, e.g. in its pyproject.toml::
+
+    [project.entry-points."prbmrm.losses"]
+    my_chain = "my_package.models:MyChainModel"
+
+Groups: ``prbmrm.losses`` (a :class:`prbmrm.losses.Loss` subclass, or a
+:class:`prbmrm.structured.StructuredModel` subclass, which becomes a
+:class:`prbmrm.structured.StructuredLoss` with ``--loss-param
+form=margin|slack|logistic``), ``prbmrm.regularizers`` (a
+:class:`prbmrm.regularizers.Regularizer` subclass) and ``prbmrm.solvers``
+(a function with the signature of :func:`prbmrm.solvers.bmrm.minimize_bmrm`).
+A name is looked up in the built-in registry first; only a name that is not
+there loads the entry point of that name (importing its module), so a
+broken plug-in affects only runs that ask for it.
+"""
+
+from importlib import metadata
+
+from .errors import UsageError
+
+GROUPS = {"loss": "prbmrm.losses", "regularizer": "prbmrm.regularizers", "solver": "prbmrm.solvers"}
+"""Entry point group of each kind of plug-in."""
+
+
+def _entry_points(kind):
+    return {point.name: point for point in metadata.entry_points(group=GROUPS[kind])}
+
+
+def plugin_names(kind):
+    """Return the sorted names of the installed plug-ins of `kind` ("loss", "regularizer" or "solver")."""
+    return sorted(_entry_points(kind))
+
+
+def lookup(registry, kind, name):
+    """Return ``registry[name]``, or the object of the entry point `name` of the group of `kind`.
+
+    Parameters
+    ----------
+    registry : dict
+        The built-in objects by name (:data:`prbmrm.losses.LOSSES`, ...).
+    kind : {"loss", "regularizer", "solver"}
+    name : str
+
+    Raises
+    ------
+    UsageError
+        If neither has `name` (the message lists the built-in and plug-in
+        names), or the entry point cannot be loaded (the message names the
+        entry point, its group and the error).
+    """
+    if name in registry:
+        return registry[name]
+    points = _entry_points(kind)
+    if name not in points:
+        known = ", ".join(sorted(set(registry) | set(points)))
+        plural = {"loss": "losses", "regularizer": "regularizers", "solver": "solvers"}[kind]
+        raise UsageError(f"unknown {kind} {name!r}; known {plural}: {known}")
+    point = points[name]
+    try:
+        return point.load()
+    except Exception as error:
+        raise UsageError(f"{kind} plug-in {name!r} (entry point {point.value!r} of group {point.group!r}) "
+                         f"cannot be loaded: {type(error).__name__}: {error}") from error
+
+
+def check_plugin(kind, name, obj, ok, what):
+    """Raise UsageError naming the plug-in unless `ok`: it is not `what` (e.g. "a Loss subclass")."""
+    if not ok:
+        raise UsageError(f"{kind} plug-in {name!r} of group {GROUPS[kind]!r} is {obj!r}, not {what}")

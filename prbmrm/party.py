@@ -171,7 +171,6 @@ class ClippedLoss:
         self.loss = loss
         self.clip = float(clip)
         self.n_outputs = loss.n_outputs
-        self.weight_dim = loss.weight_dim
 
     def weight_dim(self, n_features):
         """Return the wrapped loss's length of w (:meth:`prbmrm.losses.Loss.weight_dim`)."""

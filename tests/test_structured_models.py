@@ -7,6 +7,7 @@ import pytest
 from scipy.special import logsumexp
 
 from prbmrm.comm import SerialComm
+from prbmrm.errors import UsageError
 from prbmrm.risk import DistributedRisk
 from prbmrm.structured import (ChainModel, MatchingModel, RaggedExamples, StructuredLoss, make_chain_data,
                                make_matching_data, pair_features)
@@ -95,11 +96,10 @@ def test_chain_log_partition_and_expectation_equal_enumeration():
 
 
 def test_matching_has_no_logistic_form():
-    with pytest.raises(ValueError, match="supports the forms"):
-        StructuredLoss(MatchingModel(), "slack")
-    with pytest.raises(NotImplementedError, match="no logistic form"):
-        StructuredLoss(MatchingModel(), "logistic").loss_gradient(np.zeros(2), RaggedExamples.from_lists(
-            [np.zeros((4, 2))], [np.array([0, 1])]))
+    # The loss refuses up front the forms the model cannot compute (no expected_joint_feature).
+    for form in ("slack", "logistic"):
+        with pytest.raises(ValueError, match=f"supports the forms margin, not '{form}'"):
+            StructuredLoss(MatchingModel(), form)
 
 
 def small_data(kind, seed):
@@ -209,7 +209,7 @@ def test_check_label_rejects_bad_labels():
     assert "n * n" in matching.check_label(np.zeros((5, 2)), np.array([0, 1]))
     with pytest.raises(ValueError, match="n \\* n"):
         matching.predict(np.zeros((5, 2)), np.zeros(2))
-    with pytest.raises(ValueError, match="at least one state"):
+    with pytest.raises(UsageError, match="n_states must be at least one state, got 0"):
         ChainModel(0)
 
 

@@ -58,3 +58,6 @@ def get_loss(name, **params):
 
 __all__ = ["LOSSES", "BinaryLoss", "Loss", "MultivariateLoss", "RegressionLoss", "ScalarLoss",
            "get_loss"]
+
+# Last: the structured package builds on ._base and adds its built-in models to LOSSES.
+from .. import structured  # noqa: E402,F401

@@ -132,6 +132,7 @@ class StructuredModel(Parametrized):
     kind = "structured model"
     option = "--loss-param"
     task = STRUCTURED  # as for losses: a model in a loss registry is the structured task's
+    decomposable = True  # and its loss is a sum over examples
     name = None
     rescalings = ("margin",)
 
@@ -191,9 +192,11 @@ class StructuredLoss(Loss):
         super().__init__(form=form)
 
     def check_params(self):
-        if self.form != "logistic" and self.form not in self.model.rescalings:
+        has_logistic = type(self.model).expected_joint_feature is not StructuredModel.expected_joint_feature
+        forms = self.model.rescalings + (("logistic",) if has_logistic else ())
+        if self.form not in forms:
             raise ValueError(f"structured model {self.model.name!r} supports the forms "
-                             f"{', '.join(self.model.rescalings + ('logistic',))}, not {self.form!r}")
+                             f"{', '.join(forms)}, not {self.form!r}")
 
     def check_labels(self, classes, label_kind):
         if label_kind != STRUCTURED:

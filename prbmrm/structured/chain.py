@@ -31,11 +31,13 @@ class ChainModel(StructuredModel):
     """
 
     name = "chain"
+    params = {"n_states": 2}
 
-    def __init__(self, n_states):
-        self.n_states = int(n_states)
-        if self.n_states < 1:
-            raise ValueError(f"a chain model needs at least one state, not {n_states}")
+    def __init__(self, n_states=2):
+        super().__init__(n_states=n_states)
+
+    def check_params(self):
+        self._require("n_states", self.n_states >= 1, "at least one state")
 
     def size_joint_feature(self, n_features):
         k = self.n_states

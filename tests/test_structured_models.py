@@ -235,3 +235,28 @@ def test_ranks_holding_blocks_of_examples_agree_with_one_rank(comm, kind, form):
             risk_serial, a_serial = serial(w)
             assert risk == risk_serial
             np.testing.assert_array_equal(a, a_serial)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("loss, params, make", [
+    ("chain", ["n_states=3", "form=logistic"], lambda: make_chain_data(30, n_states=3, n_features=4,
+                                                                       lengths=(3, 8), seed=3)),
+    ("matching", [], lambda: make_matching_data(12, n_points=6, seed=4)),
+])
+def test_built_in_models_train_from_the_command_line_on_two_ranks(tmp_path, loss, params, make):
+    from conftest import run_ranks
+    from prbmrm.model import load_model
+    from prbmrm.structured.data import write_structured_shards
+    from prbmrm.train import fit
+
+    examples = make()
+    write_structured_shards(examples, tmp_path / "s", 3)
+    loss_params = [arg for param in params for arg in ("--loss-param", param)]
+    completed, _ = run_ranks(2, ["-m", "prbmrm.train", "--data", str(tmp_path / "s"), "--loss", loss,
+                                 *loss_params, "--lam", "0.1", "--out", str(tmp_path / "m.h5")], timeout=100)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "mean Delta" in completed.stdout
+    # The 2-rank command line trains the in-process serial model, bitwise.
+    serial, _, _ = fit(str(tmp_path / "s"), loss=loss, loss_params=dict(p.split("=") for p in params), lam=0.1,
+                       comm=SerialComm())
+    np.testing.assert_array_equal(load_model(str(tmp_path / "m.h5")).w, serial.w)

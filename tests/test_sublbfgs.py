@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import load_svmlight, shared_shards
+from conftest import load_svmlight, run_ranks, shared_shards
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local
+from prbmrm.data import load_local, write_shards
 from prbmrm.errors import UsageError
 from prbmrm.losses import get_loss
+from prbmrm.model import load_model
 from prbmrm.regularizers import get_regularizer
 from prbmrm.risk import DistributedRisk, run_distributed
 from prbmrm.solvers import minimize
@@ -122,18 +123,6 @@ def test_sublbfgs_reaches_cvxpy_optimum_hinge():
     assert result.gap <= 1e-3 * result.fun
 
 
-def test_sublbfgs_reaches_bmrm_optimum_multiclass_hinge():
-    X, y = load_svmlight("dna.scale.xz")
-    X, y, lam = X[:300], y[:300], 0.1
-    reference = minimize(oracle_of("multiclass_hinge", X, y, "integer"), np.zeros(3 * X.shape[1]), lam,
-                         rel_epsilon=1e-6)
-    result = minimize(oracle_of("multiclass_hinge", X, y, "integer"), np.zeros(3 * X.shape[1]), lam,
-                      method="sublbfgs", rel_epsilon=1e-3, max_iter=2000)
-    check_run(result, reference.fun)
-    assert np.all(result.history["lower_bound"] <= reference.fun)
-    assert reference.lower_bound <= result.fun * (1 + 1e-12)
-
-
 def l1_logistic_optimum(X, y, lam):
     w = cp.Variable(X.shape[1])
     problem = cp.Problem(cp.Minimize(lam * cp.norm1(w) + cp.sum(cp.logistic(-cp.multiply(y, X @ w))) / len(y)))
@@ -181,3 +170,22 @@ def test_sublbfgs_run_equals_serial_run(comm, mpi_tmp_path):
         assert result.nit == expected.nit
         for column in ("objective", "best_objective", "lower_bound"):
             np.testing.assert_allclose(result.history[column], expected.history[column], rtol=1e-9)
+
+
+@pytest.mark.parametrize("method, loss, reg", [("sublbfgs", "hinge", "l2"), ("owlqn", "logistic", "l1"),
+                                               ("owlqn_star", "logistic", "l1")])
+def test_command_line_trains_on_two_ranks(tmp_path, method, loss, reg):
+    X, y = a9a(600)
+    write_shards(X, y, tmp_path / "shards", 2)
+    out = tmp_path / "model.h5"
+    completed, _ = run_ranks(2, ["-m", "prbmrm.train", "--data", str(tmp_path / "shards"), "--solver", method,
+                                 "--loss", loss, "--reg", reg, "--lam", "0.05", "--quiet", "--out", str(out)],
+                             timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    model = load_model(str(out))
+    assert model.attrs["solver"] == method
+    history = model.history
+    assert len(history["iteration"]) == model.attrs["iterations"] > 1
+    np.testing.assert_array_equal(history["gap"], history["best_objective"] - history["lower_bound"])
+    assert np.all(history["lower_bound"] <= model.attrs["objective"])
+    assert model.attrs["gap"] == history["gap"][-1] <= 1e-3 * model.attrs["objective"]

@@ -55,7 +55,7 @@ PROBLEMS = {
     "multilabel-scene": ("multilabel_hinge", "l2", 1.0, scene, False,
                          ["bmrm", "lsbmrm", "proximal", "sublbfgs"]),
     "logistic-a9a": ("logistic", "l2", 1e-2, a9a, True, ["lbfgs"]),
-    "l1-logistic-a9a": ("logistic", "l1", 3e-2, lambda: a9a(500), False, ["owlqn", "owlqn_star"]),
+    "l1-logistic-a9a": ("logistic", "l1", 1e-2, lambda: a9a(300), False, ["owlqn", "owlqn_star"]),
     "roc_area-a9a": ("roc_area", "l2", 1e-2, a9a, False, ["smooth_lbfgs"]),
     "prbep-a9a": ("prbep", "l2", 1e-2, a9a, False, ["smooth_lbfgs"]),
 }

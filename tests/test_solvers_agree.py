@@ -26,9 +26,9 @@ def a9a(rows=1000):
 
 
 def a9a_offset_reference():
-    """a9a with its constant feature at 10: BMRM's penalty on the offset b, lam b^2 / 200, is ~1e-5 of J."""
+    """a9a with its constant feature at 100: BMRM's penalty on the offset b, lam b^2 / 20000, is ~1e-5 of J."""
     X, y = a9a()
-    return sp.hstack([X, np.full((len(y), 1), 10.0)]).tocsr(), y
+    return sp.hstack([X, np.full((len(y), 1), 100.0)]).tocsr(), y
 
 
 def dna():

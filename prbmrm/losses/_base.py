@@ -6,6 +6,16 @@ from .._params import Parametrized
 from ._line import GenericLine, PiecewiseLinearLine
 
 
+KINK_TOLERANCE = 1e-10
+"""Relative distance to a kink within which the argsup oracle counts an example as on it."""
+
+
+def near_kink(values, kink):
+    """Where `values` lie within :data:`KINK_TOLERANCE` of `kink` (relative for ``|kink| > 1``): on it up to rounding."""
+    with np.errstate(invalid="ignore"):
+        return np.abs(values - kink) <= KINK_TOLERANCE * np.maximum(1.0, np.abs(kink))
+
+
 class Loss(Parametrized):
     """Base class: a convex loss and its subgradient on a local shard.
 
@@ -83,14 +93,21 @@ class Loss(Parametrized):
         raise NotImplementedError
 
     def steepest_gradient(self, w, p, X, y):
-        """Return ``(sum of losses, g)`` with g the subgradient of the rows' sum maximizing ``<g, p>``.
+        """Return ``(sum of losses, plane value, g)`` with g a subgradient maximizing ``<g, p>``.
 
         The argsup oracle of subLBFGS (paper 003, Sec. 3.2): ``<g, p>`` is
-        the directional derivative along `p`. This default returns the
-        subgradient of :meth:`loss_gradient`, exact where the loss is
-        differentiable; piecewise-linear losses override it.
+        the directional derivative along `p`. Piecewise-linear losses count
+        an example within :data:`KINK_TOLERANCE` of a kink as on it (after
+        an exact line search the examples it stopped at are there only up to
+        rounding) and take the piece ahead along p; g is then the slope of
+        pieces that lie below the loss, and the plane value, the sum of
+        those pieces at w (at most the sum of losses), keeps
+        ``plane value + <g, v - w>`` below the risk for every v. This
+        default returns :meth:`loss_gradient`'s subgradient, exact where the
+        loss is differentiable.
         """
-        return self.loss_gradient(w, X, y)
+        risk, gradient = self.loss_gradient(w, X, y)
+        return risk, risk, gradient
 
     def scores(self, X, w):
         """Return the scores of the rows of `X` under the flat weights `w`: ``X @ w``."""
@@ -240,16 +257,20 @@ class ScalarLoss(Loss):
         return PiecewiseLinearLine(np.sum(self.value(f0, y)), slope0, breaks[ahead], jumps[ahead])
 
     def steepest_gradient(self, w, p, X, y):
-        """Exact for piecewise-linear l: an example on a kink takes the slope of the piece ahead along p."""
+        """Piecewise-linear l: an example at (or within KINK_TOLERANCE of) a kink takes the piece ahead along p."""
         if not self.piecewise_linear:
-            return self.loss_gradient(w, X, y)
+            return super().steepest_gradient(w, p, X, y)
         f0, df = self.scores(X, w), self.scores(X, p)
         kinks = np.sort(self.kinks(y), axis=1).T
         inside = np.vstack([kinks[:1] - 1.0, 0.5 * (kinks[1:] + kinks[:-1]), kinks[-1:] + 1.0])
-        piece = np.count_nonzero((kinks < f0) | ((kinks == f0) & (df > 0)), axis=0)
+        piece = np.count_nonzero(np.where(near_kink(f0, kinks), df > 0, kinks < f0), axis=0)
         slopes = np.array([self.derivative(f, y) for f in inside])
         coefficients = np.take_along_axis(slopes, piece[None], axis=0)[0]
-        return float(np.sum(self.value(f0, y))), np.asarray(X.T @ coefficients, dtype=np.float64)
+        anchors = np.take_along_axis(inside, piece[None], axis=0)[0]
+        # The chosen piece is the line through (anchor, l(anchor)) with that slope: below l.
+        planes = self.value(anchors, y) + coefficients * (f0 - anchors)
+        return (float(np.sum(self.value(f0, y))), float(np.sum(planes)),
+                np.asarray(X.T @ coefficients, dtype=np.float64))
 
     def line_values(self, f0, df, y, eta):
         f = f0 + eta * df

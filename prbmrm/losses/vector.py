@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import UsageError
-from ._base import Loss, _format_labels
+from ._base import Loss, _format_labels, near_kink
 from ._line import EnvelopeLine
 
 # Coefficient matrices with at most two entries per row are multiplied as
@@ -207,16 +207,17 @@ class MulticlassHinge(MaxMarginLoss):
         return Z[rows, worst], _pair_coefficients(len(index), self.n_outputs, worst, index, 1.0)
 
     def steepest_gradient(self, w, p, X, y):
-        """Exact: among the maximizing classes y', the one whose margin grows fastest along p."""
+        """Among the classes y' maximizing the margin (within rounding, see near_kink), the one growing fastest along p."""
         if type(self).coefficients is not MulticlassHinge.coefficients:
             return super().steepest_gradient(w, p, X, y)
         index = self.class_index(y)
         Z = self.margins(self.scores(X, w), index)
         slopes = self.differences(self.scores(X, p), index)
-        worst = np.argmax(np.where(Z == Z.max(axis=1, keepdims=True), slopes, -np.inf), axis=1)
+        top = Z.max(axis=1, keepdims=True)
+        worst = np.argmax(np.where(near_kink(Z, top), slopes, -np.inf), axis=1)
         rows = np.arange(len(index))
         G = _pair_coefficients(len(index), self.n_outputs, worst, index, 1.0)
-        return float(np.sum(Z[rows, worst])), _gradient(X, G)
+        return float(np.sum(top)), float(np.sum(Z[rows, worst])), _gradient(X, G)
 
 
 class ScaledMulticlassHinge(MulticlassHinge):
@@ -413,21 +414,27 @@ class MultilabelHinge(VectorLoss):
         return losses, _pair_coefficients(n, k, highest, lowest, active.astype(np.float64))
 
     def steepest_gradient(self, w, p, X, y):
-        """Exact: the tied worst labels that move worst along p; a hinge at 0 counts if it grows."""
+        """The worst labels (ties within rounding, see near_kink) that move worst along p; a hinge near 0 counts if it grows.
+
+        The chosen pair's ``tau - f_r + f_s`` (or 0 where it is not
+        active) is one of the pieces the loss maximizes: its sum is the plane value.
+        """
         F, dF = self.scores(X, w), self.scores(X, p)
         relevant = np.asarray(y).astype(bool, copy=False)
         n = len(F)
         rows = np.arange(n)
         low = np.where(relevant, F, np.inf)
         high = np.where(relevant, -np.inf, F)
-        lowest = np.argmin(np.where(low == low.min(axis=1, keepdims=True), dF, np.inf), axis=1)
-        highest = np.argmax(np.where(high == high.max(axis=1, keepdims=True), dF, -np.inf), axis=1)
+        lowest = np.argmin(np.where(near_kink(low, low.min(axis=1, keepdims=True)), dF, np.inf), axis=1)
+        highest = np.argmax(np.where(near_kink(high, high.max(axis=1, keepdims=True)), dF, -np.inf), axis=1)
         both = relevant.any(axis=1) & ~relevant.all(axis=1)
         hinge = self.margin - F[rows, lowest] + F[rows, highest]
         grows = dF[rows, highest] - dF[rows, lowest] > 0
-        active = both & ((hinge > 0) | ((hinge == 0) & grows))
+        at_zero = near_kink(hinge, 0.0)
+        active = both & (((hinge > 0) & ~at_zero) | (at_zero & grows))
         G = _pair_coefficients(n, self.n_outputs, highest, lowest, active.astype(np.float64))
-        return float(np.sum(np.where(both & (hinge > 0), hinge, 0.0))), _gradient(X, G)
+        risk = float(np.sum(np.where(both, np.maximum(self.margin - low.min(axis=1) + high.max(axis=1), 0.0), 0.0)))
+        return risk, float(np.sum(np.where(active, hinge, 0.0))), _gradient(X, G)
 
     def predict_labels(self, f):
         f = np.asarray(f, dtype=np.float64).reshape(len(f), -1)

@@ -49,7 +49,7 @@ from .linesearch import open_line, search_line
 # --------------------------------------------------------------------------
 
 class ArgsupRanks:
-    """The argsup oracle of R_emp on every rank: ``(R_emp(w), argsup_{a in dR_emp(w)} <a, p>)``.
+    """The argsup oracle of R_emp on every rank: ``(R_emp(w), plane value, argsup_{a in dR_emp(w)} <a, p>)``.
 
     Built on every rank by ``risk.attach(ArgsupRanks)``; rank 0 puts w and p
     in :attr:`buffer` and calls ``risk.request(0)``: every rank receives
@@ -61,29 +61,35 @@ class ArgsupRanks:
     def __init__(self, risk):
         self.risk = risk
         self.buffer = np.zeros(2 * risk.dim)
-        self._partials = np.empty((len(risk.blocks), risk.dim + 1))
+        self._partials = np.empty((len(risk.blocks), risk.dim + 2))
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
 
     def handle(self, code):
-        """Answer one request (rank 0's buffer is broadcast first); return ``(R_emp, a)``."""
+        """Answer one request (rank 0's buffer is broadcast first); return ``(R_emp, plane value, a)``.
+
+        ``plane value + <a, v - w> <= R_emp(v)`` for every v (see ``Loss.steepest_gradient``).
+        """
         risk = self.risk
         started = time.perf_counter()
         risk.comm.bcast_array(self.buffer)
         received = time.perf_counter()
         w, p = self.buffer[:risk.dim], self.buffer[risk.dim:]
         for partial, (X, y) in zip(self._partials, risk.blocks):
-            value, gradient = risk.loss.steepest_gradient(w, p, X, y)
-            partial[-1] = value
-            partial[:-1] = np.ravel(gradient)
+            value, plane, gradient = risk.loss.steepest_gradient(w, p, X, y)
+            partial[-2:] = value, plane
+            partial[:-2] = np.ravel(gradient)
         computed = time.perf_counter()
-        sums = risk.comm.reproducible_sum(self._partials, risk.n_parts)
+        sums = risk.comm.reproducible_sum(self._partials, risk.n_parts) / risk.n_total
         self.last_seconds = {"risk": computed - received,
                              "comm": received - started + time.perf_counter() - computed}
-        return sums[-1] / risk.n_total, sums[:-1] / risk.n_total
+        return sums[-2], sums[-1], sums[:-2]
 
 
 def risk_argsup(risk):
-    """Return ``argsup(w, p) -> (R_emp(w), a)`` for `risk`, with ``a`` maximizing ``<a, p>`` over dR_emp(w).
+    """Return ``argsup(w, p) -> (R_emp(w), b, a)`` for `risk`, with ``a`` maximizing ``<a, p>`` over dR_emp(w).
+
+    ``b + <a, v - w>`` is a plane below R_emp (b = R_emp(w) where a is an
+    exact subgradient).
 
     On a :class:`prbmrm.risk.DistributedRisk` with a decomposable loss it is
     the distributed :class:`ArgsupRanks`; otherwise ``risk(w)`` (an arbitrary
@@ -99,7 +105,10 @@ def risk_argsup(risk):
         raise UsageError(f"solver 'sublbfgs' needs the argsup oracle of a loss of the scores X w; the "
                          f"structured loss {loss.name!r} has none (use bmrm, lsbmrm, proximal or lbfgs)")
     if not (hasattr(risk, "attach") and risk.loss.decomposable):
-        return lambda w, p: risk(w)
+        def plain(w, p):
+            r, a = risk(w)
+            return r, r, a
+        return plain
     ranks = risk.attach(ArgsupRanks)
 
     def argsup(w, p):
@@ -252,11 +261,14 @@ class _Run:
         for key in self.seconds:
             self.seconds[key] += seconds.get(key, 0.0)
 
-    def evaluated(self, w, r, a):
-        """Take the evaluation ``(w, R_emp(w), a)``: check it, add its plane; return J(w)."""
+    def evaluated(self, w, r, a, plane=None):
+        """Take the evaluation ``(w, R_emp(w), a)``: check it, add its plane; return J(w).
+
+        `plane` (default `r`) is the plane's value at w, at most R_emp(w).
+        """
         check_finite(r, a, self.iteration + 1)
         self.account(getattr(self.risk, "last_seconds", {}))
-        self.bound.add(w, r, a)
+        self.bound.add(w, r if plane is None else plane, a)
         objective = self.lam * self.regularizer.value(w) + r
         if objective < self.best_objective:
             self.best_objective, self.best_w = objective, w
@@ -348,8 +360,8 @@ def minimize_sublbfgs(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
     risk_sup = risk_argsup(risk)
 
     def argsup(w, p):
-        r, a = risk_sup(w, p)
-        return run.evaluated(w, r, a), lam * regularizer.subgradient(w) + a
+        r, plane, a = risk_sup(w, p)
+        return run.evaluated(w, r, a, plane), lam * regularizer.subgradient(w) + a
 
     B = LbfgsMatrix(memory)
     if state is None:

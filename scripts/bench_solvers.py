@@ -122,7 +122,7 @@ def bench(risk, lam, plan, *, max_iter=5000, max_seconds=60.0, ref_gap=1e-4):
             bracket[0] = max(bracket[0], row.lower_bound)
             bracket[1] = min(bracket[1], row.best_objective)
             tight = bracket[1] - bracket[0] <= ref_gap * bracket[1]
-            if tight and row.best_objective - bracket[0] <= TOLERANCE * bracket[0] or seconds[-1] > max_seconds:
+            if (tight and row.best_objective - bracket[0] <= TOLERANCE * bracket[0]) or seconds[-1] > max_seconds:
                 raise StopIteration
 
         result = minimize(risk, np.zeros(risk.dim), lam, method=method, rel_epsilon=ref_gap, max_iter=max_iter,

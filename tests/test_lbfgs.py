@@ -4,13 +4,12 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from conftest import OBJECTIVES, load_svmlight, shared_shards
+from conftest import OBJECTIVES, check_run_against_serial, load_svmlight
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local
 from prbmrm.errors import UsageError
 from prbmrm.losses import get_loss
 from prbmrm.regularizers import get_regularizer
-from prbmrm.risk import DistributedRisk, run_distributed
+from prbmrm.risk import DistributedRisk
 from prbmrm.solvers import CuttingPlaneBound, minimize, solver_options
 from prbmrm.solvers.lbfgs import minimize_lbfgs
 
@@ -247,18 +246,5 @@ def test_lbfgs_from_the_command_line(tmp_path):
 
 @pytest.mark.distributed
 def test_lbfgs_run_equals_serial_run(comm, mpi_tmp_path):
-    X, y = a9a(3000)
-    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
-    local = load_local(directory, comm, bias=True)
-    options = dict(method="lbfgs", rel_epsilon=1e-5, bound_every=2)
-    oracle = DistributedRisk(get_loss("logistic"), local.X, local.y, local.n_examples_total, comm,
-                             local.blocks)
-    result = run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), 1e-4, **options))
-    if comm.is_root:
-        serial_data = load_local(directory, SerialComm(), bias=True)
-        serial = DistributedRisk(get_loss("logistic"), serial_data.X, serial_data.y, len(y), SerialComm(),
-                                 serial_data.blocks)
-        expected = minimize(serial, np.zeros(serial.dim), 1e-4, **options)
-        assert result.nit == expected.nit
-        for column in ("objective", "best_objective", "lower_bound"):
-            np.testing.assert_allclose(result.history[column], expected.history[column], rtol=1e-9)
+    check_run_against_serial(comm, mpi_tmp_path, "logistic", 1e-4, rows=3000, method="lbfgs", rel_epsilon=1e-5,
+                             bound_every=2)

@@ -9,13 +9,13 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from conftest import check_against_serial, load_svmlight, shared_shards
+from conftest import check_against_serial, check_run_against_serial, load_svmlight, shared_shards
 from prbmrm.comm import SerialComm
 from prbmrm.data import load_local
 from prbmrm.errors import UsageError
 from prbmrm.losses import get_loss
 from prbmrm.losses.smoothing import SMOOTHED_LOSSES, SmoothedPrbep, SmoothedRocArea
-from prbmrm.risk import DistributedRisk, run_distributed
+from prbmrm.risk import DistributedRisk
 from prbmrm.solvers import minimize
 
 NAMES = sorted(SMOOTHED_LOSSES)
@@ -198,19 +198,5 @@ def test_smoothed_oracle_equals_serial(comm, mpi_tmp_path, name):
 @pytest.mark.distributed
 @pytest.mark.parametrize("name", NAMES)
 def test_smooth_lbfgs_run_equals_serial_run(comm, mpi_tmp_path, name):
-    X, y = load_svmlight("a9a.xz")
-    X, y = X[:2000], y[:2000]
-    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
-    local = load_local(directory, comm, bias=True)
-    options = dict(method="smooth_lbfgs", rel_epsilon=3e-3)
     # Every rank holds the nonsmooth loss; rank 0 swaps in the smoothed one.
-    oracle = DistributedRisk(get_loss(name), local.X, local.y, local.n_examples_total, comm, local.blocks)
-    result = run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), 1e-4, **options))
-    if comm.is_root:
-        serial_data = load_local(directory, SerialComm(), bias=True)
-        serial = DistributedRisk(get_loss(name), serial_data.X, serial_data.y, len(y), SerialComm(),
-                                 serial_data.blocks)
-        expected = minimize(serial, np.zeros(serial.dim), 1e-4, **options)
-        assert result.nit == expected.nit
-        for column in ("objective", "best_objective", "lower_bound"):
-            np.testing.assert_allclose(result.history[column], expected.history[column], rtol=1e-9)
+    check_run_against_serial(comm, mpi_tmp_path, name, 1e-4, rows=2000, method="smooth_lbfgs", rel_epsilon=3e-3)

@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import load_svmlight, run_ranks, shared_shards
+from conftest import check_run_against_serial, load_svmlight, run_ranks
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local, write_shards
+from prbmrm.data import write_shards
 from prbmrm.errors import UsageError
 from prbmrm.losses import get_loss
 from prbmrm.model import load_model
 from prbmrm.regularizers import get_regularizer
-from prbmrm.risk import DistributedRisk, run_distributed
+from prbmrm.risk import DistributedRisk
 from prbmrm.solvers import minimize
 from prbmrm.solvers.sublbfgs import LbfgsMatrix, descent_direction, risk_argsup
 
@@ -139,20 +139,7 @@ def test_usage_errors():
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_sublbfgs_run_equals_serial_run(comm, mpi_tmp_path):
-    X, y = a9a(3000)
-    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
-    local = load_local(directory, comm, bias=True)
-    options = dict(method="sublbfgs", rel_epsilon=1e-3)
-    oracle = DistributedRisk(get_loss("hinge"), local.X, local.y, local.n_examples_total, comm, local.blocks)
-    result = run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), 1e-4, **options))
-    if comm.is_root:
-        serial_data = load_local(directory, SerialComm(), bias=True)
-        serial = DistributedRisk(get_loss("hinge"), serial_data.X, serial_data.y, len(y), SerialComm(),
-                                 serial_data.blocks)
-        expected = minimize(serial, np.zeros(serial.dim), 1e-4, **options)
-        assert result.nit == expected.nit
-        for column in ("objective", "best_objective", "lower_bound"):
-            np.testing.assert_allclose(result.history[column], expected.history[column], rtol=1e-9)
+    check_run_against_serial(comm, mpi_tmp_path, "hinge", 1e-4, rows=3000, method="sublbfgs", rel_epsilon=1e-3)
 
 
 @pytest.mark.parametrize("method, loss, reg", [("sublbfgs", "hinge", "l2"), ("owlqn", "logistic", "l1"),

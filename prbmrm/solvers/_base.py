@@ -305,6 +305,18 @@ class Recorder:
         """Mark the run as stopped by a signal (status 5)."""
         self.status = 5
 
+    def offer(self, checkpoint, iteration, state):
+        """Offer ``checkpoint(iteration, state)`` the run after `iteration`; return True if it says stop.
+
+        `checkpoint` may be None (no checkpoints); `state` makes the
+        checkpoint's dict only when one is written. A stop marks the run
+        interrupted (status 5).
+        """
+        if checkpoint is None or not checkpoint(iteration, state):
+            return False
+        self.interrupt()
+        return True
+
     def state(self):
         """Return the history so far as a dict of arrays (for a checkpoint)."""
         return {"history": {name: np.asarray(values) for name, values in self.history.items()}}

@@ -101,9 +101,8 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         if recorder.record(row):
             break
         model.prune()
-        if checkpoint is not None and checkpoint(t, functools.partial(
+        if recorder.offer(checkpoint, t, functools.partial(
                 snapshot, recorder, model, w=w, best_w=best_w, best_objective=best_objective, iteration=t)):
-            recorder.interrupt()
             break
     result = recorder.result(best_w, best_objective, w)
     result.bundle, result.alpha = model.bundle, model.alpha

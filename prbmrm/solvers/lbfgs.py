@@ -146,12 +146,7 @@ class LbfgsRun:
 
     def row(self, w):
         """:meth:`record` the iterate `w`, then offer the state to the checkpoint; return True to stop."""
-        if self.record(w):
-            return True
-        if self.checkpoint is not None and self.checkpoint(self.iteration, self._snapshot):
-            self.recorder.interrupt()
-            return True
-        return False
+        return self.record(w) or self.recorder.offer(self.checkpoint, self.iteration, self._snapshot)
 
     def record(self, w):
         """Append the row of the iterate `w` (evaluating it if needed); return True to stop."""

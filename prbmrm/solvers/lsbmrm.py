@@ -96,9 +96,8 @@ def minimize_lsbmrm(risk, w0, lam, regularizer, *, theta=0.9, epsilon=0.0, rel_e
         if recorder.record(row):
             break
         model.prune()
-        if checkpoint is not None and checkpoint(t, functools.partial(
+        if recorder.offer(checkpoint, t, functools.partial(
                 snapshot, recorder, model, w_b=w_b, w_c=w_c, w_t=w_t, best_w=best_w,
                 best_objective=best_objective, iteration=t)):
-            recorder.interrupt()
             break
     return recorder.result(best_w, best_objective, w_t)

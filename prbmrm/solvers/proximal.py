@@ -154,11 +154,10 @@ def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
             lower.update_idle(alpha)
             lower.prune(idle_age, alpha)
             alpha = model.prune(idle_age, alpha)
-        if checkpoint is not None and checkpoint(t, lambda: snapshot(
+        if recorder.offer(checkpoint, t, lambda: snapshot(
                 recorder, control, planes=model.state(), lower=lower.state(), alpha=alpha, w=w,
                 best_w=best_w, best_objective=best_objective, lower_bound=lower_bound, center=center,
                 center_objective=center_objective, step=np.array(step), iteration=t)):
-            recorder.interrupt()
             break
     return recorder.result(best_w, best_objective, w)
 

@@ -294,12 +294,9 @@ class _Run:
         and objective): all the next iteration depends on, so a resumed run
         takes the uninterrupted run's path bitwise.
         """
-        if checkpoint is None or not checkpoint(self.iteration, lambda: snapshot(
-                self.recorder, self.bound, lbfgs=B.state(), best_w=self.best_w,
-                best_objective=self.best_objective, iteration=self.iteration, **values)):
-            return False
-        self.recorder.interrupt()
-        return True
+        return self.recorder.offer(checkpoint, self.iteration, lambda: snapshot(
+            self.recorder, self.bound, lbfgs=B.state(), best_w=self.best_w,
+            best_objective=self.best_objective, iteration=self.iteration, **values))
 
     def restore(self, state, B, *names):
         """Continue from a state of :meth:`checkpointed`; return its values `names`."""

@@ -104,7 +104,7 @@ def main(argv, comm):
         model = model.at_lam(args.lam)
     loss = get_loss(model.attrs["loss"], **json.loads(model.attrs.get("loss_params", "{}")))
     loss.prepare(model.attrs.get("classes"), model.attrs.get("label_kind"))
-    if getattr(loss, "structured", False):
+    if loss.structured:
         return predict_structured(args, model, loss, comm)
     if args.labels and not loss.predicts_labels:
         raise UsageError(f"--labels: loss {loss.name!r} predicts scores, not labels")

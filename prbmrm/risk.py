@@ -248,7 +248,7 @@ class DistributedRisk:
             structured (it has no scores ``X w``): the caller then searches
             through ``risk(w)`` itself.
         """
-        if not self.loss.decomposable or self.loss.needs_qid or getattr(self.loss, "structured", False):
+        if not self.loss.decomposable or self.loss.needs_qid or self.loss.structured:
             return None
         started = time.perf_counter()
         self._message[:-1] = w

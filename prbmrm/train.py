@@ -192,7 +192,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     else:
         local = load_local(data, comm, bias=bias)
     where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
-    structured = getattr(loss_object, "structured", False)
+    structured = loss_object.structured
     if bias and structured:
         raise UsageError("--bias does not apply to a structured loss: give the joint feature map a "
                          "constant feature instead")
@@ -631,7 +631,7 @@ def main(argv, comm):
                                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
                                   resume=args.resume, stop=interrupted, party=party)
     status = comm.bcast_object(interrupted.exit_status)
-    mean_delta = training_mean_delta(result, local, loss, comm) if getattr(loss, "structured", False) else None
+    mean_delta = training_mean_delta(result, local, loss, comm) if loss.structured else None
     if party is not None and not args.quiet and not comm.is_root:
         print_audit_summary(party)
     if result is None:

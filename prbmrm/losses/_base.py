@@ -41,6 +41,10 @@ class Loss(Parametrized):
         always handed over flat, ``W.ravel()``.
     needs_qid : bool
         True if the loss needs query ids (ranking per query).
+    structured : bool
+        True for a :class:`prbmrm.structured.StructuredLoss`: its examples
+        are ragged and it has no scores ``X w``, so line searches go
+        through ``risk(w)`` and there is no argsup oracle.
     risk_floor : float
         A lower bound of the risk ``R_emp`` (the mean loss), known after
         :meth:`prepare`: 0 for every loss here but ``poisson``. The ``l1``
@@ -54,6 +58,7 @@ class Loss(Parametrized):
     multioutput = False  # accepts several real targets per example (label kind "multioutput")
     n_outputs = 1
     needs_qid = False
+    structured = False
     risk_floor = 0.0
 
     def prepare(self, classes, label_kind):

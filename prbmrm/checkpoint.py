@@ -12,24 +12,24 @@ takes exactly the path of the uninterrupted one. The file also holds the run's
 options and a fingerprint of the data; :func:`checkpointing` refuses to resume
 from a file whose options or data differ.
 
-Files are written as model files are: to ``.NAME.tmp-PID`` in the same
-directory, flushed, fsync'ed and renamed over NAME, so a crash while writing
-leaves the previous checkpoint intact (and at worst a stale temporary file).
+Files are written as model files are (:func:`prbmrm.files.write_hdf5`): built
+in memory, written to ``.NAME.tmp-PID`` in the same directory, fsync'ed and
+renamed over NAME, so a crash while writing leaves the previous checkpoint
+intact, and a full disk or quota is one clear error that removes the temporary.
 """
 
 import hashlib
 import itertools
 import json
-import os
 import signal
 
 import h5py
 import numpy as np
 import scipy.sparse as sp
 
-from . import __version__
 from .errors import InputError, UsageError
-from .model import _temporary_name, read_checked
+from .files import write_hdf5
+from .model import read_checked
 
 CHECKPOINT_FORMAT = "prbmrm-checkpoint"
 
@@ -48,22 +48,19 @@ def save_checkpoint(path, state, meta):
         Arrays and scalars (nested dicts become HDF5 groups) under ``/state``.
     meta : dict
         JSON-serializable values, stored as root attributes (JSON text).
+
+    Raises
+    ------
+    InputError
+        If the file cannot be written (disk full, quota): the previous
+        checkpoint stays as it was and no temporary file is left.
     """
-    temporary = _temporary_name(path)
-    try:
-        with h5py.File(temporary, "w") as f:
-            f.attrs["format"] = CHECKPOINT_FORMAT
-            f.attrs["version"] = __version__
-            for key, value in meta.items():
-                f.attrs[key] = json.dumps(value)
-            _write_group(f.create_group("state"), state)
-            f.flush()
-            os.fsync(f.id.get_vfd_handle())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+    def fill(f):
+        for key, value in meta.items():
+            f.attrs[key] = json.dumps(value)
+        _write_group(f.create_group("state"), state)
+
+    write_hdf5(path, CHECKPOINT_FORMAT, fill, "checkpoint")
 
 
 def _write_group(group, values):

@@ -1,7 +1,9 @@
 """Model files: HDF5 with ``/w``, the training summary as attributes and ``/history``.
 
-Written atomically (a temporary file in the same directory, fsync, rename), so
-a failed or interrupted run never leaves a partial model behind.
+Written atomically (:func:`prbmrm.files.write_hdf5`: built in memory, written
+to a temporary file in the same directory, fsync, rename), so a failed or
+interrupted run never leaves a partial model behind, and a full disk is one
+clear error.
 """
 
 import contextlib
@@ -13,8 +15,8 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-from . import __version__
 from .errors import InputError, UsageError
+from .files import temporary_name, write_hdf5
 
 MODEL_FORMAT = "prbmrm-model"
 
@@ -75,7 +77,7 @@ def check_writable(path):
     Called once before training, so a run never spends hours only to fail
     when it writes its model.
     """
-    probe = _temporary_name(path)
+    probe = temporary_name(path)
     try:
         open(probe, "wb").close()
         os.remove(probe)
@@ -102,29 +104,25 @@ def save_model(path, w, bias, attrs, history, groups=None):
         Stored as one dataset per key under ``/history``.
     groups : dict of str to dict of str to array_like, optional
         More groups of datasets, e.g. ``{"path": {...}}`` for a lambda path.
+
+    Raises
+    ------
+    InputError
+        If the file cannot be written (disk full, quota): nothing is left behind.
     """
-    temporary = _temporary_name(path)
-    try:
-        with h5py.File(temporary, "w") as f:
-            f.attrs["format"] = MODEL_FORMAT
-            f.attrs["version"] = __version__
-            f.attrs["bias"] = np.asarray(bias, dtype=np.float64)
-            for key, value in attrs.items():
-                if value is None:
-                    continue
-                f.attrs[key] = json.dumps(value) if isinstance(value, (dict, list, tuple)) else value
-            f.create_dataset("w", data=np.asarray(w, dtype=np.float64))
-            for name, datasets in {"history": history, **(groups or {})}.items():
-                group = f.create_group(name)
-                for key, values in datasets.items():
-                    group.create_dataset(key, data=np.asarray(values))
-            f.flush()
-            os.fsync(f.id.get_vfd_handle())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+    def fill(f):
+        f.attrs["bias"] = np.asarray(bias, dtype=np.float64)
+        for key, value in attrs.items():
+            if value is None:
+                continue
+            f.attrs[key] = json.dumps(value) if isinstance(value, (dict, list, tuple)) else value
+        f.create_dataset("w", data=np.asarray(w, dtype=np.float64))
+        for name, datasets in {"history": history, **(groups or {})}.items():
+            group = f.create_group(name)
+            for key, values in datasets.items():
+                group.create_dataset(key, data=np.asarray(values))
+
+    write_hdf5(path, MODEL_FORMAT, fill, "model file")
 
 
 def load_model(path):
@@ -158,11 +156,6 @@ def read_checked(path, file_format, what):
             yield f
     except OSError as error:
         raise InputError(f"{path}: cannot read {what}: {error}") from None
-
-
-def _temporary_name(path):
-    directory, name = os.path.split(os.path.abspath(path))
-    return os.path.join(directory, f".{name}.tmp-{os.getpid()}")
 
 
 def _plain(value):

@@ -6,6 +6,8 @@ Without ``--data`` it trains on a small real data set shipped in the package.
 """
 
 import argparse
+import contextlib
+import errno
 import inspect
 import json
 import math
@@ -23,6 +25,7 @@ from ._params import parse_params
 from .checkpoint import SignalFlag, checkpointing
 from .data import STRUCTURED, load_local, split_local
 from .errors import InputError, UsageError
+from .files import OutputClaim
 from .losses import LOSSES, get_loss
 from .model import check_writable, save_model
 from .party import Party, load_party, party_path
@@ -374,8 +377,22 @@ class JsonLog:
 
     def __call__(self, row):
         values = {name: _json_value(value) for name, value in vars(row).items()}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(values) + "\n")
+        line = (json.dumps(values) + "\n").encode()
+        try:
+            descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        except OSError as error:
+            raise InputError(f"{self.path}: cannot write the --log-json file: {error.strerror or error}") from None
+        try:
+            length = os.fstat(descriptor).st_size
+            try:
+                if os.write(descriptor, line) != len(line):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            except OSError as error:
+                os.ftruncate(descriptor, length)  # keep whole lines only
+                raise InputError(f"{self.path}: cannot write the --log-json file: "
+                                 f"{error.strerror or error}") from None
+        finally:
+            os.close(descriptor)
 
 
 def _json_value(value):
@@ -591,6 +608,12 @@ def _absolute_files(params):
 
 def main(argv, comm):
     """Entry point of ``python -m prbmrm.train``; returns the exit status."""
+    with contextlib.ExitStack() as held:
+        return _main(argv, comm, held)
+
+
+def _main(argv, comm, held):
+    """:func:`main`, with `held` (an ExitStack) keeping this job's claims on its output files."""
     args = parse_configured(build_parser(), argv, comm)
     if args is None:  # --print-config
         return 0
@@ -610,6 +633,9 @@ def main(argv, comm):
     error, log = None, None
     if writes:
         try:
+            # Claimed before anything is written (the log is emptied when opened).
+            held.enter_context(OutputClaim({"--out": out, "--checkpoint": args.checkpoint if comm.is_root else None,
+                                            "--log-json": args.log_json if comm.is_root else None}, "prbmrm.train"))
             check_writable(out)
             log = JsonLog(args.log_json) if args.log_json and comm.is_root else None
         except Exception as problem:

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO, load_svmlight, mpiexec, run_ranks
 from prbmrm.checkpoint import load_checkpoint, save_checkpoint
-from prbmrm.errors import CollectiveError, UsageError
+from prbmrm.errors import CollectiveError, InputError, UsageError
 from prbmrm.model import load_model
 from prbmrm.train import fit
 
@@ -226,8 +226,8 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     def crash(fd):
         raise OSError("disk full")
 
-    monkeypatch.setattr("prbmrm.checkpoint.os.fsync", crash)
-    with pytest.raises(OSError, match="disk full"):
+    monkeypatch.setattr("prbmrm.files.os.fsync", crash)
+    with pytest.raises(InputError, match="state.h5: cannot write the checkpoint: disk full"):
         save_checkpoint(path, {"x": np.arange(5.0)}, {"iteration": 2})
     state, meta = load_checkpoint(path)
     assert meta["iteration"] == 1 and len(state["x"]) == 3

@@ -1,0 +1,159 @@
+"""Output files under failure: a full disk, a file-size limit, two jobs writing the same names.
+
+The disk-full runs use a 1 MiB tmpfs (mounting needs root: skipped with the
+reason otherwise) filled to 40 KiB with a filler file; the file-size runs
+set RLIMIT_FSIZE in the child (Python ignores SIGXFSZ, so a write past the
+limit fails with EFBIG instead of killing the process).
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, run_ranks
+from prbmrm.checkpoint import load_checkpoint, save_checkpoint
+from prbmrm.errors import InputError, UsageError
+from prbmrm.files import OutputClaim, lock_name
+from prbmrm.model import load_model, save_model
+
+TRAIN = ["-m", "prbmrm.train", "--quiet"]
+LONG = ["--lam", "1e-7", "--rel-epsilon", "0", "--max-iter", "400"]  # the demo never converges in 400
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs with 40 KiB left free (a first checkpoint fits, a 400-iteration model does not)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs (needs root): {mounted.stderr.strip()}")
+    try:
+        with open(mount / "filler", "wb") as f:
+            f.write(b"\0" * (1024 - 40) * 1024)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True, stdin=subprocess.DEVNULL)
+
+
+def one_error(completed, *words):
+    """The job failed with exit 2 and a single-line message on stderr containing `words`."""
+    assert completed.returncode == 2, completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("prbmrm.train: error: "), completed.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def leftovers(directory):
+    return glob.glob(os.path.join(directory, ".*.tmp-*")) + glob.glob(os.path.join(directory, ".*.lock"))
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_checkpoint_on_a_full_disk_is_one_error(small_disk, tmp_path, ranks):
+    """Rank 0 segfaulted in HDF5's close after the failed flush, leaving .ck.h5.tmp-PID."""
+    checkpoint = small_disk / "ck.h5"
+    completed, _ = run_ranks(ranks, [*TRAIN, *LONG, "--checkpoint", str(checkpoint), "--checkpoint-every", "1",
+                                     "--out", str(tmp_path / "model.h5")], timeout=120)
+    one_error(completed, str(checkpoint), "cannot write the checkpoint", "No space left on device")
+    assert leftovers(small_disk) == []
+    state, meta = load_checkpoint(str(checkpoint))  # the last one that fitted, intact
+    assert 1 <= meta["iteration"] == state["iteration"] < 400
+    assert not os.path.exists(tmp_path / "model.h5")
+
+
+def test_model_on_a_full_disk_is_one_error(small_disk):
+    out = small_disk / "model.h5"
+    completed, _ = run_ranks(1, [*TRAIN, *LONG, "--out", str(out)], timeout=120)
+    one_error(completed, str(out), "cannot write the model file", "No space left on device")
+    assert sorted(os.listdir(small_disk)) == ["filler"]
+
+
+def test_json_log_on_a_full_disk_keeps_whole_lines(small_disk, tmp_path):
+    log = small_disk / "log.jsonl"
+    completed, _ = run_ranks(1, [*TRAIN, *LONG, "--log-json", str(log), "--out", str(tmp_path / "m.h5")],
+                             timeout=120)
+    one_error(completed, str(log), "cannot write the --log-json file", "No space left on device")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [row["iteration"] for row in rows] == list(range(1, len(rows) + 1)) and len(rows) > 10
+    assert leftovers(small_disk) == []
+
+
+# MPI starts before the limit is set: its shared-memory transport makes files of several MiB.
+LIMITED = """import resource, runpy, sys
+from mpi4py import MPI
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+sys.argv[0] = "prbmrm.train"
+runpy.run_module("prbmrm.train", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("what, options", [
+    ("model file", []),
+    ("checkpoint", ["--checkpoint", "{dir}/ck.h5", "--checkpoint-every", "1"]),
+])
+def test_file_size_limit_is_one_error(tmp_path, what, options):
+    out = tmp_path / "model.h5"
+    command = [sys.executable, "-c", LIMITED, "--quiet", "--lam", "1e-3", "--out", str(out),
+               *(option.format(dir=tmp_path) for option in options)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                               stdin=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=REPO))
+    one_error(completed, f"cannot write the {what}", "File too large")
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
+
+
+def test_failed_write_keeps_the_previous_file(tmp_path, monkeypatch):
+    """Also through the Python API: InputError, the old model and checkpoint unchanged, no temporary."""
+    model, checkpoint = str(tmp_path / "model.h5"), str(tmp_path / "state.h5")
+    save_model(model, np.arange(3.0), 0.0, {"lam": 1.0}, {})
+    save_checkpoint(checkpoint, {"x": np.arange(3.0)}, {"iteration": 1})
+
+    def full(descriptor):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(InputError, match="model.h5: cannot write the model file: No space left"):
+        save_model(model, np.arange(5.0), 0.0, {"lam": 2.0}, {})
+    with pytest.raises(InputError, match="state.h5: cannot write the checkpoint: No space left"):
+        save_checkpoint(checkpoint, {"x": np.arange(5.0)}, {"iteration": 2})
+    assert load_model(model).attrs["lam"] == 1.0 and len(load_checkpoint(checkpoint)[0]["x"]) == 3
+    assert sorted(os.listdir(tmp_path)) == ["model.h5", "state.h5"]
+
+
+@pytest.mark.parametrize("option", ["--out", "--checkpoint", "--log-json"])
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_second_job_on_the_same_file_stops(tmp_path, option, ranks):
+    """Two jobs with the same --out, --checkpoint or --log-json both exited 0, the log interleaved."""
+    path = str(tmp_path / "shared")
+    with OutputClaim({option: path}, "the first job"):
+        others = {"--out": str(tmp_path / "model.h5")}
+        others[option] = path
+        completed, _ = run_ranks(ranks, [*TRAIN, *[x for pair in others.items() for x in pair]], timeout=120)
+        one_error(completed, f"{path}: in use by the first job (pid {os.getpid()} on ", lock_name(path))
+        assert not os.path.exists(path) and not os.path.exists(tmp_path / "model.h5")
+    assert leftovers(str(tmp_path)) == []
+    completed, _ = run_ranks(ranks, [*TRAIN, *[x for pair in others.items() for x in pair]], timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    assert leftovers(str(tmp_path)) == []
+
+
+def test_claims(tmp_path):
+    path = str(tmp_path / "model.h5")
+    with pytest.raises(UsageError, match="given to both --out and --checkpoint"):
+        with OutputClaim({"--out": path, "--checkpoint": str(tmp_path / "." / "model.h5")}, "job"):
+            pass
+    with open(lock_name(path), "w") as f:
+        f.write("a killed job\n")  # a lock file nobody holds is taken over
+    with OutputClaim({"--out": path, "--log-json": None}, "job"):
+        with open(lock_name(path)) as f:
+            assert f.read().startswith(f"job (pid {os.getpid()} on ")
+        with pytest.raises(InputError, match="model.h5: in use by job"):
+            with OutputClaim({"--out": path}, "other"):
+                pass
+    assert os.listdir(tmp_path) == []

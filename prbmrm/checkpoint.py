@@ -21,6 +21,8 @@ intact, and a full disk or quota is one clear error that removes the temporary.
 import hashlib
 import itertools
 import json
+import math
+import numbers
 import signal
 
 import h5py
@@ -30,6 +32,7 @@ import scipy.sparse as sp
 from .errors import InputError, UsageError
 from .files import write_hdf5
 from .model import read_checked
+from .solvers._base import HISTORY_COLUMNS, Bundle
 
 CHECKPOINT_FORMAT = "prbmrm-checkpoint"
 
@@ -71,13 +74,35 @@ def _write_group(group, values):
             group.create_dataset(key, data=np.asarray(value))
 
 
-def _read_group(group):
-    return {key: _read_group(item) if isinstance(item, h5py.Group) else
-            (item[()].item() if item.shape == () else item[()]) for key, item in group.items()}
+class State(dict):
+    """A checkpoint's state (or one of its groups): a dict whose missing key is an InputError naming the file.
+
+    A solver reads the keys it needs as it resumes; a checkpoint without one
+    (damaged, or of another solver or version) stops the run with one message
+    instead of a KeyError.
+    """
+
+    def __init__(self, values, path, group):
+        super().__init__(values)
+        self.path = path
+        self.group = group
+
+    def __missing__(self, key):
+        raise InputError(f"{self.path}: the checkpoint has no {self.group}{key} (damaged, or written by "
+                         "another solver or version)")
+
+
+def _read_group(group, path):
+    return State({key: _read_group(item, path) if isinstance(item, h5py.Group) else
+                  (item[()].item() if item.shape == () else item[()]) for key, item in group.items()},
+                 path, group.name.removeprefix("/state").lstrip("/") + "/" if group.name != "/state" else "")
 
 
 def load_checkpoint(path):
     """Read a checkpoint; return ``(state, meta)``.
+
+    `state` is a :class:`State`; see :func:`verify_state` for the checks a
+    resumed run makes of it.
 
     Raises
     ------
@@ -86,7 +111,146 @@ def load_checkpoint(path):
     """
     with read_checked(path, CHECKPOINT_FORMAT, "checkpoint file") as f:
         meta = {key: json.loads(value) for key, value in f.attrs.items() if key not in ("format", "version")}
-        return _read_group(f["state"]), meta
+        return _read_group(f["state"], path), meta
+
+
+# Where a solver's state keeps vectors of the length of w, and matrices with rows of that length.
+_VECTORS = ("w", "best_w", "w_b", "w_c", "w_t", "center", "g")
+_ROWS = ("A", "s", "y", "gradient")
+# Groups of cutting planes: below R_emp (their Gram matrix in the regularizer's metric), or below J
+# (the proximal method's model, plain Gram matrix).
+_PLANES = {"bundle": "risk", "lower": "risk", "planes": "objective"}
+# Scalars that claim a lower bound of min J.
+_BOUNDS = ("lower_bound", "value")
+
+
+def verify_state(state, risk, lam, regularizer, path):
+    """Check a checkpoint's state before a run resumes from it (on rank 0, in the solver's place).
+
+    The state must hold the keys every solver writes, arrays of the right
+    shapes without NaN (nor infinities outside scalars and the history), an
+    iteration count matching its history, and Gram matrices matching their
+    planes. Then its claims are recomputed with one evaluation of the risk
+    at the stored best iterate: ``best_objective`` must be J(best_w); every
+    cutting plane must lie below R_emp (below J, for the proximal model) at
+    best_w; and neither the bound the bundle's planes give (the subproblem
+    solved again) nor a lower bound the state claims may exceed J(best_w).
+    This catches damage and edits that would make a run claim a gap it does
+    not have; it is a consistency check, not an authentication (a forger who
+    writes planes that are valid at best_w but not elsewhere is not caught).
+
+    Parameters
+    ----------
+    state : dict
+        From :func:`load_checkpoint`.
+    risk : callable
+        ``risk(w) -> (R_emp(w), a)``, with ``dim``, the length of w.
+    lam : float
+    regularizer : prbmrm.regularizers.Regularizer
+    path : str
+        The checkpoint file, for the message.
+
+    Raises
+    ------
+    InputError
+        ``--resume PATH: problem``, for the first problem found.
+    """
+    problem = _state_problem(state, risk, lam, regularizer)
+    if problem is not None:
+        raise InputError(f"--resume {path}: {problem}; not resuming from it")
+
+
+def _state_problem(state, risk, lam, regularizer):
+    missing = [key for key in ("best_w", "best_objective", "iteration", "history") if key not in state]
+    missing += [f"history/{column}" for column in HISTORY_COLUMNS
+                if "history" in state and column not in state["history"]]
+    if missing:
+        return f"the checkpoint has no {missing[0]} (damaged, or written by another solver or version)"
+    problem = _structure(state, risk.dim, "") or _planes_structure(state, risk.dim, regularizer)
+    if problem is not None:
+        return problem
+    history, iteration = state["history"], state["iteration"]
+    rows = np.atleast_1d(history["iteration"])
+    if not (isinstance(iteration, numbers.Integral) and iteration == len(rows)
+            and np.array_equal(rows, np.arange(1, len(rows) + 1))
+            and all(np.atleast_1d(history[column]).shape == rows.shape for column in HISTORY_COLUMNS)):
+        return f"iteration {iteration} does not match its history of {len(rows)} rows"
+    return _claims_problem(state, risk, lam, regularizer)
+
+
+def _structure(group, dim, prefix):
+    """The first array of `group` (recursively) that is not numeric, holds NaN or has a wrong shape."""
+    for key, value in group.items():
+        name = prefix + key
+        if isinstance(value, dict):
+            problem = _structure(value, dim, name + "/")
+            if problem is not None:
+                return problem
+            continue
+        a = np.asarray(value)
+        if a.dtype.kind not in "biuf":
+            return f"{name} is not numeric"
+        if a.dtype.kind == "f" and np.isnan(a).any():
+            return f"{name} holds NaN"
+        if a.ndim and not prefix.startswith("history") and not np.isfinite(a).all():
+            return f"{name} holds an infinite value"
+        if (key in _VECTORS and a.shape != (dim,)) or (key in _ROWS and (a.ndim != 2 or a.shape[1] != dim)):
+            return f"{name} has shape {a.shape}, expected {'(%d,)' % dim if key in _VECTORS else '(n, %d)' % dim}"
+    return None
+
+
+def _planes_structure(state, dim, regularizer):
+    """The first plane group whose parts disagree in size or whose Gram matrix is not that of its planes."""
+    for key, kind in _PLANES.items():
+        if key not in state:
+            continue
+        planes = state[key]
+        t = len(np.atleast_1d(planes["b"]))
+        for part, shape in (("A", (t, dim)), ("b", (t,)), ("gram", (t, t)), ("idle", (t,))):
+            if np.shape(planes[part]) != shape:
+                return f"{key}/{part} has shape {np.shape(planes[part])}, expected {shape}"
+        if "alpha" in state and (np.shape(state["alpha"]) != (t,) or np.min(state["alpha"], initial=0) < 0):
+            return f"alpha must be {t} multipliers >= 0 (one per plane of {key}), got {np.shape(state['alpha'])}"
+        A = planes["A"]
+        metric = getattr(regularizer, "metric", None) if kind == "risk" else None
+        gram = A @ (A.T if metric is None else np.array([metric(a) for a in A]).T)
+        if np.abs(planes["gram"] - gram).max(initial=0) > 1e-8 * np.abs(gram).max(initial=0):
+            return f"{key}/gram is not the Gram matrix of {key}/A"
+    return None
+
+
+def _claims_problem(state, risk, lam, regularizer):
+    """Whether the state's objective, planes and bounds hold at its best iterate (one risk evaluation)."""
+    best_w, best_objective = state["best_w"], state["best_objective"]
+    r, _ = risk(best_w)
+    objective = lam * regularizer.value(best_w) + r
+    if not math.isclose(objective, best_objective, rel_tol=1e-9):
+        return (f"best_objective {best_objective:.12g} is not the objective at best_w, "
+                f"{objective:.12g} (best_w or best_objective changed)")
+    if np.atleast_1d(state["history"]["best_objective"])[-1] != best_objective:
+        return "best_objective differs from the last row of its history"
+    claims = [("the history's last lower bound", np.atleast_1d(state["history"]["lower_bound"])[-1])]
+    claims += [(f"{key}", state[key]) for key in _BOUNDS if key in state]
+    for key, kind in _PLANES.items():
+        if key not in state or not len(state[key]["b"]):
+            continue
+        A, b = state[key]["A"], state[key]["b"]
+        values = A @ best_w + b
+        below = r if kind == "risk" else objective
+        if values.max() > below + 1e-9 * (abs(below) + np.abs(A @ best_w).max() + np.abs(b).max()):
+            return (f"plane {int(values.argmax())} of {key} lies above the "
+                    f"{'empirical risk' if kind == 'risk' else 'objective'} at best_w ({values.max():.12g} > "
+                    f"{below:.12g}): not a cutting plane of this problem")
+        if kind == "risk":
+            bundle = Bundle(len(best_w), getattr(regularizer, "metric", None))
+            bundle.restore(state[key])
+            _, bound, _ = regularizer.solve_subproblem(bundle, lam, None)
+            claims.append((f"the lower bound of the planes of {key}", bound))
+    for what, bound in claims:
+        if bound > objective + 1e-9 * max(abs(objective), abs(bound)):
+            return (f"{what}, {bound:.12g}, exceeds the objective at best_w, {objective:.12g}: "
+                    "it is not a lower bound")
+    return None
 
 
 def _block_digest(X, y, qid):

@@ -22,7 +22,7 @@ from . import __version__
 from ._cli import ArgumentParser, run
 from ._config import add_config_options, config_section, parse_configured
 from ._params import parse_params
-from .checkpoint import SignalFlag, checkpointing
+from .checkpoint import SignalFlag, checkpointing, verify_state
 from .data import STRUCTURED, load_local, split_local
 from .errors import InputError, UsageError
 from .files import OutputClaim
@@ -229,6 +229,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
                                             idle_age=idle_age, bundle_size=bundle_size, max_iter=max_iter)
 
     def solve(risk):
+        if "state" in options:  # a resumed run: check the checkpoint's claims before trusting them
+            verify_state(options["state"], risk, lam, regularizer, resume)
         return (minimize_path if path else minimize)(
             risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
             max_iter=max_iter, idle_age=idle_age, callback=callback, **options)

@@ -17,9 +17,10 @@ import pytest
 
 from conftest import REPO, run_ranks
 from prbmrm.checkpoint import load_checkpoint, save_checkpoint
-from prbmrm.errors import InputError, UsageError
+from prbmrm.errors import CollectiveError, InputError, UsageError
 from prbmrm.files import OutputClaim, lock_name
 from prbmrm.model import load_model, save_model
+from prbmrm.train import fit
 
 TRAIN = ["-m", "prbmrm.train", "--quiet"]
 LONG = ["--lam", "1e-7", "--rel-epsilon", "0", "--max-iter", "400"]  # the demo never converges in 400
@@ -157,3 +158,75 @@ def test_claims(tmp_path):
             with OutputClaim({"--out": path}, "other"):
                 pass
     assert os.listdir(tmp_path) == []
+
+
+# ---- checkpoints are checked before a run resumes from them ----
+
+OPTIONS = dict(lam=1e-3, rel_epsilon=1e-5)  # the demo data: about 70 iterations
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("checkpoint") / "state.h5")
+    fit(max_iter=30, checkpoint=path, **OPTIONS)
+    return path
+
+
+def forged(saved, tmp_path, change):
+    """A copy of the checkpoint `saved` with ``change(state)`` applied."""
+    state, meta = load_checkpoint(saved)
+    change(state)
+    path = str(tmp_path / "forged.h5")
+    save_checkpoint(path, state, meta)
+    return path
+
+
+def shift_planes(state):
+    # Enough to lift the bundle's bound over J(best_w) (the gap at iteration 30 is about 0.05).
+    state["bundle"]["b"] += 0.2
+
+
+def claim_bound(state):
+    state["history"]["lower_bound"][-1] = state["best_objective"] + 1e-3
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s.update(best_w=s["w"]), "best_objective .* is not the objective at best_w"),
+    (lambda s: s.update(best_w=s["best_w"] * 1.01, best_objective=s["best_objective"] * 0.99),
+     "best_objective .* is not the objective at best_w"),
+    (shift_planes, "plane \\d+ of bundle lies above the empirical risk at best_w"),
+    (claim_bound, "the history's last lower bound, .*, exceeds the objective at best_w"),
+    (lambda s: s["bundle"]["gram"].__imul__(0.5), "bundle/gram is not the Gram matrix of bundle/A"),
+    (lambda s: s.update(iteration=10**9), "iteration 1000000000 does not match its history of 30 rows"),
+    (lambda s: s["bundle"]["A"].__setitem__((0, 3), np.nan), "bundle/A holds NaN"),
+    (lambda s: s["alpha"].__setitem__(0, np.inf), "alpha holds an infinite value"),
+    (lambda s: s.update(best_w=s["best_w"][:-1]), "best_w has shape \\(29,\\), expected \\(30,\\)"),
+    (lambda s: s["bundle"].update(A=s["bundle"]["A"][:, :-1]), "bundle/A has shape .*, expected \\(n, 30\\)"),
+    (lambda s: s["bundle"].update(b=s["bundle"]["b"][:-1]), "bundle/A has shape .*, expected"),
+    (lambda s: s.pop("best_w"), "the checkpoint has no best_w"),
+    (lambda s: s["history"].pop("gap"), "the checkpoint has no history/gap"),
+    (lambda s: s.pop("alpha"), "the checkpoint has no alpha"),
+    (lambda s: s["bundle"].pop("idle"), "the checkpoint has no bundle/idle"),
+], ids=["best_w", "best_w-and-objective", "plane-offsets", "claimed-bound", "gram", "iteration", "nan",
+        "inf", "best_w-shape", "plane-shape", "offsets-shape", "no-best_w", "no-history-column", "no-alpha",
+        "no-idle"])
+def test_a_forged_checkpoint_is_refused(saved, tmp_path, change, message):
+    """Each gave an internal error or a run claiming a gap it does not have."""
+    path = forged(saved, tmp_path, change)
+    with pytest.raises(CollectiveError, match=f"{path}: {message}"):
+        fit(resume=path, **OPTIONS)
+
+
+def test_a_forged_checkpoint_stops_every_rank(saved, tmp_path):
+    path = forged(saved, tmp_path, lambda s: s.update(iteration=10**9))
+    completed, _ = run_ranks(2, [*TRAIN, "--lam", "1e-3", "--rel-epsilon", "1e-5", "--resume", path,
+                                 "--out", str(tmp_path / "m.h5")], timeout=120)
+    one_error(completed, f"--resume {path}: iteration 1000000000 does not match its history of 30 rows")
+    assert not os.path.exists(tmp_path / "m.h5")
+
+
+def test_an_intact_checkpoint_resumes(saved, tmp_path):
+    path = forged(saved, tmp_path, lambda s: None)
+    full, _, _ = fit(**OPTIONS)
+    resumed, _, _ = fit(resume=path, **OPTIONS)
+    np.testing.assert_array_equal(resumed.w, full.w)

@@ -1147,6 +1147,7 @@ def _read_local(metas, bias):
             indptr[row:row + m["n"] + 1] = m["indptr"] + pos
             if m["nnz"] and (indices[vals].min() < 0 or indices[vals].max() >= d):
                 raise InputError(f"{path}: /X/indices has a feature index out of range [0, {d})")
+            _check_unique_indices(indices[vals], m["indptr"], path)
             _check_finite(data[vals], path, indptr=m["indptr"])
         else:
             _check_finite(X[rows, :d], path)
@@ -1163,6 +1164,23 @@ def _read_local(metas, bias):
     if sparse:
         X = _with_bias(sp.csr_matrix((data, indices, indptr), shape=(n, d), copy=False), bias)
     return X, y, qid
+
+
+def _check_unique_indices(indices, indptr, path):
+    """Raise naming the first row of a CSR shard that gives a column twice (``X @ w`` would add the values).
+
+    Rows with increasing indices (what the writer makes) pass in one
+    vectorized comparison; only otherwise are the indices sorted per row.
+    """
+    out_of_order = np.flatnonzero(indices[1:] <= indices[:-1]) + 1
+    if not np.isin(out_of_order, indptr[1:-1]).all():  # not only at the start of a row
+        rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+        order = np.lexsort((indices, rows))
+        same = np.flatnonzero((indices[order][1:] == indices[order][:-1]) & (rows[order][1:] == rows[order][:-1]))
+        if len(same):
+            at = order[same[0]]
+            raise InputError(f"{path}: row {rows[at] + 1} gives column {indices[at]} twice "
+                             "(duplicate index in /X/indices)")
 
 
 def _collectively(comm, fn, *args):

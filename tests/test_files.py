@@ -12,7 +12,9 @@ import os
 import subprocess
 import sys
 
+import h5py
 import numpy as np
+import scipy.sparse as sp
 import pytest
 
 from conftest import REPO, run_ranks
@@ -230,3 +232,29 @@ def test_an_intact_checkpoint_resumes(saved, tmp_path):
     full, _, _ = fit(**OPTIONS)
     resumed, _, _ = fit(resume=path, **OPTIONS)
     np.testing.assert_array_equal(resumed.w, full.w)
+
+
+# ---- shards ----
+
+def test_duplicate_csr_indices_are_refused(tmp_path):
+    """A shard written by another tool (write_shards sums duplicates) had them summed silently by X @ w."""
+    from prbmrm.comm import SerialComm
+    from prbmrm.data import load_local, write_shards
+
+    X = sp.random(40, 12, density=0.5, format="csr", random_state=0)
+    y = np.where(np.arange(40) % 2, 1.0, -1.0)
+    write_shards(X, y, tmp_path, 2)
+    with h5py.File(tmp_path / "part-00000.h5", "r+") as f:  # unsorted but unique indices: fine
+        indptr = f["X/indptr"][()]
+        for name in ("X/indices", "X/data"):
+            values = f[name][()]
+            f[name][:] = np.concatenate([values[a:b][::-1] for a, b in zip(indptr[:-1], indptr[1:])])
+    np.testing.assert_array_equal(load_local(str(tmp_path), SerialComm()).X.toarray(), X.toarray())
+    with h5py.File(tmp_path / "part-00001.h5", "r+") as f:
+        indptr, indices = f["X/indptr"][()], f["X/indices"][()]
+        a, b = indptr[6], indptr[7]  # row 7 of the shard
+        assert b - a >= 2
+        indices[b - 1] = indices[a]
+        f["X/indices"][:] = indices
+    with pytest.raises(CollectiveError, match=f"part-00001.h5: row 7 gives column {indices[a]} twice"):
+        load_local(str(tmp_path), SerialComm())

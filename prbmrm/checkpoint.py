@@ -194,7 +194,7 @@ def _structure(group, dim, prefix):
             return f"{name} holds NaN"
         if a.ndim and not prefix.startswith("history") and not np.isfinite(a).all():
             return f"{name} holds an infinite value"
-        if (key in _VECTORS and a.shape != (dim,)) or (key in _ROWS and (a.ndim != 2 or a.shape[1] != dim)):
+        if (key in _VECTORS and a.shape != (dim,)) or (key in _ROWS and a.size and (a.ndim != 2 or a.shape[1] != dim)):
             return f"{name} has shape {a.shape}, expected {'(%d,)' % dim if key in _VECTORS else '(n, %d)' % dim}"
     return None
 

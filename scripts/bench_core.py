@@ -89,7 +89,8 @@ def run_worker(directory, ranks, iterations, lam):
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     command = [mpiexec if os.path.exists(mpiexec) else "mpiexec", "-n", str(ranks), sys.executable,
                __file__, "--worker", directory, "--iterations", str(iterations), "--lam", str(lam)]
-    completed = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, check=False,
+                               stdin=subprocess.DEVNULL)
     if completed.returncode != 0:
         sys.exit(f"worker failed on {ranks} rank(s):\n{completed.stderr}")
     return json.loads(completed.stdout.strip().splitlines()[-1])

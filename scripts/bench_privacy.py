@@ -141,7 +141,8 @@ def launch(parties, *args):
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     command = [mpiexec if os.path.exists(mpiexec) else "mpiexec", "-n", str(parties), sys.executable,
                __file__, *map(str, args)]
-    completed = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, check=False,
+                               stdin=subprocess.DEVNULL)
     if completed.returncode != 0:
         sys.exit(f"worker {args} failed:\n{completed.stderr}")
     return json.loads(completed.stdout.strip().splitlines()[-1])

@@ -189,9 +189,9 @@ def test_bad_files_stop_every_rank(tmp_path, ranks, problem, fragments):
     """Every rank stops, rank 0 alone speaks (the in-process tests above are the 1-rank case)."""
     text = {"unknown": "lamda = 1e-3\n", "type": 'max_iter = "x"\n'}.get(problem)
     config = str(tmp_path / "missing.toml") if text is None else write(tmp_path, text)
-    completed, seconds = run_ranks(ranks, ["-m", "prbmrm.train", "--config", config,
-                                           "--out", str(tmp_path / "m.h5")])
-    assert completed.returncode == 2 and seconds < 30
+    completed, _ = run_ranks(ranks, ["-m", "prbmrm.train", "--config", config,
+                                      "--out", str(tmp_path / "m.h5")])
+    assert completed.returncode == 2
     errors = [line for line in completed.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "Traceback" not in completed.stderr, completed.stderr
     for fragment in fragments:

@@ -687,7 +687,7 @@ def clean_env():
 def run_cli(*args):
     env = clean_env()
     return subprocess.run([sys.executable, "-m", "prbmrm.shard", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
 
 
 def test_cli_success(tmp_path):
@@ -753,7 +753,7 @@ def test_cli_never_initialises_mpi(tmp_path):
             f"status = shard.main([{p!r}, '-p', '2', '-o', {str(tmp_path / 'o')!r}, '-q']); "
             "print(status, 'mpi4py.MPI' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=clean_env(), timeout=60)
+                       env=clean_env(), timeout=60, stdin=subprocess.DEVNULL)
     assert r.stdout.split() == ["0", "False"], r.stderr
 
 
@@ -820,7 +820,7 @@ def test_load_local_under_mpi(mq2008, tmp_path):
     script.write_text(MPI_SCRIPT)
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([mpiexec(), "-n", "3", sys.executable, str(script), str(tmp_path)],
-                       capture_output=True, text=True, env=env, timeout=120)
+                       capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr
     ranks = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(3)]
     assert [o["files"] for o in ranks] == [1, 2, 2]  # files[r*5//3:(r+1)*5//3]

@@ -57,7 +57,7 @@ def test_runs_are_labelled_by_solver_loss_and_lam(models, tmp_path):
 
 def test_matplotlib_is_imported_only_to_draw():
     code = "import sys, prbmrm.plot, prbmrm.train; assert 'matplotlib' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
 def model_without(tmp_path, models, what):

@@ -52,16 +52,42 @@ def load_demo():
         return archive["X"], archive["y"]
 
 
+LAM_MIN = 1e-150
+"""The smallest lambda accepted: w grows like 1/lam, so below about 1e-154 its squared norm
+overflows float64 (and lam * Omega(w) loses every digit) long before the run ends."""
+
+DEFAULT_REL_EPSILON = 1e-3
+
+STOPPING_RULE = ("Stopping: --epsilon alone stops on the absolute gap; --rel-epsilon alone (or neither: "
+                 f"{DEFAULT_REL_EPSILON:g}) on the gap relative to the best objective; both given: whichever "
+                 "is met first.")
+
+
+def stopping_tolerances(epsilon=None, rel_epsilon=None):
+    """Return ``(epsilon, rel_epsilon)`` as the solvers take them (0 disables a test).
+
+    `epsilon` alone stops on the absolute gap only; `rel_epsilon` alone, or
+    neither, on the relative gap (default :data:`DEFAULT_REL_EPSILON`); both
+    given: on whichever is met first. None means "not given".
+    """
+    if rel_epsilon is None:
+        rel_epsilon = 0.0 if epsilon is not None else DEFAULT_REL_EPSILON
+    return (0.0 if epsilon is None else epsilon), rel_epsilon
+
+
 def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, solver="bmrm", theta=None):
     """Raise UsageError for option values no run can use (`lam` as for :func:`fit`)."""
     lams = [lam.smallest] if isinstance(lam, LamPath) else np.ravel(lam).tolist()
     for value in lams:
         if not (math.isfinite(value) and value > 0):
             raise UsageError(f"--lam must be a positive number, got {value:g}")
+        if value < LAM_MIN:
+            raise UsageError(f"--lam {value:g} is too small to be meaningful (below {LAM_MIN:g}, the "
+                             "weights, which grow like 1/lam, overflow float64)")
     if len(set(lams)) != len(lams):
         raise UsageError("--lam: the lambdas of a path must differ")
     for name, value in (("--epsilon", epsilon), ("--rel-epsilon", rel_epsilon)):
-        if not (math.isfinite(value) and value >= 0):
+        if value is not None and not (math.isfinite(value) and value >= 0):
             raise UsageError(f"{name} must be >= 0, got {value:g}")
     if max_iter < 1:
         raise UsageError(f"--max-iter must be >= 1, got {max_iter}")
@@ -76,7 +102,7 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
 
 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
-        reg_params=None, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, bundle_size=0,
+        reg_params=None, epsilon=None, rel_epsilon=None, max_iter=10000, idle_age=10, bundle_size=0,
         theta=None, solver_params=None, callback=None, comm=None, checkpoint=None, checkpoint_every=0,
         resume=None, stop=None, party=None):
     """Train a linear model with a bundle method on this process's share of the data.
@@ -114,9 +140,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         object (then `reg_params` is ignored).
     reg_params : dict, optional
         The regularizer's parameters (``--reg-param NAME=VALUE``).
-    epsilon, rel_epsilon : float
+    epsilon, rel_epsilon : float or None
         Stop when the gap is at most `epsilon`, or at most `rel_epsilon` times
-        the best objective (0 disables either). Ignored under differential
+        the best objective: `epsilon` alone stops on the absolute gap only,
+        `rel_epsilon` alone or neither on the relative one (default 1e-3), both
+        on whichever is met first (see :func:`stopping_tolerances`). Ignored under differential
         privacy, where the gap is noisy: the run takes `max_iter` iterations.
     max_iter : int
     idle_age : int
@@ -166,6 +194,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
 
     comm = get_comm() if comm is None else comm
     check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size, solver, theta)
+    epsilon, rel_epsilon = stopping_tolerances(epsilon, rel_epsilon)
     if party is not None:
         if not isinstance(lam, numbers.Real) or checkpoint or resume:
             raise UsageError("party mode trains one lambda and takes no --checkpoint or --resume")
@@ -477,10 +506,12 @@ def build_parser():
                         "(default l2)")
     parser.add_argument("--reg-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the regularizer, e.g. p=1.5 for lp (repeatable)")
-    parser.add_argument("--epsilon", type=float, default=0.0,
-                        help="stop when the gap (best objective - lower bound) <= this (default 0: off)")
-    parser.add_argument("--rel-epsilon", type=float, default=1e-3,
-                        help="stop when the gap <= this times the best objective (default 1e-3)")
+    parser.add_argument("--epsilon", type=float,
+                        help="stop when the gap (best objective - lower bound) <= this; given alone, "
+                        "the only gap test (the default --rel-epsilon no longer applies)")
+    parser.add_argument("--rel-epsilon", type=float,
+                        help="stop when the gap <= this times the best objective (default "
+                        f"{DEFAULT_REL_EPSILON:g} unless --epsilon alone is given). {STOPPING_RULE}")
     parser.add_argument("--max-iter", type=int, default=10000, help="maximum iterations (default 10000)")
     parser.add_argument("--idle-age", type=int, default=10,
                         help="drop planes whose multiplier stayed 0 this many iterations (default 10; 0: never)")

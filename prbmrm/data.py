@@ -109,6 +109,12 @@ class LocalData:
     row_offset : int
         Global index of the first local row (ranks hold contiguous blocks
         in rank order).
+    positive : float or None
+        The label mapped to +1 (all others to -1) when the labels were
+        mapped one-vs-rest (``--positive``), else None.
+    exact_width : bool
+        Whether `n_features` is the data's true width (dense or CSV input,
+        or ``--n-features``) rather than the largest SVMlight feature index.
     blocks : list of int
         Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical
         blocks of rows held here: one per shard file, or for
@@ -127,6 +133,8 @@ class LocalData:
     bias: bool = False
     row_offset: int = 0
     blocks: list = None
+    positive: object = None
+    exact_width: bool = True
 
     def __post_init__(self):
         if self.blocks is None:
@@ -441,7 +449,7 @@ def _content_lines(path):
                 yield lineno, line
 
 
-def read_input(path, *, multilabel=False, multioutput=False, n_features=None, label_column=0):
+def read_input(path, *, multilabel=False, multioutput=False, n_features=None, label_column=0, info=None):
     """Read examples from SVMlight/LIBSVM text, ``.npz`` or ``.csv`` files.
 
     Parameters
@@ -468,9 +476,14 @@ def read_input(path, *, multilabel=False, multioutput=False, n_features=None, la
         A 2-D ``y`` in ``.npz`` input holds real targets even if they are all 0 or 1.
     n_features : int, optional
         Number of features; at least the largest feature index found.
-    label_column : int or sequence of int, default 0
-        Column of the label in CSV input (negative counts from the end);
-        several columns give an (n, k) array of targets.
+    label_column : int, str or sequence of them, default 0
+        Column of the label in CSV input (negative counts from the end, or
+        the header's name of the column); several columns give an (n, k)
+        array of targets.
+    info : dict, optional
+        Filled with ``notes`` (lines to show the user: a CSV's header and
+        label column) and ``exact_width`` (False when the width is only the
+        largest SVMlight feature index).
 
     Returns
     -------
@@ -508,6 +521,9 @@ def read_input(path, *, multilabel=False, multioutput=False, n_features=None, la
             pieces.append(_read_csv(p, label_column))
         else:
             pieces.append(_read_svmlight(p, multilabel))
+    if info is not None:
+        info["notes"] = [piece["note"] for piece in pieces if piece.get("note")]
+        info["exact_width"] = n_features is not None or not any(piece["svmlight"] for piece in pieces)
     return _combine(pieces, n_features)
 
 
@@ -592,6 +608,7 @@ def _locate_svmlight_error(path, multilabel, chunk=4096):
 
 
 def _read_csv(path, label_column):
+    header = None
     try:
         with _open_binary(path) as f:
             lines = io.TextIOWrapper(f, encoding="utf-8")
@@ -606,6 +623,8 @@ def _read_csv(path, label_column):
                 lines = itertools.chain([first], lines)
             else:
                 skip += 1  # the first line is a header
+                header = [name.strip() for name in first.split("#", 1)[0].strip().split(",")]
+            label_column = _label_columns(path, label_column, header)
             A = np.loadtxt(lines, delimiter=",", ndmin=2, dtype=np.float64, comments="#")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not a text file: {exc}") from None
@@ -630,7 +649,25 @@ def _read_csv(path, label_column):
     X = np.delete(A, columns % ncol, axis=1)
     _check_finite(X, path)
     _check_finite(y, path, "label")
-    return dict(path=path, X=X, y=y, qid=None, svmlight=False)
+    names = "" if header is None or len(header) != ncol else f" ({', '.join(header[c] for c in columns)})"
+    note = (f"{path}: {'header line ' + ','.join(header) if header else 'no header line'}; "
+            f"label column {', '.join(str(c % ncol) for c in columns)}{names} of {ncol} (from 0); "
+            f"{ncol - len(columns)} feature columns")
+    return dict(path=path, X=X, y=y, qid=None, svmlight=False, note=note)
+
+
+def _label_columns(path, label_column, header):
+    """`label_column` with header names (quoted or not) replaced by their column numbers."""
+    def number(column):
+        if not isinstance(column, str):
+            return column
+        names = [name.strip('"\'') for name in header or ()]
+        if column.strip('"\'') not in names:
+            raise InputError(f"{path}: no column named {column!r} in the header "
+                             f"({', '.join(header) if header else 'the file has no header line'})")
+        return names.index(column.strip('"\''))
+
+    return [number(c) for c in label_column] if isinstance(label_column, list) else number(label_column)
 
 
 def _csv_error(path, exc, skip, label_column):
@@ -778,7 +815,7 @@ def _existing_parts(out_dir):
 
 
 def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
-                 multilabel=False, multioutput=False, positive=None, overwrite=False):
+                 multilabel=False, multioutput=False, positive=None, overwrite=False, exact_width=True):
     """Split examples into `parts` HDF5 shard files of contiguous rows.
 
     The blocks are balanced by nonzeros + 1 per row (a dense row costs its
@@ -810,6 +847,10 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
     overwrite : bool, default False
         Replace existing ``part-*.h5`` files in `out_dir` (and remove those
         beyond the new count) instead of refusing.
+    exact_width : bool, default True
+        Whether d is the data's true width; False for the largest feature
+        index of SVMlight input (stored as the ``exact_width`` attribute, so
+        prediction accepts narrower SVMlight test sets only).
 
     Returns
     -------
@@ -841,6 +882,7 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
         attrs["classes"] = classes
     if positive is not None:
         attrs["positive"] = np.float64(positive)
+    attrs["exact_width"] = bool(exact_width)
 
     def write(i, path):
         a, b = bounds[i], bounds[i + 1]
@@ -1038,7 +1080,9 @@ def _shard_meta(path, pos, files, label):
         if kind not in LABEL_KINDS + (STRUCTURED,):
             raise InputError(f"{path}: unknown label_kind {kind!r}")
         meta = dict(path=path, n=n, d=d, kind=kind, classes=None, sparse=False,
-                    n_total=int(a["n_examples_total"]), has_qid="qid" in f, nnz=0, labels="")
+                    n_total=int(a["n_examples_total"]), has_qid="qid" in f, nnz=0, labels="",
+                    positive=float(a["positive"]) if "positive" in a else None,
+                    exact=bool(a.get("exact_width", False)))
         if kind == STRUCTURED:
             from .structured.data import shard_meta
 
@@ -1087,6 +1131,7 @@ _AGREED = (
     ("n_total", "n_examples_total", str),
     ("sparse", "the layout of /X", lambda s: "sparse" if s else "dense"),
     ("labels", "the type and shape of the label parts", repr),
+    ("positive", "the label mapping (--positive)", lambda p: "no mapping" if p is None else f"positive label {p:g}"),
 )
 
 
@@ -1218,7 +1263,7 @@ def load_local(spec, comm, *, bias=False):
         return files, label, metas
 
     files, label, metas = _collectively(comm, own_shards)
-    first = comm.bcast_object({key: metas[0][key] for key, _, _ in _AGREED})  # from shard 0
+    first = comm.bcast_object({key: metas[0][key] for key in [k for k, _, _ in _AGREED] + ["exact"]})
     counts = comm.gather_counts(sum(m["n"] for m in metas))
     _collectively(comm, _check_agreement, files, label, metas, first, counts)
     X, y, qid = _collectively(comm, _read_local, metas, bias)
@@ -1226,11 +1271,12 @@ def load_local(spec, comm, *, bias=False):
                      n_examples_total=first["n_total"], label_kind=first["kind"],
                      classes=first["classes"], files=[m["path"] for m in metas],
                      bias=bool(bias), row_offset=int(counts[:comm.rank].sum()),
-                     blocks=[0] + np.cumsum([m["n"] for m in metas]).tolist())
+                     blocks=[0] + np.cumsum([m["n"] for m in metas]).tolist(),
+                     positive=first["positive"], exact_width=first["exact"])
 
 
 def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=None,
-                source=""):
+                source="", positive=None, exact_width=True):
     """Keep this rank's contiguous block of in-memory data present on every rank.
 
     Every rank holds the same full arrays (the demo data, the Python API) and
@@ -1257,6 +1303,10 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
         Override the inferred classes.
     source : str, optional
         Name of the data, used in messages.
+    positive : float, optional
+        One-vs-rest: this label becomes +1 and every other label -1.
+    exact_width : bool, default True
+        Recorded in :attr:`LocalData.exact_width`.
 
     Returns
     -------
@@ -1275,7 +1325,8 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
         n, d = A.shape
         if n == 0:
             raise InputError(f"{where}: no rows")
-        Y, kind, found = _prepare_labels(y, n, where, label_kind=label_kind, classes=classes)
+        Y, kind, found = _prepare_labels(y, n, where, label_kind=label_kind, classes=classes,
+                                         positive=positive)
         q = _as_qid(qid, n, where)
         blocks = _rank_blocks(_row_costs(A, not sp.issparse(A)), q, comm, where)
         a, b = blocks[0], blocks[-1]
@@ -1284,7 +1335,8 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
         return LocalData(X=_with_bias(mine, bias), y=np.ascontiguousarray(Y[a:b]),
                          qid=None if q is None else q[a:b].copy(), n_features=d,
                          n_examples_total=n, label_kind=kind, classes=found, files=[],
-                         bias=bool(bias), row_offset=a, blocks=[j - a for j in blocks])
+                         bias=bool(bias), row_offset=a, blocks=[j - a for j in blocks],
+                         positive=positive, exact_width=exact_width)
 
     return _collectively(comm, keep_mine)
 

@@ -112,6 +112,8 @@ class LocalData:
     positive : float or None
         The label mapped to +1 (all others to -1) when the labels were
         mapped one-vs-rest (``--positive``), else None.
+    negative : float or None
+        With `positive`, the one other label when the raw labels were exactly two.
     exact_width : bool
         Whether `n_features` is the data's true width (dense or CSV input,
         or ``--n-features``) rather than the largest SVMlight feature index.
@@ -135,6 +137,7 @@ class LocalData:
     blocks: list = None
     positive: object = None
     exact_width: bool = True
+    negative: object = None
 
     def __post_init__(self):
         if self.blocks is None:
@@ -304,6 +307,19 @@ def infer_label_kind(y, multilabel=False):
     if np.any(values != np.round(values)):
         return "real", None
     return ("binary" if values.size == 2 else "integer"), values
+
+
+def negative_label(classes, positive):
+    """The one label other than `positive` among two raw `classes`, else None (a one-vs-rest mapping)."""
+    others = [] if positive is None or classes is None else np.setdiff1d(classes, [positive])
+    return float(others[0]) if len(others) == 1 and len(classes) == 2 else None
+
+
+def _raw_negative(y, positive):
+    """:func:`negative_label` of 1-D raw labels `y` (None for label sets and 2-D labels)."""
+    if positive is None or not isinstance(y, np.ndarray) or y.ndim != 1:
+        return None
+    return negative_label(np.unique(y), positive)
 
 
 def _prepare_labels(y, n, where, *, multilabel=False, multioutput=False, positive=None,
@@ -882,6 +898,8 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
         attrs["classes"] = classes
     if positive is not None:
         attrs["positive"] = np.float64(positive)
+        if _raw_negative(y, positive) is not None:
+            attrs["negative"] = np.float64(_raw_negative(y, positive))
     attrs["exact_width"] = bool(exact_width)
 
     def write(i, path):
@@ -1082,7 +1100,8 @@ def _shard_meta(path, pos, files, label):
         meta = dict(path=path, n=n, d=d, kind=kind, classes=None, sparse=False,
                     n_total=int(a["n_examples_total"]), has_qid="qid" in f, nnz=0, labels="",
                     positive=float(a["positive"]) if "positive" in a else None,
-                    exact=bool(a.get("exact_width", False)))
+                    exact=bool(a.get("exact_width", False)),
+                    negative=float(a["negative"]) if "negative" in a else None)
         if kind == STRUCTURED:
             from .structured.data import shard_meta
 
@@ -1263,7 +1282,7 @@ def load_local(spec, comm, *, bias=False):
         return files, label, metas
 
     files, label, metas = _collectively(comm, own_shards)
-    first = comm.bcast_object({key: metas[0][key] for key in [k for k, _, _ in _AGREED] + ["exact"]})
+    first = comm.bcast_object({key: metas[0][key] for key in [k for k, _, _ in _AGREED] + ["exact", "negative"]})
     counts = comm.gather_counts(sum(m["n"] for m in metas))
     _collectively(comm, _check_agreement, files, label, metas, first, counts)
     X, y, qid = _collectively(comm, _read_local, metas, bias)
@@ -1272,7 +1291,7 @@ def load_local(spec, comm, *, bias=False):
                      classes=first["classes"], files=[m["path"] for m in metas],
                      bias=bool(bias), row_offset=int(counts[:comm.rank].sum()),
                      blocks=[0] + np.cumsum([m["n"] for m in metas]).tolist(),
-                     positive=first["positive"], exact_width=first["exact"])
+                     positive=first["positive"], exact_width=first["exact"], negative=first["negative"])
 
 
 def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=None,
@@ -1336,7 +1355,7 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
                          qid=None if q is None else q[a:b].copy(), n_features=d,
                          n_examples_total=n, label_kind=kind, classes=found, files=[],
                          bias=bool(bias), row_offset=a, blocks=[j - a for j in blocks],
-                         positive=positive, exact_width=exact_width)
+                         positive=positive, exact_width=exact_width, negative=_raw_negative(y, positive))
 
     return _collectively(comm, keep_mine)
 

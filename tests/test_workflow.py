@@ -54,7 +54,8 @@ def accuracy_of(stdout):
 
 def test_predict_applies_the_positive_mapping_of_the_shards(files, tmp_path):
     shards, model = tmp_path / "s", tmp_path / "m.h5"
-    assert cli("shard", files["zero_one"], "--parts", 2, "--out", shards, "--positive", 1).returncode == 0
+    assert cli("shard", files["zero_one"], "--parts", 2, "--out", shards, "--positive", 1,
+               "--n-features", 123).returncode == 0
     done = cli("train", "--data", shards, "--lam", 1e-3, "--bias", "--quiet", "--out", model)
     assert done.returncode == 0, done.stderr
     attrs = load_model(str(model)).attrs
@@ -106,7 +107,8 @@ def test_predict_refuses_fewer_and_more_features(files, tmp_path):
     for path, count in ((wide, 12), (narrow, 3)):
         done = cli("predict", "--model", model, "--data", path)
         assert done.returncode != 0, done.stdout
-        assert str(path) in done.stderr and f"{count} features" in done.stderr and "4" in done.stderr
+        # grades.csv: 6 columns, the label in column 1: 5 feature columns (the id is one).
+        assert str(path) in done.stderr and f"{count} features" in done.stderr and "trained on 5" in done.stderr
 
 
 # ---- trial point 3: stopping flags; lam too small ----
@@ -210,7 +212,7 @@ def test_csv_label_column_by_name(files, tmp_path):
 # ---- trial point 6: the Python API ----
 
 def test_python_api_fit_save_load_predict(files, tmp_path):
-    model = prbmrm.fit(files["zero_one"], positive=1, lam=1e-3, bias=True)
+    model = prbmrm.fit((files["X"], (files["y"] > 0).astype(int)), positive=1, lam=1e-3, bias=True)
     path = tmp_path / "m.h5"
     model.save(path)
     loaded = prbmrm.load(path)

@@ -96,10 +96,10 @@ def test_binary_loss_on_a_multiclass_csv_is_an_error_at_train_time(files, tmp_pa
 def test_predict_refuses_fewer_and_more_features(files, tmp_path):
     rng = np.random.default_rng(1)
     wide = tmp_path / "wide.csv"
-    np.savetxt(wide, np.column_stack([rng.choice([-1, 1], 50), rng.standard_normal((50, 12))]),
+    np.savetxt(wide, np.column_stack([rng.integers(1, 6, 50), rng.standard_normal((50, 12))]),
                delimiter=",")
     narrow = tmp_path / "narrow.csv"
-    np.savetxt(narrow, np.column_stack([rng.choice([-1, 1], 50), rng.standard_normal((50, 3))]),
+    np.savetxt(narrow, np.column_stack([rng.integers(1, 6, 50), rng.standard_normal((50, 3))]),
                delimiter=",")
     model = tmp_path / "m.h5"
     done = cli("train", "--data", files["csv"], "--label-column", 1, "--positive", 3, "--quiet", "--out", model)

@@ -56,7 +56,7 @@ import h5py
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import InputError
+from .errors import CollectiveError, InputError
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "LABEL_KINDS", "STRUCTURED", "LocalData", "infer_label_kind",
            "list_shards", "load_local", "read_input", "split_local", "write_shards"]
@@ -1147,26 +1147,81 @@ _AGREED = (
     ("kind", "the label kind", repr),
     ("classes", "the label classes", lambda c: f"[{_fmt_values(c)}]"),
     ("has_qid", "query ids", lambda q: "query ids" if q else "none"),
-    ("n_total", "n_examples_total", str),
     ("sparse", "the layout of /X", lambda s: "sparse" if s else "dense"),
     ("labels", "the type and shape of the label parts", repr),
     ("positive", "the label mapping (--positive)", lambda p: "no mapping" if p is None else f"positive label {p:g}"),
 )
 
 
-def _check_agreement(files, label, metas, first, counts):
-    """Compare this rank's shards with shard 0 (`first`), and all rows with n_examples_total."""
+def _check_agreement(files, metas):
+    """Compare every shard with shard 0 (several conversions must agree on all of :data:`_AGREED`)."""
+    first = metas[0]
     for key, what, show in _AGREED:
         for m in metas:
             if not np.array_equal(m[key], first[key]):
-                hint = (" (shard files of different conversions mixed?)"
-                        if key in ("n_total", "sparse") else "")
+                hint = " (shard files of different conversions mixed?)" if key == "sparse" else ""
                 raise InputError(f"shards disagree on {what}: {files[0]} has {show(first[key])}, "
                                  f"{m['path']} has {show(m[key])}{hint}")
-    if counts.sum() != first["n_total"]:
-        raise InputError(f"{label}: the {len(files)} shard files hold {counts.sum()} rows but "
-                         f"n_examples_total is {first['n_total']} (shard files missing or "
-                         "of different conversions mixed?)")
+
+
+def _conversions(files, label):
+    """Per file: (position in its conversion, the conversion's files, its label).
+
+    A conversion is the ``part-*.h5`` files of one directory (one run of
+    :func:`write_shards`); a glob may name several.
+    """
+    groups = {}
+    for path in files:
+        groups.setdefault(os.path.dirname(path), []).append(path)
+    return [(group.index(path), group, label if len(groups) == 1 else (os.path.dirname(path) or "."))
+            for path in files for group in [groups[os.path.dirname(path)]]]
+
+
+def _survey(files, label):
+    """Check every shard's attributes and structure, per conversion and across; return their metadata.
+
+    Run by one rank: it opens every file (attributes, shapes and indptr only).
+    """
+    metas = [_shard_meta(path, pos, group, where)
+             for path, (pos, group, where) in zip(files, _conversions(files, label))]
+    _check_agreement(files, metas)
+    for path, (pos, group, where) in zip(files, _conversions(files, label)):
+        if pos == 0:
+            held = sum(m["n"] for m in metas if m["path"] in group)
+            if held != metas[files.index(path)]["n_total"]:
+                raise InputError(f"{where}: the {len(group)} shard files hold {held} rows but "
+                                 f"n_examples_total is {metas[files.index(path)]['n_total']} (shard files "
+                                 "missing or of different conversions mixed?)")
+    light = [k for k, _, _ in _AGREED] + ["path", "n", "exact", "negative"]
+    return [{key: m[key] for key in light} for m in metas]
+
+
+def _canonical_blocks(metas, ranks):
+    """The canonical blocks of a shard set: (file number, first row, end row), in order.
+
+    Each file is cut into ceil(K / S) blocks of equal rows (at most one per
+    row) with K = max(ranks, min(rows, 64)): the cut does not depend on the
+    number of ranks up to 64, so neither do the sums (bitwise), and any
+    number of ranks up to the number of rows finds work. Files with query ids
+    or structured examples stay whole (a query or example is never split).
+    """
+    S, total = len(metas), sum(m["n"] for m in metas)
+    whole = metas[0]["has_qid"] or metas[0]["kind"] == STRUCTURED
+    per_file = 1 if whole else -(-max(ranks, min(total, _SPLIT_BLOCKS)) // S)
+    blocks = []
+    for i, m in enumerate(metas):
+        c = max(1, min(per_file, m["n"]))
+        blocks += [(i, j * m["n"] // c, (j + 1) * m["n"] // c) for j in range(c)]
+    return blocks
+
+
+def _slice_meta(meta, lo, hi):
+    """`meta` of a whole shard restricted to its rows lo..hi (what :func:`_read_local` reads)."""
+    part = dict(meta, n=hi - lo, lo=lo)
+    if meta["sparse"]:
+        indptr = meta["indptr"][lo:hi + 1]
+        part.update(indptr=indptr - indptr[0], nnz=int(indptr[-1] - indptr[0]), first_value=int(indptr[0]))
+    return part
 
 
 def _read_local(metas, bias):
@@ -1197,23 +1252,26 @@ def _read_local(metas, bias):
     row = pos = 0
     for m in metas:
         path, rows, vals = m["path"], np.s_[row:row + m["n"]], np.s_[pos:pos + m["nnz"]]
+        # Only this rank's rows of the file: a row range, and its range of values.
+        lo, first = m.get("lo", 0), m.get("first_value", 0)
+        source, source_vals = np.s_[lo:lo + m["n"]], np.s_[first:first + m["nnz"]]
         with _open_shard(path) as f:
             if sparse and m["nnz"]:
-                f["X/data"].read_direct(data, dest_sel=vals)
-                f["X/indices"].read_direct(indices, dest_sel=vals)
+                f["X/data"].read_direct(data, source_sel=source_vals, dest_sel=vals)
+                f["X/indices"].read_direct(indices, source_sel=source_vals, dest_sel=vals)
             elif not sparse and m["n"] and d:
-                f["X"].read_direct(X, dest_sel=np.s_[rows, 0:d])
+                f["X"].read_direct(X, source_sel=np.s_[lo:lo + m["n"], 0:d], dest_sel=np.s_[rows, 0:d])
             if m["n"]:
-                f["y"].read_direct(y, dest_sel=rows)
+                f["y"].read_direct(y, source_sel=source, dest_sel=rows)
                 if qid is not None:
-                    f["qid"].read_direct(qid, dest_sel=rows)
+                    f["qid"].read_direct(qid, source_sel=source, dest_sel=rows)
         if sparse:
             indptr[row:row + m["n"] + 1] = m["indptr"] + pos
             if m["nnz"] and (indices[vals].min() < 0 or indices[vals].max() >= d):
                 raise InputError(f"{path}: /X/indices has a feature index out of range [0, {d})")
-            _check_finite(data[vals], path, indptr=m["indptr"])
+            _check_finite(data[vals], path, indptr=m["indptr"], row_offset=lo)
         else:
-            _check_finite(X[rows, :d], path)
+            _check_finite(X[rows, :d], path, row_offset=lo)
         if kind == "multilabel":
             _check_indicator(y[rows], path)
         else:
@@ -1221,7 +1279,7 @@ def _read_local(metas, bias):
             bad = (np.flatnonzero(~np.isin(y[rows], classes))
                    if kind not in ("real", "multioutput") else [])
             if len(bad):
-                raise InputError(f"{path}: row {bad[0] + 1} has label {_fmt_num(y[row + bad[0]])}"
+                raise InputError(f"{path}: row {lo + bad[0] + 1} has label {_fmt_num(y[row + bad[0]])}"
                                  f", not one of the classes [{_fmt_values(classes)}]")
         row, pos = row + m["n"], pos + m["nnz"]
     if sparse:
@@ -1243,9 +1301,14 @@ def _collectively(comm, fn, *args):
 def load_local(spec, comm, *, bias=False):
     """Load this rank's block of shard files; validate them on every rank together.
 
-    With S shard files and P ranks, rank r reads only ``files[r*S//P:(r+1)*S//P]``.
-    Every rank checks its own files and compares them with shard 0; a problem
-    found on any rank is raised on every rank, with the same message.
+    Rank 0 checks every file's attributes and structure (shapes, indptr) and
+    that the files agree; a glob may name the shards of several conversions
+    (directories), which must agree on features, labels and label mapping.
+    The rows are cut into canonical blocks (:func:`_canonical_blocks`) that
+    do not depend on the number of ranks P (up to 64), and rank r reads only
+    the row ranges of its blocks: any P up to the number of rows works, and
+    results are bitwise equal for every P. Files with query ids or
+    structured examples stay whole (then P is at most the number of files).
 
     Parameters
     ----------
@@ -1269,28 +1332,48 @@ def load_local(spec, comm, *, bias=False):
         or shards that disagree (on features, labels, query ids, row count,
         or dense and sparse ones mixed).
     """
-    def own_shards():
+    def survey():
         files = list_shards(spec)
-        label = _spec_label(spec, files)
-        S, P = len(files), comm.size
-        if S < P:
-            raise InputError(f"{label}: {S} shard file{'s' if S != 1 else ''} for {P} "
-                             "ranks: need at least one shard file per rank")
-        lo, hi = comm.rank * S // P, (comm.rank + 1) * S // P
-        metas = [_shard_meta(path, pos, files, label)
-                 for pos, path in enumerate(files[lo:hi], start=lo)]
-        return files, label, metas
+        return _survey(files, _spec_label(spec, files)), _spec_label(spec, files)
 
-    files, label, metas = _collectively(comm, own_shards)
-    first = comm.bcast_object({key: metas[0][key] for key in [k for k, _, _ in _AGREED] + ["exact", "negative"]})
-    counts = comm.gather_counts(sum(m["n"] for m in metas))
-    _collectively(comm, _check_agreement, files, label, metas, first, counts)
-    X, y, qid = _collectively(comm, _read_local, metas, bias)
+    error = surveyed = None
+    if comm.is_root:  # one rank checks every file's attributes; the others get the verdict
+        try:
+            surveyed = survey()
+        except InputError as exc:
+            error = exc
+    comm.check(error)
+    light, label = comm.bcast_object(surveyed)
+    blocks = _canonical_blocks(light, comm.size)
+    P, G = comm.size, len(blocks)
+    if G < P:
+        unit = "shard file" if light[0]["has_qid"] or light[0]["kind"] == STRUCTURED else "row"
+        raise CollectiveError(f"{label}: {G} {unit}{'s' if G != 1 else ''} for {P} ranks: need at least "
+                              f"one {unit} per rank" + (" (files with query ids or structured examples "
+                                                        "are not split)" if unit != "row" else ""))
+    mine = blocks[comm.rank * G // P:(comm.rank + 1) * G // P]
+    files = [m["path"] for m in light]
+    conversions = _conversions(files, label)
+
+    def read_mine():
+        pieces = {}  # file number -> (first row, end row) of this rank's blocks in it
+        for i, lo, hi in mine:
+            pieces[i] = (min(lo, pieces.get(i, (lo, hi))[0]), hi)
+        metas = []
+        for i, (lo, hi) in pieces.items():
+            whole = _shard_meta(files[i], *conversions[i])
+            metas.append(whole if (lo, hi) == (0, whole["n"]) else _slice_meta(whole, lo, hi))
+        return metas, _read_local(metas, bias)
+
+    metas, (X, y, qid) = _collectively(comm, read_mine)
+    first = light[0]
+    row_counts = [hi - lo for _, lo, hi in mine]
+    offset = sum(hi - lo for _, lo, hi in blocks[:comm.rank * G // P])
     return LocalData(X=X, y=y, qid=qid, n_features=first["d"],
-                     n_examples_total=first["n_total"], label_kind=first["kind"],
+                     n_examples_total=sum(m["n"] for m in light), label_kind=first["kind"],
                      classes=first["classes"], files=[m["path"] for m in metas],
-                     bias=bool(bias), row_offset=int(counts[:comm.rank].sum()),
-                     blocks=[0] + np.cumsum([m["n"] for m in metas]).tolist(),
+                     bias=bool(bias), row_offset=int(offset),
+                     blocks=[0] + np.cumsum(row_counts).tolist(),
                      positive=first["positive"], exact_width=first["exact"], negative=first["negative"])
 
 

@@ -159,11 +159,11 @@ def test_train_directly_from_a_text_file(files, tmp_path):
 
 def test_glob_over_two_conversions(files, tmp_path):
     X, y = files["X"], files["y"]
-    write_shards(X[:2000], y[:2000], tmp_path / "a", 2)
-    write_shards(X[2000:], y[2000:], tmp_path / "b", 3)
+    write_shards(X[:2000], y[:2000], tmp_path / "parts" / "a", 2)
+    write_shards(X[2000:], y[2000:], tmp_path / "parts" / "b", 3)
     write_shards(X, y, tmp_path / "all", 5)
     model, reference = tmp_path / "m.h5", tmp_path / "r.h5"
-    done = cli("train", "--data", tmp_path / "*" / "part-*.h5", "--quiet", "--out", model)
+    done = cli("train", "--data", tmp_path / "parts" / "*" / "part-*.h5", "--quiet", "--out", model)
     assert done.returncode == 0, done.stderr
     assert cli("train", "--data", tmp_path / "all", "--quiet", "--out", reference).returncode == 0
     assert load_model(str(model)).attrs["n_examples"] == ROWS

@@ -838,3 +838,35 @@ def test_load_local_under_mpi(mq2008, tmp_path):
                f"{tmp_path / 'cls2' / 'part-00001.h5'} has [0, 1, 4]")
     for o in ranks:  # the same message on every rank, no hang
         assert o["errors"] == [missing, mixed, classes]
+
+
+# ---- any number of ranks on any shard set: row ranges of canonical blocks, bitwise equal ----
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("parts", [1, 2])
+def test_fewer_shard_files_than_ranks_train_bitwise_equal(comm, mpi_tmp_path, parts):
+    """1 or 2 shard files on any number of ranks: each rank reads row ranges; BMRM equals 1 rank's bitwise."""
+    from conftest import load_svmlight, shared_shards
+    from prbmrm.losses import get_loss
+    from prbmrm.risk import DistributedRisk, run_distributed
+    from prbmrm.solvers import minimize
+
+    X, y = load_svmlight("a9a.xz")
+    X, y = X[:4000], y[:4000]
+    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=parts)
+    local = data.load_local(directory, comm, bias=True)
+    # Every row is held by exactly one rank, in order.
+    gathered = comm.gather_scalars(local.y)
+    if comm.is_root:
+        np.testing.assert_array_equal(gathered, y)
+
+    def run(local, comm):
+        oracle = DistributedRisk(get_loss("hinge"), local.X, local.y, local.n_examples_total, comm, local.blocks)
+        return run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), 1e-3, max_iter=60))
+
+    result = run(local, comm)
+    if comm.is_root:
+        expected = run(data.load_local(directory, SerialComm(), bias=True), SerialComm())
+        assert result.nit == expected.nit
+        np.testing.assert_array_equal(result.w, expected.w)
+        np.testing.assert_array_equal(result.history["lower_bound"], expected.history["lower_bound"])

@@ -1178,7 +1178,8 @@ def _conversions(files, label):
 
 
 def _survey(files, label):
-    """Check every shard's attributes and structure, per conversion and across; return their metadata.
+    """Check every shard's attributes and structure, per conversion and across; return their metadata
+    (as :func:`_shard_meta`).
 
     Run by one rank: it opens every file (attributes, shapes and indptr only).
     """
@@ -1192,8 +1193,7 @@ def _survey(files, label):
                 raise InputError(f"{where}: the {len(group)} shard files hold {held} rows but "
                                  f"n_examples_total is {metas[files.index(path)]['n_total']} (shard files "
                                  "missing or of different conversions mixed?)")
-    light = [k for k, _, _ in _AGREED] + ["path", "n", "exact", "negative"]
-    return [{key: m[key] for key in light} for m in metas]
+    return metas
 
 
 def _canonical_blocks(metas, ranks):
@@ -1334,7 +1334,9 @@ def load_local(spec, comm, *, bias=False):
     """
     def survey():
         files = list_shards(spec)
-        return _survey(files, _spec_label(spec, files)), _spec_label(spec, files)
+        light = [k for k, _, _ in _AGREED] + ["path", "n", "exact", "negative"]
+        return ([{key: m[key] for key in light} for m in _survey(files, _spec_label(spec, files))],
+                _spec_label(spec, files))
 
     error = surveyed = None
     if comm.is_root:  # one rank checks every file's attributes; the others get the verdict

@@ -9,9 +9,8 @@ import pytest
 from sklearn.datasets import dump_svmlight_file
 
 import prbmrm
-from conftest import REPO, data_path, load_svmlight, run_ranks
+from conftest import REPO, load_svmlight, run_ranks
 from prbmrm.data import write_shards
-from prbmrm.errors import InputError, UsageError
 from prbmrm.model import load_model
 
 ROWS = 3000

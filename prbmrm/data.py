@@ -1073,10 +1073,22 @@ def _attr_str(value):
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _shard_meta(path, pos, files, label):
+def _check_position(path, count, index, pos, files, label):
+    """Raise unless the shard `path` (shard_count `count`, shard_index `index`) is number `pos` of `files`."""
+    if count != len(files):
+        raise _count_error(path, count, files, label)
+    if index != pos:
+        raise InputError(f"{path}: shard_index is {index} but the file is number {pos} "
+                         f"(from 0) of the {len(files)} sorted shard files "
+                         "(renamed or mixed shard files?)")
+
+
+def _shard_meta(path, pos, files, label, positioned=True):
     """Open one shard, check its attributes and structure; return its metadata.
 
-    Reads only attributes, shapes and ``indptr`` (n + 1 integers).
+    Reads only attributes, shapes and ``indptr`` (n + 1 integers). With
+    `positioned` False the caller checks its place among `files` later
+    (:func:`_check_position`, with the metadata's ``count`` and ``index``).
     """
     with _open_shard(path) as f:
         a = f.attrs
@@ -1088,12 +1100,8 @@ def _shard_meta(path, pos, files, label):
             raise InputError(f"{path}: shard format version {version} is not supported "
                              f"(this prbmrm reads version {FORMAT_VERSION})")
         count, index = int(a["shard_count"]), int(a["shard_index"])
-        if count != len(files):
-            raise _count_error(path, count, files, label)
-        if index != pos:
-            raise InputError(f"{path}: shard_index is {index} but the file is number {pos} "
-                             f"(from 0) of the {len(files)} sorted shard files "
-                             "(renamed or mixed shard files?)")
+        if positioned:
+            _check_position(path, count, index, pos, files, label)
         n, d, kind = int(a["n_examples"]), int(a["n_features"]), _attr_str(a["label_kind"])
         if kind not in LABEL_KINDS + (STRUCTURED,):
             raise InputError(f"{path}: unknown label_kind {kind!r}")
@@ -1101,7 +1109,7 @@ def _shard_meta(path, pos, files, label):
                     n_total=int(a["n_examples_total"]), has_qid="qid" in f, nnz=0, labels="",
                     positive=float(a["positive"]) if "positive" in a else None,
                     exact=bool(a.get("exact_width", False)),
-                    negative=float(a["negative"]) if "negative" in a else None)
+                    negative=float(a["negative"]) if "negative" in a else None, count=count, index=index)
         if kind == STRUCTURED:
             from .structured.data import shard_meta
 
@@ -1183,16 +1191,23 @@ def _survey(files, label):
 
     Run by one rank: it opens every file (attributes, shapes and indptr only).
     """
-    metas = [_shard_meta(path, pos, group, where)
-             for path, (pos, group, where) in zip(files, _conversions(files, label))]
-    _check_agreement(files, metas)
-    for path, (pos, group, where) in zip(files, _conversions(files, label)):
-        if pos == 0:
-            held = sum(m["n"] for m in metas if m["path"] in group)
-            if held != metas[files.index(path)]["n_total"]:
-                raise InputError(f"{where}: the {len(group)} shard files hold {held} rows but "
-                                 f"n_examples_total is {metas[files.index(path)]['n_total']} (shard files "
-                                 "missing or of different conversions mixed?)")
+    conversions = _conversions(files, label)
+    metas = [_shard_meta(path, pos, group, where, positioned=False)
+             for path, (pos, group, where) in zip(files, conversions)]
+    _check_agreement(files, metas)  # before the positions: mixed files are told apart by what differs
+    for m, (pos, group, where) in zip(metas, conversions):
+        _check_position(m["path"], m["count"], m["index"], pos, group, where)
+    for group in {tuple(group) for _, group, _ in conversions}:
+        members = [m for m in metas if m["path"] in group]
+        first, where = members[0], conversions[files.index(group[0])][2]
+        odd = next((m for m in members if m["n_total"] != first["n_total"]), None)
+        if odd is not None:
+            raise InputError(f"shards disagree on n_examples_total: {first['path']} has {first['n_total']}, "
+                             f"{odd['path']} has {odd['n_total']} (shard files of different conversions mixed?)")
+        held = sum(m["n"] for m in members)
+        if held != first["n_total"]:
+            raise InputError(f"{where}: the {len(group)} shard files hold {held} rows but n_examples_total "
+                             f"is {first['n_total']} (shard files missing or of different conversions mixed?)")
     return metas
 
 

@@ -9,7 +9,7 @@ import pytest
 from sklearn.datasets import dump_svmlight_file
 
 import prbmrm
-from conftest import REPO, load_svmlight, run_ranks
+from conftest import REPO, data_path, load_svmlight, run_ranks
 from prbmrm.data import write_shards
 from prbmrm.model import load_model
 
@@ -40,7 +40,7 @@ def files(tmp_path_factory):
                 Xt=Xt[:2000], yt=yt[:2000])
 
 
-def cli(module, *args, timeout=120):
+def cli(module, *args, timeout=600):
     completed, _ = run_ranks(1, ["-m", f"prbmrm.{module}", *map(str, args)], timeout=timeout)
     return completed
 
@@ -248,3 +248,19 @@ def test_readme_from_python_example_runs(tmp_path):
     finally:
         os.chdir(cwd)
     assert os.path.exists(tmp_path / "model.h5")
+
+
+def test_a_model_written_without_the_mapping_still_loads_and_predicts(files, tmp_path):
+    """Models from before the mapping was recorded: no positive, negative, exact width; predict works as before."""
+    from prbmrm.model import save_model
+
+    X, y = files["X"], files["y"]
+    reference = prbmrm.fit((X, y), lam=1e-3)
+    old = {key: value for key, value in reference.attrs.items() if key not in ("positive", "negative", "n_features")}
+    save_model(str(tmp_path / "old.h5"), reference.w, reference.bias, old, reference.history)
+    loaded = prbmrm.load(tmp_path / "old.h5")
+    assert "positive" not in loaded.attrs
+    assert loaded.score(X, y) == reference.score(X, y) > 0.8
+    done = cli("predict", "--model", tmp_path / "old.h5", "--data", data_path("a9a.t.xz"))
+    assert done.returncode == 0, done.stderr
+    assert 0.8 < accuracy_of(done.stdout) < 0.9

@@ -56,7 +56,7 @@ import h5py
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import InputError
+from .errors import CollectiveError, InputError
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "LABEL_KINDS", "STRUCTURED", "LocalData", "infer_label_kind",
            "list_shards", "load_local", "read_input", "split_local", "write_shards"]
@@ -109,6 +109,14 @@ class LocalData:
     row_offset : int
         Global index of the first local row (ranks hold contiguous blocks
         in rank order).
+    positive : float or None
+        The label mapped to +1 (all others to -1) when the labels were
+        mapped one-vs-rest (``--positive``), else None.
+    negative : float or None
+        With `positive`, the one other label when the raw labels were exactly two.
+    exact_width : bool
+        Whether `n_features` is the data's true width (dense or CSV input,
+        or ``--n-features``) rather than the largest SVMlight feature index.
     blocks : list of int
         Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical
         blocks of rows held here: one per shard file, or for
@@ -127,6 +135,9 @@ class LocalData:
     bias: bool = False
     row_offset: int = 0
     blocks: list = None
+    positive: object = None
+    exact_width: bool = True
+    negative: object = None
 
     def __post_init__(self):
         if self.blocks is None:
@@ -298,6 +309,19 @@ def infer_label_kind(y, multilabel=False):
     return ("binary" if values.size == 2 else "integer"), values
 
 
+def negative_label(classes, positive):
+    """The one label other than `positive` among two raw `classes`, else None (a one-vs-rest mapping)."""
+    others = [] if positive is None or classes is None else np.setdiff1d(classes, [positive])
+    return float(others[0]) if len(others) == 1 and len(classes) == 2 else None
+
+
+def _raw_negative(y, positive):
+    """:func:`negative_label` of 1-D raw labels `y` (None for label sets and 2-D labels)."""
+    if positive is None or not isinstance(y, np.ndarray) or y.ndim != 1:
+        return None
+    return negative_label(np.unique(y), positive)
+
+
 def _prepare_labels(y, n, where, *, multilabel=False, multioutput=False, positive=None,
                     label_kind=None, classes=None):
     """Return (y as stored, label_kind, classes).
@@ -441,7 +465,7 @@ def _content_lines(path):
                 yield lineno, line
 
 
-def read_input(path, *, multilabel=False, multioutput=False, n_features=None, label_column=0):
+def read_input(path, *, multilabel=False, multioutput=False, n_features=None, label_column=0, info=None):
     """Read examples from SVMlight/LIBSVM text, ``.npz`` or ``.csv`` files.
 
     Parameters
@@ -468,9 +492,14 @@ def read_input(path, *, multilabel=False, multioutput=False, n_features=None, la
         A 2-D ``y`` in ``.npz`` input holds real targets even if they are all 0 or 1.
     n_features : int, optional
         Number of features; at least the largest feature index found.
-    label_column : int or sequence of int, default 0
-        Column of the label in CSV input (negative counts from the end);
-        several columns give an (n, k) array of targets.
+    label_column : int, str or sequence of them, default 0
+        Column of the label in CSV input (negative counts from the end, or
+        the header's name of the column); several columns give an (n, k)
+        array of targets.
+    info : dict, optional
+        Filled with ``notes`` (lines to show the user: a CSV's header and
+        label column) and ``exact_width`` (False when the width is only the
+        largest SVMlight feature index).
 
     Returns
     -------
@@ -508,6 +537,9 @@ def read_input(path, *, multilabel=False, multioutput=False, n_features=None, la
             pieces.append(_read_csv(p, label_column))
         else:
             pieces.append(_read_svmlight(p, multilabel))
+    if info is not None:
+        info["notes"] = [piece["note"] for piece in pieces if piece.get("note")]
+        info["exact_width"] = n_features is not None or not any(piece["svmlight"] for piece in pieces)
     return _combine(pieces, n_features)
 
 
@@ -592,6 +624,7 @@ def _locate_svmlight_error(path, multilabel, chunk=4096):
 
 
 def _read_csv(path, label_column):
+    header = None
     try:
         with _open_binary(path) as f:
             lines = io.TextIOWrapper(f, encoding="utf-8")
@@ -606,6 +639,8 @@ def _read_csv(path, label_column):
                 lines = itertools.chain([first], lines)
             else:
                 skip += 1  # the first line is a header
+                header = [name.strip() for name in first.split("#", 1)[0].strip().split(",")]
+            label_column = _label_columns(path, label_column, header)
             A = np.loadtxt(lines, delimiter=",", ndmin=2, dtype=np.float64, comments="#")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not a text file: {exc}") from None
@@ -630,7 +665,25 @@ def _read_csv(path, label_column):
     X = np.delete(A, columns % ncol, axis=1)
     _check_finite(X, path)
     _check_finite(y, path, "label")
-    return dict(path=path, X=X, y=y, qid=None, svmlight=False)
+    names = "" if header is None or len(header) != ncol else f" ({', '.join(header[c] for c in columns)})"
+    note = (f"{path}: {'header line ' + ','.join(header) if header else 'no header line'}; "
+            f"label column {', '.join(str(c % ncol) for c in columns)}{names} of {ncol} (from 0); "
+            f"{ncol - len(columns)} feature columns")
+    return dict(path=path, X=X, y=y, qid=None, svmlight=False, note=note)
+
+
+def _label_columns(path, label_column, header):
+    """`label_column` with header names (quoted or not) replaced by their column numbers."""
+    def number(column):
+        if not isinstance(column, str):
+            return column
+        names = [name.strip('"\'') for name in header or ()]
+        if column.strip('"\'') not in names:
+            raise InputError(f"{path}: no column named {column!r} in the header "
+                             f"({', '.join(header) if header else 'the file has no header line'})")
+        return names.index(column.strip('"\''))
+
+    return [number(c) for c in label_column] if isinstance(label_column, list) else number(label_column)
 
 
 def _csv_error(path, exc, skip, label_column):
@@ -778,7 +831,7 @@ def _existing_parts(out_dir):
 
 
 def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
-                 multilabel=False, multioutput=False, positive=None, overwrite=False):
+                 multilabel=False, multioutput=False, positive=None, overwrite=False, exact_width=True):
     """Split examples into `parts` HDF5 shard files of contiguous rows.
 
     The blocks are balanced by nonzeros + 1 per row (a dense row costs its
@@ -810,6 +863,10 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
     overwrite : bool, default False
         Replace existing ``part-*.h5`` files in `out_dir` (and remove those
         beyond the new count) instead of refusing.
+    exact_width : bool, default True
+        Whether d is the data's true width; False for the largest feature
+        index of SVMlight input (stored as the ``exact_width`` attribute, so
+        prediction accepts narrower SVMlight test sets only).
 
     Returns
     -------
@@ -841,6 +898,9 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
         attrs["classes"] = classes
     if positive is not None:
         attrs["positive"] = np.float64(positive)
+        if _raw_negative(y, positive) is not None:
+            attrs["negative"] = np.float64(_raw_negative(y, positive))
+    attrs["exact_width"] = bool(exact_width)
 
     def write(i, path):
         a, b = bounds[i], bounds[i + 1]
@@ -1013,10 +1073,22 @@ def _attr_str(value):
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _shard_meta(path, pos, files, label):
+def _check_position(path, count, index, pos, files, label):
+    """Raise unless the shard `path` (shard_count `count`, shard_index `index`) is number `pos` of `files`."""
+    if count != len(files):
+        raise _count_error(path, count, files, label)
+    if index != pos:
+        raise InputError(f"{path}: shard_index is {index} but the file is number {pos} "
+                         f"(from 0) of the {len(files)} sorted shard files "
+                         "(renamed or mixed shard files?)")
+
+
+def _shard_meta(path, pos, files, label, positioned=True):
     """Open one shard, check its attributes and structure; return its metadata.
 
-    Reads only attributes, shapes and ``indptr`` (n + 1 integers).
+    Reads only attributes, shapes and ``indptr`` (n + 1 integers). With
+    `positioned` False the caller checks its place among `files` later
+    (:func:`_check_position`, with the metadata's ``count`` and ``index``).
     """
     with _open_shard(path) as f:
         a = f.attrs
@@ -1028,17 +1100,16 @@ def _shard_meta(path, pos, files, label):
             raise InputError(f"{path}: shard format version {version} is not supported "
                              f"(this prbmrm reads version {FORMAT_VERSION})")
         count, index = int(a["shard_count"]), int(a["shard_index"])
-        if count != len(files):
-            raise _count_error(path, count, files, label)
-        if index != pos:
-            raise InputError(f"{path}: shard_index is {index} but the file is number {pos} "
-                             f"(from 0) of the {len(files)} sorted shard files "
-                             "(renamed or mixed shard files?)")
+        if positioned:
+            _check_position(path, count, index, pos, files, label)
         n, d, kind = int(a["n_examples"]), int(a["n_features"]), _attr_str(a["label_kind"])
         if kind not in LABEL_KINDS + (STRUCTURED,):
             raise InputError(f"{path}: unknown label_kind {kind!r}")
         meta = dict(path=path, n=n, d=d, kind=kind, classes=None, sparse=False,
-                    n_total=int(a["n_examples_total"]), has_qid="qid" in f, nnz=0, labels="")
+                    n_total=int(a["n_examples_total"]), has_qid="qid" in f, nnz=0, labels="",
+                    positive=float(a["positive"]) if "positive" in a else None,
+                    exact=bool(a.get("exact_width", False)),
+                    negative=float(a["negative"]) if "negative" in a else None, count=count, index=index)
         if kind == STRUCTURED:
             from .structured.data import shard_meta
 
@@ -1084,25 +1155,88 @@ _AGREED = (
     ("kind", "the label kind", repr),
     ("classes", "the label classes", lambda c: f"[{_fmt_values(c)}]"),
     ("has_qid", "query ids", lambda q: "query ids" if q else "none"),
-    ("n_total", "n_examples_total", str),
     ("sparse", "the layout of /X", lambda s: "sparse" if s else "dense"),
     ("labels", "the type and shape of the label parts", repr),
+    ("positive", "the label mapping (--positive)", lambda p: "no mapping" if p is None else f"positive label {p:g}"),
 )
 
 
-def _check_agreement(files, label, metas, first, counts):
-    """Compare this rank's shards with shard 0 (`first`), and all rows with n_examples_total."""
+def _check_agreement(files, metas):
+    """Compare every shard with shard 0 (several conversions must agree on all of :data:`_AGREED`)."""
+    first = metas[0]
     for key, what, show in _AGREED:
         for m in metas:
             if not np.array_equal(m[key], first[key]):
-                hint = (" (shard files of different conversions mixed?)"
-                        if key in ("n_total", "sparse") else "")
+                hint = " (shard files of different conversions mixed?)" if key == "sparse" else ""
                 raise InputError(f"shards disagree on {what}: {files[0]} has {show(first[key])}, "
                                  f"{m['path']} has {show(m[key])}{hint}")
-    if counts.sum() != first["n_total"]:
-        raise InputError(f"{label}: the {len(files)} shard files hold {counts.sum()} rows but "
-                         f"n_examples_total is {first['n_total']} (shard files missing or "
-                         "of different conversions mixed?)")
+
+
+def _conversions(files, label):
+    """Per file: (position in its conversion, the conversion's files, its label).
+
+    A conversion is the ``part-*.h5`` files of one directory (one run of
+    :func:`write_shards`); a glob may name several.
+    """
+    groups = {}
+    for path in files:
+        groups.setdefault(os.path.dirname(path), []).append(path)
+    return [(group.index(path), group, label if len(groups) == 1 else (os.path.dirname(path) or "."))
+            for path in files for group in [groups[os.path.dirname(path)]]]
+
+
+def _survey(files, label):
+    """Check every shard's attributes and structure, per conversion and across; return their metadata
+    (as :func:`_shard_meta`).
+
+    Run by one rank: it opens every file (attributes, shapes and indptr only).
+    """
+    conversions = _conversions(files, label)
+    metas = [_shard_meta(path, pos, group, where, positioned=False)
+             for path, (pos, group, where) in zip(files, conversions)]
+    _check_agreement(files, metas)  # before the positions: mixed files are told apart by what differs
+    for m, (pos, group, where) in zip(metas, conversions):
+        _check_position(m["path"], m["count"], m["index"], pos, group, where)
+    for group in {tuple(group) for _, group, _ in conversions}:
+        members = [m for m in metas if m["path"] in group]
+        first, where = members[0], conversions[files.index(group[0])][2]
+        odd = next((m for m in members if m["n_total"] != first["n_total"]), None)
+        if odd is not None:
+            raise InputError(f"shards disagree on n_examples_total: {first['path']} has {first['n_total']}, "
+                             f"{odd['path']} has {odd['n_total']} (shard files of different conversions mixed?)")
+        held = sum(m["n"] for m in members)
+        if held != first["n_total"]:
+            raise InputError(f"{where}: the {len(group)} shard files hold {held} rows but n_examples_total "
+                             f"is {first['n_total']} (shard files missing or of different conversions mixed?)")
+    return metas
+
+
+def _canonical_blocks(metas, ranks):
+    """The canonical blocks of a shard set: (file number, first row, end row), in order.
+
+    Each file is cut into ceil(K / S) blocks of equal rows (at most one per
+    row) with K = max(ranks, min(rows, 64)): the cut does not depend on the
+    number of ranks up to 64, so neither do the sums (bitwise), and any
+    number of ranks up to the number of rows finds work. Files with query ids
+    or structured examples stay whole (a query or example is never split).
+    """
+    S, total = len(metas), sum(m["n"] for m in metas)
+    whole = metas[0]["has_qid"] or metas[0]["kind"] == STRUCTURED
+    per_file = 1 if whole else -(-max(ranks, min(total, _SPLIT_BLOCKS)) // S)
+    blocks = []
+    for i, m in enumerate(metas):
+        c = max(1, min(per_file, m["n"]))
+        blocks += [(i, j * m["n"] // c, (j + 1) * m["n"] // c) for j in range(c)]
+    return blocks
+
+
+def _slice_meta(meta, lo, hi):
+    """`meta` of a whole shard restricted to its rows lo..hi (what :func:`_read_local` reads)."""
+    part = dict(meta, n=hi - lo, lo=lo)
+    if meta["sparse"]:
+        indptr = meta["indptr"][lo:hi + 1]
+        part.update(indptr=indptr - indptr[0], nnz=int(indptr[-1] - indptr[0]), first_value=int(indptr[0]))
+    return part
 
 
 def _read_local(metas, bias):
@@ -1133,24 +1267,27 @@ def _read_local(metas, bias):
     row = pos = 0
     for m in metas:
         path, rows, vals = m["path"], np.s_[row:row + m["n"]], np.s_[pos:pos + m["nnz"]]
+        # Only this rank's rows of the file: a row range, and its range of values.
+        lo, first = m.get("lo", 0), m.get("first_value", 0)
+        source, source_vals = np.s_[lo:lo + m["n"]], np.s_[first:first + m["nnz"]]
         with _open_shard(path) as f:
             if sparse and m["nnz"]:
-                f["X/data"].read_direct(data, dest_sel=vals)
-                f["X/indices"].read_direct(indices, dest_sel=vals)
+                f["X/data"].read_direct(data, source_sel=source_vals, dest_sel=vals)
+                f["X/indices"].read_direct(indices, source_sel=source_vals, dest_sel=vals)
             elif not sparse and m["n"] and d:
-                f["X"].read_direct(X, dest_sel=np.s_[rows, 0:d])
+                f["X"].read_direct(X, source_sel=np.s_[lo:lo + m["n"], 0:d], dest_sel=np.s_[rows, 0:d])
             if m["n"]:
-                f["y"].read_direct(y, dest_sel=rows)
+                f["y"].read_direct(y, source_sel=source, dest_sel=rows)
                 if qid is not None:
-                    f["qid"].read_direct(qid, dest_sel=rows)
+                    f["qid"].read_direct(qid, source_sel=source, dest_sel=rows)
         if sparse:
             indptr[row:row + m["n"] + 1] = m["indptr"] + pos
             if m["nnz"] and (indices[vals].min() < 0 or indices[vals].max() >= d):
                 raise InputError(f"{path}: /X/indices has a feature index out of range [0, {d})")
-            _check_unique_indices(indices[vals], m["indptr"], path)
-            _check_finite(data[vals], path, indptr=m["indptr"])
+            _check_unique_indices(indices[vals], m["indptr"], path, row_offset=lo)
+            _check_finite(data[vals], path, indptr=m["indptr"], row_offset=lo)
         else:
-            _check_finite(X[rows, :d], path)
+            _check_finite(X[rows, :d], path, row_offset=lo)
         if kind == "multilabel":
             _check_indicator(y[rows], path)
         else:
@@ -1158,7 +1295,7 @@ def _read_local(metas, bias):
             bad = (np.flatnonzero(~np.isin(y[rows], classes))
                    if kind not in ("real", "multioutput") else [])
             if len(bad):
-                raise InputError(f"{path}: row {bad[0] + 1} has label {_fmt_num(y[row + bad[0]])}"
+                raise InputError(f"{path}: row {lo + bad[0] + 1} has label {_fmt_num(y[row + bad[0]])}"
                                  f", not one of the classes [{_fmt_values(classes)}]")
         row, pos = row + m["n"], pos + m["nnz"]
     if sparse:
@@ -1166,7 +1303,7 @@ def _read_local(metas, bias):
     return X, y, qid
 
 
-def _check_unique_indices(indices, indptr, path):
+def _check_unique_indices(indices, indptr, path, row_offset=0):
     """Raise naming the first row of a CSR shard that gives a column twice (``X @ w`` would add the values).
 
     Rows with increasing indices (what the writer makes) pass in one
@@ -1179,7 +1316,7 @@ def _check_unique_indices(indices, indptr, path):
         same = np.flatnonzero((indices[order][1:] == indices[order][:-1]) & (rows[order][1:] == rows[order][:-1]))
         if len(same):
             at = order[same[0]]
-            raise InputError(f"{path}: row {rows[at] + 1} gives column {indices[at]} twice "
+            raise InputError(f"{path}: row {rows[at] + row_offset + 1} gives column {indices[at]} twice "
                              "(duplicate index in /X/indices)")
 
 
@@ -1197,9 +1334,14 @@ def _collectively(comm, fn, *args):
 def load_local(spec, comm, *, bias=False):
     """Load this rank's block of shard files; validate them on every rank together.
 
-    With S shard files and P ranks, rank r reads only ``files[r*S//P:(r+1)*S//P]``.
-    Every rank checks its own files and compares them with shard 0; a problem
-    found on any rank is raised on every rank, with the same message.
+    Rank 0 checks every file's attributes and structure (shapes, indptr) and
+    that the files agree; a glob may name the shards of several conversions
+    (directories), which must agree on features, labels and label mapping.
+    The rows are cut into canonical blocks (:func:`_canonical_blocks`) that
+    do not depend on the number of ranks P (up to 64), and rank r reads only
+    the row ranges of its blocks: any P up to the number of rows works, and
+    results are bitwise equal for every P. Files with query ids or
+    structured examples stay whole (then P is at most the number of files).
 
     Parameters
     ----------
@@ -1223,32 +1365,55 @@ def load_local(spec, comm, *, bias=False):
         or shards that disagree (on features, labels, query ids, row count,
         or dense and sparse ones mixed).
     """
-    def own_shards():
+    def survey():
         files = list_shards(spec)
-        label = _spec_label(spec, files)
-        S, P = len(files), comm.size
-        if S < P:
-            raise InputError(f"{label}: {S} shard file{'s' if S != 1 else ''} for {P} "
-                             "ranks: need at least one shard file per rank")
-        lo, hi = comm.rank * S // P, (comm.rank + 1) * S // P
-        metas = [_shard_meta(path, pos, files, label)
-                 for pos, path in enumerate(files[lo:hi], start=lo)]
-        return files, label, metas
+        light = [k for k, _, _ in _AGREED] + ["path", "n", "exact", "negative"]
+        return ([{key: m[key] for key in light} for m in _survey(files, _spec_label(spec, files))],
+                _spec_label(spec, files))
 
-    files, label, metas = _collectively(comm, own_shards)
-    first = comm.bcast_object({key: metas[0][key] for key, _, _ in _AGREED})  # from shard 0
-    counts = comm.gather_counts(sum(m["n"] for m in metas))
-    _collectively(comm, _check_agreement, files, label, metas, first, counts)
-    X, y, qid = _collectively(comm, _read_local, metas, bias)
+    error = surveyed = None
+    if comm.is_root:  # one rank checks every file's attributes; the others get the verdict
+        try:
+            surveyed = survey()
+        except InputError as exc:
+            error = exc
+    comm.check(error)
+    light, label = comm.bcast_object(surveyed)
+    blocks = _canonical_blocks(light, comm.size)
+    P, G = comm.size, len(blocks)
+    if G < P:
+        unit = "shard file" if light[0]["has_qid"] or light[0]["kind"] == STRUCTURED else "row"
+        raise CollectiveError(f"{label}: {G} {unit}{'s' if G != 1 else ''} for {P} ranks: need at least "
+                              f"one {unit} per rank" + (" (files with query ids or structured examples "
+                                                        "are not split)" if unit != "row" else ""))
+    mine = blocks[comm.rank * G // P:(comm.rank + 1) * G // P]
+    files = [m["path"] for m in light]
+    conversions = _conversions(files, label)
+
+    def read_mine():
+        pieces = {}  # file number -> (first row, end row) of this rank's blocks in it
+        for i, lo, hi in mine:
+            pieces[i] = (min(lo, pieces.get(i, (lo, hi))[0]), hi)
+        metas = []
+        for i, (lo, hi) in pieces.items():
+            whole = _shard_meta(files[i], *conversions[i])
+            metas.append(whole if (lo, hi) == (0, whole["n"]) else _slice_meta(whole, lo, hi))
+        return metas, _read_local(metas, bias)
+
+    metas, (X, y, qid) = _collectively(comm, read_mine)
+    first = light[0]
+    row_counts = [hi - lo for _, lo, hi in mine]
+    offset = sum(hi - lo for _, lo, hi in blocks[:comm.rank * G // P])
     return LocalData(X=X, y=y, qid=qid, n_features=first["d"],
-                     n_examples_total=first["n_total"], label_kind=first["kind"],
+                     n_examples_total=sum(m["n"] for m in light), label_kind=first["kind"],
                      classes=first["classes"], files=[m["path"] for m in metas],
-                     bias=bool(bias), row_offset=int(counts[:comm.rank].sum()),
-                     blocks=[0] + np.cumsum([m["n"] for m in metas]).tolist())
+                     bias=bool(bias), row_offset=int(offset),
+                     blocks=[0] + np.cumsum(row_counts).tolist(),
+                     positive=first["positive"], exact_width=first["exact"], negative=first["negative"])
 
 
 def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=None,
-                source=""):
+                source="", positive=None, exact_width=True):
     """Keep this rank's contiguous block of in-memory data present on every rank.
 
     Every rank holds the same full arrays (the demo data, the Python API) and
@@ -1275,6 +1440,10 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
         Override the inferred classes.
     source : str, optional
         Name of the data, used in messages.
+    positive : float, optional
+        One-vs-rest: this label becomes +1 and every other label -1.
+    exact_width : bool, default True
+        Recorded in :attr:`LocalData.exact_width`.
 
     Returns
     -------
@@ -1293,7 +1462,8 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
         n, d = A.shape
         if n == 0:
             raise InputError(f"{where}: no rows")
-        Y, kind, found = _prepare_labels(y, n, where, label_kind=label_kind, classes=classes)
+        Y, kind, found = _prepare_labels(y, n, where, label_kind=label_kind, classes=classes,
+                                         positive=positive)
         q = _as_qid(qid, n, where)
         blocks = _rank_blocks(_row_costs(A, not sp.issparse(A)), q, comm, where)
         a, b = blocks[0], blocks[-1]
@@ -1302,7 +1472,8 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
         return LocalData(X=_with_bias(mine, bias), y=np.ascontiguousarray(Y[a:b]),
                          qid=None if q is None else q[a:b].copy(), n_features=d,
                          n_examples_total=n, label_kind=kind, classes=found, files=[],
-                         bias=bool(bias), row_offset=a, blocks=[j - a for j in blocks])
+                         bias=bool(bias), row_offset=a, blocks=[j - a for j in blocks],
+                         positive=positive, exact_width=exact_width, negative=_raw_negative(y, positive))
 
     return _collectively(comm, keep_mine)
 

@@ -63,9 +63,12 @@ class _BMRMEstimator(BaseEstimator):
         A key of :data:`prbmrm.solvers.SOLVERS`.
     reg : str, default "l2"
         A key of :data:`prbmrm.regularizers.REGULARIZERS`.
-    epsilon, rel_epsilon : float, default 0.0 and 1e-3
+    epsilon, rel_epsilon : float or None, default None
         Stop when the gap (best objective - certified lower bound) is at most
-        `epsilon`, or at most `rel_epsilon` times the best objective.
+        `epsilon`, or at most `rel_epsilon` times the best objective:
+        `epsilon` alone stops on the absolute gap only, `rel_epsilon` alone or
+        neither on the relative one (default 1e-3), both on whichever is met
+        first (as ``--epsilon`` / ``--rel-epsilon``).
     max_iter : int, default 10000
         A ConvergenceWarning is issued if the gap test is not met by then.
     bias : bool, default True
@@ -99,8 +102,8 @@ class _BMRMEstimator(BaseEstimator):
     _default_losses = ()  # (the default loss, the one for more classes or 2-D targets)
     _losses = ()  # the names of the losses this estimator trains
 
-    def __init__(self, *, lam=1e-4, loss=None, loss_params=None, solver="bmrm", reg="l2", epsilon=0.0,
-                 rel_epsilon=1e-3, max_iter=10000, bias=True, idle_age=10):
+    def __init__(self, *, lam=1e-4, loss=None, loss_params=None, solver="bmrm", reg="l2", epsilon=None,
+                 rel_epsilon=None, max_iter=10000, bias=True, idle_age=10):
         self.lam = lam
         self.loss = loss
         self.loss_params = loss_params

@@ -23,7 +23,14 @@ MODEL_FORMAT = "prbmrm-model"
 
 @dataclass
 class Model:
-    """A trained model as read from a model file.
+    """A trained model: returned by :func:`prbmrm.fit`, read by :func:`prbmrm.load`.
+
+    It carries the label mapping it was trained with (attributes
+    ``label_kind``, ``classes``, ``positive``, ``negative``, ``n_features``, ``has_bias``,
+    ``loss``): :meth:`predict` answers in the training data's own labels and
+    :meth:`score` maps raw labels the same way. Models written before the
+    mapping was recorded (no ``positive`` attribute) load as models of
+    unmapped labels.
 
     Attributes
     ----------
@@ -49,8 +56,62 @@ class Model:
     path: dict = None
 
     def decision_function(self, X):
-        """Return the scores ``X @ w + bias`` of the rows of `X`."""
+        """Return the scores ``X @ w + bias`` of the rows of `X`.
+
+        Raises
+        ------
+        UsageError
+            If `X` does not have the model's number of features.
+        """
+        X = X if hasattr(X, "shape") else np.asarray(X, dtype=np.float64)
+        if X.shape[1] != self.w.shape[0]:
+            raise UsageError(f"X has {X.shape[1]} features, the model was trained on {self.w.shape[0]}")
         return np.asarray(X @ self.w) + self.bias
+
+    def loss(self):
+        """Return the model's loss, prepared for its training labels."""
+        from .losses import get_loss
+
+        loss = get_loss(self.attrs["loss"], **json.loads(self.attrs.get("loss_params", "{}")))
+        loss.prepare(self.attrs.get("classes"), self.attrs.get("label_kind"))
+        return loss
+
+    def predict(self, X):
+        """Return the labels predicted for the rows of `X`, in the training data's own labels.
+
+        A model trained one-vs-rest (``positive``) on data with two labels
+        answers with those two (e.g. 0 and 1); on data with more, with
+        ``positive`` and -1 for "another label".
+
+        Raises
+        ------
+        UsageError
+            If the loss predicts scores, not labels.
+        """
+        loss = self.loss()
+        if not loss.predicts_labels:
+            raise UsageError(f"loss {loss.name!r} predicts scores, not labels: use decision_function")
+        labels = loss.predict_labels(self.decision_function(X))
+        positive = self.attrs.get("positive")
+        if positive is None:
+            return labels
+        return np.where(labels > 0, positive, self.attrs.get("negative", -1.0))
+
+    def score(self, X, y):
+        """Return the accuracy on (`X`, `y`) for classification, R^2 for regression.
+
+        `y` holds raw labels, mapped as in training (``positive``).
+        """
+        y = np.asarray(y, dtype=np.float64)
+        if self.loss().task == "classification":
+            return float(np.mean(self.predict(X) == y))
+        residual = np.sum((y - self.decision_function(X)) ** 2)
+        return float(1.0 - residual / np.sum((y - y.mean(axis=0)) ** 2))
+
+    def save(self, path):
+        """Write the model to the HDF5 file `path` atomically (see :func:`save_model`)."""
+        save_model(path, self.w, self.bias, self.attrs, self.history,
+                   None if self.path is None else {"path": self.path})
 
     def at_lam(self, lam):
         """Return the model of the path's lambda `lam` (equal to 1e-9 relative).

@@ -29,7 +29,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from .data import (LocalData, _check_agreement, _collectively, _read_local, _shard_meta, _spec_label,
+from .data import (LocalData, _collectively, _read_local, _spec_label, _survey,
                    list_shards)
 from .errors import CollectiveError, CoordinatorError, InputError, PrbmrmError, UsageError
 from .losses import ScalarLoss
@@ -97,9 +97,7 @@ def load_party(spec, comm, *, bias=False):
     def own_set():
         files = list_shards(spec)
         label = _spec_label(spec, files)
-        metas = [_shard_meta(path, pos, files, label) for pos, path in enumerate(files)]
-        _check_agreement(files, label, metas, metas[0], np.array([m["n"] for m in metas]))
-        return metas
+        return _survey(files, label)
 
     metas = _collectively(comm, own_set)
     mine = {"d": metas[0]["d"], "kind": metas[0]["kind"], "has_qid": metas[0]["has_qid"]}

@@ -6,7 +6,6 @@ regression). Under ``mpiexec`` each rank scores its own shards and rank 0
 gathers the scores: only scalars cross rank boundaries.
 """
 
-import glob
 import json
 import os
 import sys
@@ -14,46 +13,12 @@ import sys
 import numpy as np
 
 from ._cli import ArgumentParser, run
-from .data import STRUCTURED, load_local, read_input, split_local
+from .data import STRUCTURED, load_local
 from .errors import CollectiveError, InputError, UsageError
+from .inputs import check_for_model, describe_mapping, load_input
 from .losses import get_loss
 from .model import check_writable, load_model
-
-
-def _is_shard_spec(path):
-    return os.path.isdir(path) or path.endswith(".h5") or glob.has_magic(path)
-
-
-def load_for_prediction(path, n_features, comm, label_kind=None):
-    """Return this rank's rows of `path` (shards or an SVMlight / npz / csv file).
-
-    Parameters
-    ----------
-    path : str
-    n_features : int
-        The model's number of features, so that a text file whose highest
-        feature index is lower still parses to the model's width.
-    comm : prbmrm.comm.SerialComm or MPIComm
-    label_kind : str, optional
-        The model's label kind: ``"multilabel"`` reads a text file's labels
-        as label sets, ``"multioutput"`` a 2-D ``y`` as real targets.
-
-    Returns
-    -------
-    prbmrm.data.LocalData
-    """
-    if _is_shard_spec(path):
-        return load_local(path, comm)
-    error, arrays = None, None
-    try:
-        arrays = read_input(path, multilabel=label_kind == "multilabel",
-                            multioutput=label_kind == "multioutput", n_features=n_features)
-    except InputError as problem:
-        error = problem
-    comm.check(error)
-    X, y, qid = arrays
-    two_d = label_kind if label_kind in ("multilabel", "multioutput") else None
-    return split_local(X, y, comm, qid=qid, source=path, label_kind=two_d)
+from .shard import add_label_column_option
 
 
 def align_label_columns(Y, data_classes, model_classes, where):
@@ -89,6 +54,10 @@ def main(argv, comm):
                         "(classification losses)")
     parser.add_argument("--lam", type=float, help="the lambda of a lambda path's model to apply "
                         "(default: the path's smallest, the model's /w)")
+    parser.add_argument("--positive", type=float, metavar="LABEL",
+                        help="one-vs-rest: the raw label the model's +1 stands for (default: the "
+                             "model's own mapping, recorded when it was trained with --positive)")
+    add_label_column_option(parser)
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     args = parser.parse_args(argv)
     error, model = None, None
@@ -111,16 +80,21 @@ def main(argv, comm):
     n_model = model.w.shape[0]
     classes = model.attrs.get("classes")
     multilabel = model.attrs.get("label_kind") == "multilabel"
-    local = load_for_prediction(args.data, n_model, comm, model.attrs.get("label_kind"))
+    positive = model.attrs.get("positive")
+    if args.positive is not None and positive is not None and args.positive != positive:
+        raise UsageError(f"--positive {args.positive:g}: the model {args.model} was trained with "
+                         f"--positive {positive:g}")
+    notes = []
+    local = load_input(args.data, comm, positive=positive if args.positive is None else args.positive,
+                       label_column=args.label_column, n_features=n_model,
+                       label_kind=model.attrs.get("label_kind"), notes=notes)
     if multilabel and local.label_kind == "multilabel":
         # Every rank sees the same global label ids, so every rank raises alike.
         local.y = align_label_columns(local.y, local.classes, classes, args.data)
-    if local.n_features > n_model:
-        # Every rank sees the same global n_features, so every rank raises this.
-        raise CollectiveError(f"{args.data}: data has {local.n_features} features, the model "
-                         f"{args.model} only {n_model}")
+    attrs = dict(model.attrs, n_features=model.attrs.get("n_features", n_model))
+    check_for_model(local, attrs, args.data, args.model)
     if local.n_features < n_model:
-        # A test file whose highest feature index is lower than the training data's.
+        # An SVMlight test file whose highest feature index is lower than the training data's.
         model.w = model.w[:local.n_features]
     scores = comm.gather_scalars(model.decision_function(local.X).ravel())
     labels = comm.gather_scalars(local.y.ravel())
@@ -137,6 +111,8 @@ def main(argv, comm):
             np.savetxt(temporary, values, fmt="%.17g")
             os.replace(temporary, path)
     if not args.quiet:
+        for line in notes + [describe_mapping(local)] * (local.positive is not None):
+            print(line)
         measures = ", ".join(f"{name} {value:.6g}"
                              for name, value in loss.metrics(scores, labels, qid).items())
         print(f"{len(scores)} examples from {args.data}: {measures}")

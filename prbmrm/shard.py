@@ -65,21 +65,33 @@ def build_parser():
                         help="store X dense (default for dense .npz and CSV input)")
     layout.add_argument("--sparse", dest="dense", action="store_const", const=False,
                         help="store X as CSR (default for SVMlight input)")
-    p.add_argument("--label-column", type=_columns, default=0, metavar="K[,K...]",
-                   help="column of the label in CSV input (default 0; -1 for the last); "
-                        "several comma-separated columns are multioutput targets")
+    add_label_column_option(p)
     p.add_argument("--overwrite", action="store_true",
                    help="replace existing part-*.h5 files in DIR")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
     return p
 
 
+def add_label_column_option(parser):
+    """Add ``--label-column`` (CSV input) to `parser`: shared by shard, train and predict."""
+    parser.add_argument("--label-column", type=_columns, default=0, metavar="K[,K...]",
+                        help="column of the label in CSV input, a number from 0 (default 0; -1 for the "
+                             "last) or a name of the header line; several comma-separated columns are "
+                             "multioutput targets. The header and the label column are reported")
+
+
 def _columns(text):
+    columns = [c.strip() for c in text.split(",")]
+    if not all(columns):
+        raise ArgumentTypeError(f"expected column numbers or names separated by commas, got {text!r}")
+    return _int_or_name(columns[0]) if len(columns) == 1 else [_int_or_name(c) for c in columns]
+
+
+def _int_or_name(text):
     try:
-        columns = [int(c) for c in text.split(",")]
+        return int(text)
     except ValueError:
-        raise ArgumentTypeError(f"expected a column number or comma-separated numbers, got {text!r}") from None
-    return columns[0] if len(columns) == 1 else columns
+        return text
 
 
 def _check_options(args):
@@ -130,18 +142,19 @@ def _main(argv):
         if any(ragged):
             paths = _shard_structured(args, ragged)
         else:
+            info = {}
             X, y, qid = data.read_input(args.inputs, multilabel=args.multilabel,
                                         multioutput=args.multioutput, n_features=args.n_features,
-                                        label_column=args.label_column)
+                                        label_column=args.label_column, info=info)
             paths = data.write_shards(X, y, args.out, args.parts, qid=qid,
                                       source=", ".join(args.inputs), dense=args.dense,
                                       multilabel=args.multilabel, multioutput=args.multioutput,
-                                      positive=args.positive,
-                                      overwrite=args.overwrite)
+                                      positive=args.positive, overwrite=args.overwrite,
+                                      exact_width=info["exact_width"])
     except MemoryError:
         raise InputError("out of memory while converting the input") from None
     if not args.quiet:
-        for line in _summary(paths, args.out):
+        for line in ([] if any(ragged) else info["notes"]) + _summary(paths, args.out):
             print(line)
     return 0
 

@@ -23,14 +23,16 @@ from ._cli import ArgumentParser, run
 from ._config import add_config_options, config_section, parse_configured
 from ._params import parse_params
 from .checkpoint import SignalFlag, checkpointing, verify_state
-from .data import STRUCTURED, load_local, split_local
+from .data import STRUCTURED, split_local
 from .errors import InputError, UsageError
 from .files import OutputClaim
+from .inputs import describe_mapping, load_input
 from .losses import LOSSES, get_loss
-from .model import check_writable, save_model
+from .model import Model, check_writable
 from .party import Party, load_party, party_path
 from .plugins import plugin_names
 from .regularizers import REGULARIZERS, get_regularizer
+from .shard import add_label_column_option
 from .risk import DistributedRisk, run_distributed
 from .solvers import SOLVERS, get_solver, minimize, solver_options
 from .solvers.lsbmrm import check_theta
@@ -55,16 +57,42 @@ def load_demo():
         return archive["X"], archive["y"]
 
 
+LAM_MIN = 1e-150
+"""The smallest lambda accepted: w grows like 1/lam, so below about 1e-154 its squared norm
+overflows float64 (and lam * Omega(w) loses every digit) long before the run ends."""
+
+DEFAULT_REL_EPSILON = 1e-3
+
+STOPPING_RULE = ("Stopping: --epsilon alone stops on the absolute gap; --rel-epsilon alone (or neither: "
+                 f"{DEFAULT_REL_EPSILON:g}) on the gap relative to the best objective; both given: whichever "
+                 "is met first.")
+
+
+def stopping_tolerances(epsilon=None, rel_epsilon=None):
+    """Return ``(epsilon, rel_epsilon)`` as the solvers take them (0 disables a test).
+
+    `epsilon` alone stops on the absolute gap only; `rel_epsilon` alone, or
+    neither, on the relative gap (default :data:`DEFAULT_REL_EPSILON`); both
+    given: on whichever is met first. None means "not given".
+    """
+    if rel_epsilon is None:
+        rel_epsilon = 0.0 if epsilon is not None else DEFAULT_REL_EPSILON
+    return (0.0 if epsilon is None else epsilon), rel_epsilon
+
+
 def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, solver="bmrm", theta=None):
     """Raise UsageError for option values no run can use (`lam` as for :func:`fit`)."""
     lams = [lam.smallest] if isinstance(lam, LamPath) else np.ravel(lam).tolist()
     for value in lams:
         if not (math.isfinite(value) and value > 0):
             raise UsageError(f"--lam must be a positive number, got {value:g}")
+        if value < LAM_MIN:
+            raise UsageError(f"--lam {value:g} is too small to be meaningful (below {LAM_MIN:g}, the "
+                             "weights, which grow like 1/lam, overflow float64)")
     if len(set(lams)) != len(lams):
         raise UsageError("--lam: the lambdas of a path must differ")
     for name, value in (("--epsilon", epsilon), ("--rel-epsilon", rel_epsilon)):
-        if not (math.isfinite(value) and value >= 0):
+        if value is not None and not (math.isfinite(value) and value >= 0):
             raise UsageError(f"{name} must be >= 0, got {value:g}")
     if max_iter < 1:
         raise UsageError(f"--max-iter must be >= 1, got {max_iter}")
@@ -79,9 +107,9 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
 
 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
-        reg_params=None, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, bundle_size=0,
+        reg_params=None, epsilon=None, rel_epsilon=None, max_iter=10000, idle_age=10, bundle_size=0,
         theta=None, solver_params=None, callback=None, comm=None, checkpoint=None, checkpoint_every=0,
-        resume=None, stop=None, party=None):
+        resume=None, stop=None, party=None, positive=None, label_column=0, report=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -90,7 +118,9 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     ----------
     data : str, list of str, tuple (X, y) or (X, y, options), RaggedExamples, or None
         A shard directory, glob or list of shard files (each rank opens only
-        its own block), or in-memory arrays ``(X, y)`` present on every rank
+        its own block), an SVMlight/LIBSVM, ``.npz`` or ``.csv`` file (read
+        on every rank, which keeps its block of rows: see
+        :func:`prbmrm.inputs.load_input`), or in-memory arrays ``(X, y)`` present on every rank
         (each rank keeps its block of rows); `options` are keywords of
         :func:`prbmrm.data.split_local` (``qid``, ``label_kind``, ``classes``).
         Structured examples (for a structured loss) come as shards of
@@ -117,9 +147,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         object (then `reg_params` is ignored).
     reg_params : dict, optional
         The regularizer's parameters (``--reg-param NAME=VALUE``).
-    epsilon, rel_epsilon : float
+    epsilon, rel_epsilon : float or None
         Stop when the gap is at most `epsilon`, or at most `rel_epsilon` times
-        the best objective (0 disables either). Ignored under differential
+        the best objective: `epsilon` alone stops on the absolute gap only,
+        `rel_epsilon` alone or neither on the relative one (default 1e-3), both
+        on whichever is met first (see :func:`stopping_tolerances`). Ignored under differential
         privacy, where the gap is noisy: the run takes `max_iter` iterations.
     max_iter : int
     idle_age : int
@@ -152,6 +184,14 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         Party mode: rank r is party r, `data` names each party's own files
         (a template with ``{rank}``, or a list with one entry per party) and
         every sum is a secure aggregation (see :mod:`prbmrm.party`).
+    positive : float, optional
+        One-vs-rest: map this label to +1 and every other to -1 (as
+        ``prbmrm.shard --positive``); recorded in the model.
+    label_column : int, str or list, default 0
+        CSV input: the label column (number or header name).
+    report : callable, optional
+        Called on rank 0 with each line that describes the input (a CSV's
+        header and label column, the label mapping), before training.
 
     Returns
     -------
@@ -169,6 +209,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
 
     comm = get_comm() if comm is None else comm
     check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size, solver, theta)
+    epsilon, rel_epsilon = stopping_tolerances(epsilon, rel_epsilon)
     if party is not None:
         if not isinstance(lam, numbers.Real) or checkpoint or resume:
             raise UsageError("party mode trains one lambda and takes no --checkpoint or --resume")
@@ -182,6 +223,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
                **({} if theta is None else {"theta": theta}))
     options = solver_options(solver, own)
     regularizer = get_regularizer(reg, **(reg_params or {})) if isinstance(reg, str) else reg
+    notes = []
     if data is None:
         X, y = load_demo()
         local = split_local(X, y, comm, bias=bias, source=DEMO_NAME)
@@ -191,9 +233,13 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         local = split_examples(data, comm, source="examples")
     elif isinstance(data, tuple):
         X, y, *data_options = data
-        local = split_local(X, y, comm, bias=bias, source="arrays", **(data_options[0] if data_options else {}))
+        local = split_local(X, y, comm, bias=bias, source="arrays", positive=positive,
+                            **(data_options[0] if data_options else {}))
     else:
-        local = load_local(data, comm, bias=bias)
+        local = load_input(data, comm, bias=bias, positive=positive, label_column=label_column, notes=notes)
+    if report is not None and comm.is_root:
+        for line in notes + [describe_mapping(local)] * (local.positive is not None):
+            report(line)
     where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
     structured = loss_object.structured
     if bias and structured:
@@ -474,8 +520,13 @@ def build_parser():
     """Return the argument parser of ``python -m prbmrm.train``."""
     parser = ArgumentParser(prog="prbmrm.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="shard directory or glob of shard files "
-                        "(python -m prbmrm.shard makes them); with --parties each party's, a template "
-                        "such as 'site-{rank}.h5'; default: the embedded demo data")
+                        "(python -m prbmrm.shard makes them), or an SVMlight/LIBSVM, .npz or .csv file "
+                        "(read on every rank, each keeping its rows); with --parties each party's, a "
+                        "template such as 'site-{rank}.h5'; default: the embedded demo data")
+    parser.add_argument("--positive", type=float, metavar="LABEL",
+                        help="one-vs-rest: map LABEL to +1 and every other label to -1 (as prbmrm.shard "
+                        "--positive); recorded in the model, which predict applies to raw labels")
+    add_label_column_option(parser)
     parser.add_argument("--loss", default="hinge", help=f"loss: {', '.join([*LOSSES, *plugin_names('loss')])} (default hinge)")
     parser.add_argument("--loss-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")
@@ -496,10 +547,12 @@ def build_parser():
                         "(default l2)")
     parser.add_argument("--reg-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the regularizer, e.g. p=1.5 for lp (repeatable)")
-    parser.add_argument("--epsilon", type=float, default=0.0,
-                        help="stop when the gap (best objective - lower bound) <= this (default 0: off)")
-    parser.add_argument("--rel-epsilon", type=float, default=1e-3,
-                        help="stop when the gap <= this times the best objective (default 1e-3)")
+    parser.add_argument("--epsilon", type=float,
+                        help="stop when the gap (best objective - lower bound) <= this; given alone, "
+                        "the only gap test (the default --rel-epsilon no longer applies)")
+    parser.add_argument("--rel-epsilon", type=float,
+                        help="stop when the gap <= this times the best objective (default "
+                        f"{DEFAULT_REL_EPSILON:g} unless --epsilon alone is given). {STOPPING_RULE}")
     parser.add_argument("--max-iter", type=int, default=10000, help="maximum iterations (default 10000)")
     parser.add_argument("--idle-age", type=int, default=10,
                         help="drop planes whose multiplier stayed 0 this many iterations (default 10; 0: never)")
@@ -657,7 +710,8 @@ def _main(argv, comm, held):
                                   idle_age=args.idle_age, bundle_size=args.bundle_size, theta=args.theta,
                                   solver_params=solver_params, callback=_callbacks(table, log), comm=comm,
                                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                                  resume=args.resume, stop=interrupted, party=party)
+                                  resume=args.resume, stop=interrupted, party=party, positive=args.positive,
+                                  label_column=args.label_column, report=print if verbose else None)
     status = comm.bcast_object(interrupted.exit_status)
     mean_delta = training_mean_delta(result, local, loss, comm) if loss.structured else None
     if party is not None and not args.quiet and not comm.is_root:
@@ -666,29 +720,17 @@ def _main(argv, comm, held):
         return status
     seconds = time.perf_counter() - started
     path = result if isinstance(result, PathResult) else None
-    result = result if path is None else path.last
-    w, bias = split_weights(result.w, loss, args.bias)
-    history, groups = (result.history, None) if path is None else path_tables(path, loss, args.bias)
-    nonzeros = int(np.count_nonzero(w))
     options = {key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")}
-    attrs = {"objective": result.fun, "lower_bound": result.lower_bound, "gap": result.gap,
-             "iterations": result.nit, "status": result.status, "message": result.message,
-             "lam": args.lam if path is None else path.lams[-1],
-             "loss": args.loss, "loss_params": json.dumps(_absolute_files(loss_params)),
-             "solver": args.solver, "reg": args.reg, "reg_params": json.dumps(_absolute_files(reg_params)),
-             "nonzeros": nonzeros,
-             "has_bias": bool(args.bias), "n_features": local.n_features,
-             "n_examples": local.n_examples_total, "ranks": comm.size,
-             "data": args.data or DEMO_NAME, "label_kind": local.label_kind,
-             "options": json.dumps(options), "seconds": seconds}
-    if local.classes is not None:
-        attrs["classes"] = np.asarray(local.classes, dtype=np.float64)
+    model = build_model(result, local, loss, comm.size, seconds, lam=args.lam, loss_name=args.loss,
+                        loss_params=loss_params, solver=args.solver, reg=args.reg, reg_params=reg_params,
+                        bias=args.bias, data=args.data or DEMO_NAME, options=options)
+    result, w, history = (result if path is None else path.last), model.w, model.history
     if mean_delta is not None:
-        attrs["train_mean_delta"] = mean_delta
+        model.attrs["train_mean_delta"] = mean_delta
     if party is not None:
-        attrs.update(party.model_attrs())
+        model.attrs.update(party.model_attrs())
     if writes:
-        save_model(out, w, bias, attrs, history, groups)
+        model.save(out)
     if verbose:
         table.finish()
         if path is not None:
@@ -703,7 +745,7 @@ def _main(argv, comm, held):
               f"seconds: risk {totals['seconds_risk']:.3f}, subproblem {totals['seconds_subproblem']:.3f}, "
               f"comm {totals['seconds_comm']:.3f}, total {seconds:.3f} on {comm.size} rank(s); "
               f"{local.n_examples_total} examples x {local.n_features} features"
-              f"{' + bias' if args.bias else ''}; {nonzeros} of {w.size} weights nonzero")
+              f"{' + bias' if args.bias else ''}; {model.attrs['nonzeros']} of {w.size} weights nonzero")
         if mean_delta is not None:
             print(f"training mean Delta {mean_delta:.6g}")
         print(f"model written to {out}" if writes else "model not written here (--model-to)")
@@ -714,6 +756,47 @@ def _main(argv, comm, held):
               f"{f'; checkpoint written to {args.checkpoint}' if args.checkpoint else ''}",
               file=sys.stderr, flush=True)
     return status
+
+
+def build_model(result, local, loss, ranks, seconds, *, lam, loss_name, loss_params, solver, reg, reg_params,
+                bias, data, options):
+    """Return the :class:`prbmrm.model.Model` of a run: weights, training summary and label mapping.
+
+    Parameters
+    ----------
+    result : prbmrm.solvers.Result or prbmrm.solvers.path.PathResult
+        Rank 0's result of :func:`fit`.
+    local : prbmrm.data.LocalData
+        The data as loaded (its label kind, classes, mapping and width are recorded).
+    loss : prbmrm.losses.Loss
+        The prepared loss.
+    ranks : int
+    seconds : float
+        Wall seconds of the run.
+    lam, loss_name, loss_params, solver, reg, reg_params, bias, data, options
+        The run's settings as given (``lam`` as for :func:`fit`, `loss_name`
+        the name :func:`prbmrm.losses.get_loss` takes, `data` the data's name).
+    """
+    path = result if isinstance(result, PathResult) else None
+    last = result if path is None else path.last
+    w, offset = split_weights(last.w, loss, bias)
+    history, groups = (last.history, None) if path is None else path_tables(path, loss, bias)
+    attrs = {"objective": last.fun, "lower_bound": last.lower_bound, "gap": last.gap,
+             "iterations": last.nit, "status": last.status, "message": last.message,
+             "lam": lam if path is None else path.lams[-1],
+             "loss": loss_name, "loss_params": json.dumps(_absolute_files(loss_params or {})),
+             "solver": solver, "reg": reg if isinstance(reg, str) else reg.name,
+             "reg_params": json.dumps(_absolute_files(reg_params or {})),
+             "nonzeros": int(np.count_nonzero(w)), "has_bias": bool(bias), "n_features": local.n_features,
+             "n_examples": local.n_examples_total, "ranks": ranks, "data": data,
+             "label_kind": local.label_kind, "options": json.dumps(options), "seconds": seconds}
+    if local.classes is not None:
+        attrs["classes"] = np.asarray(local.classes, dtype=np.float64)
+    if local.positive is not None:
+        attrs["positive"] = float(local.positive)
+    if local.negative is not None:
+        attrs["negative"] = float(local.negative)
+    return Model(w=w, bias=offset, attrs=attrs, history=history, path=None if groups is None else groups["path"])
 
 
 def training_mean_delta(result, local, loss, comm):

@@ -613,12 +613,17 @@ def test_shards_with_different_classes(small, tmp_path):
 
 
 def test_fewer_shard_files_than_ranks(small, tmp_path):
+    """Ranks read row ranges: 2 files serve 3 ranks; only fewer rows (or whole queries) than ranks fail."""
     X, y = small
-    data.write_shards(X, y, tmp_path, 2)
+    data.write_shards(X, y, tmp_path / "two", 2)
+    local = data.load_local(tmp_path / "two", FakeComm(rank=0, size=3))
+    n = local.n_local  # a third of the canonical blocks, which cut the first file's rows evenly
+    assert 15 <= n <= 25 and local.row_offset == 0 and local.files == [str(tmp_path / "two" / "part-00000.h5")]
+    assert same_matrix(local.X, X[:n]) and np.array_equal(local.y, y[:n])
+    data.write_shards(X[:2], y[:2], tmp_path / "tiny", 1)
     with pytest.raises(CollectiveError) as info:
-        data.load_local(tmp_path, FakeComm(rank=0, size=3))
-    assert str(info.value) == (f"{tmp_path}: 2 shard files for 3 ranks: "
-                               "need at least one shard file per rank")
+        data.load_local(tmp_path / "tiny", FakeComm(rank=0, size=3))
+    assert str(info.value) == f"{tmp_path / 'tiny'}: 2 rows for 3 ranks: need at least one row per rank"
 
 
 # --------------------------------------------------------------------------
@@ -644,7 +649,8 @@ def test_blocks_are_the_same_on_any_number_of_ranks(dna, tmp_path):
     X, y, _ = dna
     paths = data.write_shards(X, y, tmp_path, 5)
     L = data.load_local(tmp_path, SerialComm())
-    assert L.blocks == np.r_[0, np.cumsum(shard_rows(paths))].tolist()
+    # Shards are cut into canonical blocks (13 per file here, 64 / 5 rounded up) that refine the files.
+    assert set(np.r_[0, np.cumsum(shard_rows(paths))].tolist()) <= set(L.blocks) and len(L.blocks) == 66
 
     def global_blocks(size):
         out = set()
@@ -838,3 +844,35 @@ def test_load_local_under_mpi(mq2008, tmp_path):
                f"{tmp_path / 'cls2' / 'part-00001.h5'} has [0, 1, 4]")
     for o in ranks:  # the same message on every rank, no hang
         assert o["errors"] == [missing, mixed, classes]
+
+
+# ---- any number of ranks on any shard set: row ranges of canonical blocks, bitwise equal ----
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("parts", [1, 2])
+def test_fewer_shard_files_than_ranks_train_bitwise_equal(comm, mpi_tmp_path, parts):
+    """1 or 2 shard files on any number of ranks: each rank reads row ranges; BMRM equals 1 rank's bitwise."""
+    from conftest import load_svmlight, shared_shards
+    from prbmrm.losses import get_loss
+    from prbmrm.risk import DistributedRisk, run_distributed
+    from prbmrm.solvers import minimize
+
+    X, y = load_svmlight("a9a.xz")
+    X, y = X[:4000], y[:4000]
+    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=parts)
+    local = data.load_local(directory, comm, bias=True)
+    # Every row is held by exactly one rank, in order.
+    gathered = comm.gather_scalars(local.y)
+    if comm.is_root:
+        np.testing.assert_array_equal(gathered, y)
+
+    def run(local, comm):
+        oracle = DistributedRisk(get_loss("hinge"), local.X, local.y, local.n_examples_total, comm, local.blocks)
+        return run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), 1e-3, max_iter=60))
+
+    result = run(local, comm)
+    if comm.is_root:
+        expected = run(data.load_local(directory, SerialComm(), bias=True), SerialComm())
+        assert result.nit == expected.nit
+        np.testing.assert_array_equal(result.w, expected.w)
+        np.testing.assert_array_equal(result.history["lower_bound"], expected.history["lower_bound"])

@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 from .errors import CollectiveError, UsageError
+from .watch import DEFAULT_TIMEOUT, Watch
 
 # Where a launcher tells each process how many it started, innermost launcher
 # first: MPICH's hydra, Intel MPI and Slurm's pmi2 plugin set PMI_SIZE, Open MPI
@@ -149,6 +150,16 @@ class SerialComm:
     def barrier(self):
         """Wait for every rank."""
 
+    def set_rank_timeout(self, seconds):
+        """Set ``--rank-timeout``: seconds a collective waits before checking the other ranks answer."""
+
+    def request_stop(self, signum):
+        """Ask rank 0 to end the run at the next iteration: this rank caught `signum`."""
+
+    def stop_requested(self):
+        """Return the signal another rank caught and forwarded (rank 0), or None."""
+        return None
+
     def abort(self, status=1):
         """End the whole job at once with exit status `status`."""
         sys.stdout.flush()
@@ -157,39 +168,65 @@ class SerialComm:
 
 
 class MPIComm(SerialComm):
-    """Communicator over an ``mpi4py`` communicator (COMM_WORLD by default)."""
+    """Communicator over an ``mpi4py`` communicator (COMM_WORLD by default).
 
-    def __init__(self, mpi_comm=None):
+    Every collective is started nonblocking and completed by
+    :meth:`prbmrm.watch.Watch.wait`: a rank that stops answering ends the job
+    after `timeout` seconds instead of hanging it, and waiting ranks sleep
+    instead of spinning a core.
+
+    Parameters
+    ----------
+    mpi_comm : mpi4py.MPI.Intracomm, optional
+    timeout : float
+        ``--rank-timeout``: seconds before a waiting rank checks that the
+        others still answer (0: wait forever).
+    """
+
+    def __init__(self, mpi_comm=None, timeout=DEFAULT_TIMEOUT):
         from mpi4py import MPI
 
         self._MPI = MPI
         self.comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
+        self.watch = Watch(MPI, self.comm, timeout)
+
+    def _wait(self, request, what):
+        self.watch.wait(request, what)
+
+    def request_stop(self, signum):
+        self.watch.request_stop(signum)
+
+    def set_rank_timeout(self, seconds):
+        self.watch.timeout = float(seconds)
+
+    def stop_requested(self):
+        return self.watch.remote_stop
 
     def bcast_array(self, buf, root=0):
-        self.comm.Bcast([buf, self._MPI.DOUBLE], root=root)
+        self._wait(self.comm.Ibcast([buf, self._MPI.DOUBLE], root=root), "a broadcast")
         return buf
 
     def allreduce_sum(self, buf):
         # mpi4py takes the MPI datatype from the array's buffer format.
-        self.comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM)
+        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM), "a sum over ranks")
         return buf
 
     def allreduce_max(self, values):
         buf = np.array(values, dtype=np.float64)
-        self.comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MAX)
+        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MAX), "a maximum over ranks")
         return buf
 
     def allreduce_min(self, values):
         buf = np.array(values, dtype=np.float64)
-        self.comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MIN)
+        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MIN), "a minimum over ranks")
         return buf
 
     def gather_counts(self, n_local):
         counts = np.empty(self.size, dtype=np.int64)
-        self.comm.Allgather([np.array([n_local], dtype=np.int64), self._MPI.INT64_T],
-                            [counts, self._MPI.INT64_T])
+        self._wait(self.comm.Iallgather([np.array([n_local], dtype=np.int64), self._MPI.INT64_T],
+                                        [counts, self._MPI.INT64_T]), "a gather of counts")
         return counts
 
     def gather_scalars(self, local, root=0):
@@ -197,8 +234,8 @@ class MPIComm(SerialComm):
         counts = self.gather_counts(local.size)
         full = np.empty(int(counts.sum()), dtype=np.float64) if self.rank == root else None
         displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        self.comm.Gatherv([local, self._MPI.DOUBLE],
-                          [full, (counts, displs), self._MPI.DOUBLE], root=root)
+        self._wait(self.comm.Igatherv([local, self._MPI.DOUBLE],
+                                      [full, (counts, displs), self._MPI.DOUBLE], root=root), "a gather")
         return full
 
     def scatter_scalars(self, full, counts, root=0):
@@ -209,7 +246,7 @@ class MPIComm(SerialComm):
         if self.rank == root:
             send = [np.ascontiguousarray(full, dtype=np.float64), (counts, displs),
                     self._MPI.DOUBLE]
-        self.comm.Scatterv(send, [local, self._MPI.DOUBLE], root=root)
+        self._wait(self.comm.Iscatterv(send, [local, self._MPI.DOUBLE], root=root), "a scatter")
         return local
 
     def bcast_object(self, obj, root=0):
@@ -228,7 +265,7 @@ class MPIComm(SerialComm):
         raise CollectiveError(message)
 
     def barrier(self):
-        self.comm.Barrier()
+        self._wait(self.comm.Ibarrier(), "a barrier")
 
     def abort(self, status=1):
         sys.stdout.flush()

@@ -6,7 +6,8 @@
 #   export SLURM_CONF=DIR/slurm.conf           # then sbatch, squeue, sacct, scontrol ... use it
 #   cluster/slurm_local.sh stop DIR            # stop the daemons (DIR stays, with the logs)
 #
-# CPUS (default 4): virtual CPUs of the one node, whatever the machine has
+# CPUS (default 4): virtual CPUs of the one node, whatever the machine has, and
+# 64 GB of memory that Slurm only checks requests against
 # (SlurmdParameters=config_overrides), so a 2-core machine runs 4-task jobs.
 # Everything lives in DIR: the configuration, a munge key and socket, the
 # daemons' state, logs and pid files; nothing is written to /etc or /var.
@@ -26,6 +27,15 @@ action=$1 dir=$2 cpus=${3:-4}
 
 stop() {
     local name pid
+    # Jobs first: slurmd leaves a job's processes running when it stops.
+    if [ -f "$dir/slurmctld.pid" ] && [ -f "$dir/slurm.conf" ]; then
+        export SLURM_CONF=$dir/slurm.conf
+        scancel --user="$(id -un)" 2>/dev/null || true
+        for _ in $(seq 150); do
+            [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
+            sleep 0.2
+        done
+    fi
     for name in slurmd slurmctld munged; do
         [ -f "$dir/$name.pid" ] || continue
         pid=$(cat "$dir/$name.pid")
@@ -66,6 +76,9 @@ munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/socket" \
 
 cat > "$dir/slurm.conf" <<EOF
 ClusterName=prbmrm-local
+# Job ids from a random start: MPICH names its shared memory after the job and
+# step ids, so a run of another session must not meet a file an aborted one left.
+FirstJobId=$((RANDOM * 1000 + 1000))
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$(free_port)
 SlurmdPort=$(free_port)
@@ -95,10 +108,10 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$dir/jobcomp.txt
 MinJobAge=600
-KillWait=5
+KillWait=30
 InactiveLimit=0
 MessageTimeout=20
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=4000 State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=65536 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
 export SLURM_CONF=$dir/slurm.conf

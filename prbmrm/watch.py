@@ -33,7 +33,7 @@ import numpy as np
 DEFAULT_TIMEOUT = 60.0
 """Seconds a collective may wait before the other ranks are pinged (``--rank-timeout``)."""
 
-PONG_SECONDS = 3.0
+PONG_SECONDS = 5.0
 """How long a ping waits for its answers; a live rank's thread answers within :data:`POLL_SECONDS`."""
 
 POLL_SECONDS = 0.05
@@ -125,14 +125,21 @@ class Watch:
                 continue
             if now >= deadline or (self.signalled is not None and not self._pinged_for_signal):
                 self._pinged_for_signal = self.signalled is not None
-                silent = self.silent_ranks()
+                silent = self.silent_ranks(request)
+                if silent is None:
+                    return  # the collective completed meanwhile
                 if silent:
                     self._end(silent, what, waited)
                 deadline = time.monotonic() + self.timeout
             time.sleep(min(MAX_SLEEP, waited * SLEEP_FRACTION))
 
-    def silent_ranks(self):
-        """Ping every other rank; return those that do not answer within :data:`PONG_SECONDS`."""
+    def silent_ranks(self, request=None):
+        """Ping every other rank; return those that do not answer within :data:`PONG_SECONDS`.
+
+        Returns None as soon as `request` (the collective being waited for)
+        completes: then no one was silent, and a rank that finished its part
+        may exit without answering.
+        """
         MPI = self._MPI
         self._round += 1
         token = np.array([self._round], dtype=np.int64)
@@ -143,6 +150,8 @@ class Watch:
         answered, reply, status = set(), np.empty(1, dtype=np.int64), MPI.Status()
         end = time.monotonic() + min(PONG_SECONDS, self.timeout)
         while len(answered) < len(others) and time.monotonic() < end:
+            if request is not None and request.Test():
+                return None
             if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_PONG, status=status):
                 self.comm.Recv([reply, MPI.INT64_T], source=status.Get_source(), tag=_PONG)
                 if reply[0] == self._round:  # an answer to an earlier round proves less

@@ -76,14 +76,14 @@ fi
 # MPICH names its shared-memory file (/dev/shm/mpich_shm_*) after the job and
 # step ids, which a requeued job reuses: a file that an aborted run left behind
 # would be attached again and break MPI_Init ("Message truncated"). On every
-# node of the job, remove this user's such files that no process has mapped
-# or open (an MPI job running there keeps its own).
+# node of the job, remove this user's such files older than a minute that no
+# process has mapped or open (an MPI job running there keeps its own).
 prbmrm_clean_shm() {
     srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --mpi=none bash -c '
         used=$(cat /proc/[0-9]*/maps 2>/dev/null; ls -l /proc/[0-9]*/fd 2>/dev/null)
-        for f in /dev/shm/mpich_shm_*; do
-            [ -O "$f" ] && ! grep -qF "$f" <<< "$used" && rm -f "$f" && echo "prbmrm: removed a stale $f"
-        done; true'
+        find /dev/shm -maxdepth 1 -name "mpich_shm_*" -user "$(id -un)" -mmin +1 | while read -r f; do
+            grep -qF "$f" <<< "$used" || { rm -f "$f" && echo "prbmrm: removed a stale $f"; }
+        done'
 }
 
 # prbmrm_step COMMAND...: run COMMAND as one srun step, one MPI rank per task.

@@ -318,8 +318,9 @@ def check_launch(comm, environ=None):
     the MPI library of mpi4py speaks, or the ``mpiexec`` of another MPI), each
     training on all the data and writing the same model file; and a rank
     count that differs from the Slurm job's task count (``SLURM_NTASKS``),
-    e.g. a plain ``python`` in a batch script or ``mpiexec -n`` with another
-    count. Collective: every rank calls it and every rank raises together.
+    e.g. a plain ``python`` in a batch script. The MPI library's own launcher count, when set, is trusted over
+    the Slurm job's (an ``mpiexec`` inside an allocation may start any number
+    of ranks). Collective: every rank calls it and every rank raises together.
 
     Parameters
     ----------
@@ -346,7 +347,10 @@ def check_launch(comm, environ=None):
             f"see slurm/train.sbatch")
     elif name is not None and started != comm.size:
         error = UsageError(f"{name}={started} but MPI_COMM_WORLD has {comm.size} ranks")
-    elif tasks is not None and tasks != comm.size:
+    elif name is None and tasks is not None and tasks != comm.size:
+        # Only without a launcher of its own: mpiexec inside an allocation starts its
+        # daemons with srun -n 1, so its ranks see SLURM_NTASKS=1; the MPI library's
+        # own count (PMI_SIZE, which agreed above) is the one to trust.
         fix = "start it with srun" if comm.size == 1 else f"start {tasks} ranks (srun, or mpiexec -n {tasks})"
         error = UsageError(f"{tasks_name}={tasks}: the Slurm job has {tasks} tasks but MPI_COMM_WORLD "
                            f"has {comm.size} rank{'s' if comm.size > 1 else ''}: {fix}, one rank per task")

@@ -53,18 +53,16 @@ def slurm(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    """3000 rows of a9a as 4 shards, and the SVMlight file they came from."""
+def shards(slurm, tmp_path_factory):
+    """3000 rows of a9a cut into 4 shards by slurm/shard.sbatch, and the SVMlight file they came from."""
     from sklearn.datasets import dump_svmlight_file
-
-    from prbmrm.data import read_input, write_shards
 
     directory = tmp_path_factory.mktemp("a9a")
     X, y = load_svmlight("a9a.xz")
     source = directory / "a9a-3000.txt"
     dump_svmlight_file(X[:3000], y[:3000], str(source), zero_based=False)
-    X, y, _ = read_input(str(source))
-    write_shards(X, y, str(directory / "shards"), 4)
+    sbatch(slurm, directory, "shard.sbatch", source, 4, "shards", "--quiet")
+    assert sorted(os.listdir(directory / "shards")) == [f"part-{i:05d}.h5" for i in range(4)]
     return directory / "shards", source
 
 
@@ -183,7 +181,9 @@ def test_preempted_and_requeued_job_resumes_and_equals_one_process(slurm, shards
         wait_for(lambda: rows_since(log, restart + 1) or not running(slurm, job), f"run {restart + 1}")
     wait_for(lambda: not running(slurm, job), "the job to end")
     text = log.read_text()
-    assert sacct(slurm, "requeued").count("REQUEUED") == 2
+    # The completion log records each requeue as the job's state then, PENDING.
+    states = [line.split()[2] for line in sacct(slurm, "requeued").splitlines()]
+    assert states == ["PENDING"] * 3 + ["COMPLETED"], states
     # The log was appended to: every run's lines are there, each resumed where the last stopped.
     assert text.count("interrupted by signal 15") == 2 and text.count("interrupted by signal 10") == 1, text
     assert "requeueing job" in text and "Abort" not in text

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from .errors import CollectiveError, UsageError
-from .watch import DEFAULT_TIMEOUT, Watch
+from .watch import DEFAULT_TIMEOUT, Watch, abort
 
 # Where a launcher tells each process how many it started, innermost launcher
 # first: MPICH's hydra, Intel MPI and Slurm's pmi2 plugin set PMI_SIZE, Open MPI
@@ -268,9 +268,7 @@ class MPIComm(SerialComm):
         self._wait(self.comm.Ibarrier(), "a barrier")
 
     def abort(self, status=1):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self.comm.Abort(status)
+        abort(self._MPI, status)
 
 
 def _first_count(names, environ):

@@ -24,6 +24,7 @@ which alone imports mpi4py.
 """
 
 import atexit
+import os
 import sys
 import threading
 import time
@@ -52,6 +53,25 @@ EXIT_SILENT_RANK = 6
 """Exit status of a job ended because a rank stopped answering."""
 
 _PING, _PONG, _STOP = 1, 2, 3
+
+ABORT_SECONDS = 1.0
+"""How long MPI_Abort may take before the process exits by itself."""
+
+
+def abort(MPI, status):
+    """End the whole job: MPI_Abort, and exit with `status` if that has not ended this process soon.
+
+    Under ``srun`` a step that Slurm is already ending ignores the abort
+    request and leaves the process in MPI_Abort until the step's kill
+    timeout; a process that exits non-zero on its own ends the step
+    (``--kill-on-bad-exit``) or the ``mpiexec`` job as well.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    timer = threading.Timer(ABORT_SECONDS, os._exit, (status,))
+    timer.daemon = True
+    timer.start()
+    MPI.COMM_WORLD.Abort(status)
 
 
 class Watch:
@@ -172,10 +192,8 @@ class Watch:
                   f"or network; --rank-timeout {self.timeout:g}): ending the job",
                   file=sys.stderr, flush=True)
         else:
-            time.sleep(1.0)  # let the reporting rank print before anyone aborts
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self._MPI.COMM_WORLD.Abort(EXIT_SILENT_RANK)
+            time.sleep(0.5)  # let the reporting rank print before anyone aborts
+        abort(self._MPI, EXIT_SILENT_RANK)
 
     def _answer(self):
         """The thread: answer pings, and carry stop requests to rank 0."""

@@ -124,8 +124,9 @@ def test_lambda_sweep_as_a_job_array(slurm, shards, tmp_path):
                  options=["--array=0-1", "--ntasks=2"], LAMBDAS="1e-2 1e-3", VALID=str(source))
     records = sacct(slurm, "prbmrm-sweep")
     assert records.count("COMPLETED") == 2, records
-    for task, lam in enumerate((1e-2, 1e-3)):
-        model = load_model(str(tmp_path / "sweep" / f"model-lam{lam:g}.h5"))
+    for task, lam in enumerate(("1e-2", "1e-3")):
+        model = load_model(str(tmp_path / "sweep" / f"model-lam{lam}.h5"))
+        lam = float(lam)
         assert model.attrs["lam"] == lam and model.attrs["ranks"] == 2  # the array's lambda wins over --lam
         assert_same(model, serial_w(data, lam=lam))
         log = (tmp_path / f"prbmrm-sweep-{job}_{task}.out").read_text()

@@ -160,10 +160,11 @@ def restart_now(slurm, job):
     """Wait for the requeued job to be pending, then let it start at once.
 
     Slurm holds a requeued job back for 120 s (its begin time); a cluster
-    user waits, the test moves the begin time to now.
+    user waits, the test moves the begin time to 5 s from now: slurmd
+    refuses to start a job it is still ending ("Job credential revoked").
     """
     wait_for(lambda: state(slurm, job) == "PENDING", "the job to be requeued")
-    command(slurm, "scontrol", "update", f"JobId={job}", "StartTime=now")
+    command(slurm, "scontrol", "update", f"JobId={job}", "StartTime=now+5")
 
 
 @pytest.mark.timeout(900)

@@ -167,6 +167,9 @@ class SerialComm:
         os._exit(status)
 
 
+_WATCHES = {}
+
+
 class MPIComm(SerialComm):
     """Communicator over an ``mpi4py`` communicator (COMM_WORLD by default).
 
@@ -190,7 +193,13 @@ class MPIComm(SerialComm):
         self.comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
-        self.watch = Watch(MPI, self.comm, timeout)
+        # One watch (a duplicate communicator and a thread) per MPI communicator, however
+        # many MPIComm wrap it: every rank creates the same wrappers in the same order.
+        key = self.comm.py2f()
+        if key not in _WATCHES:
+            _WATCHES[key] = Watch(MPI, self.comm, timeout)
+        self.watch = _WATCHES[key]
+        self.watch.timeout = float(timeout)
 
     def _wait(self, request, what):
         self.watch.wait(request, what)

@@ -30,10 +30,17 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def single_blas_thread(size, environ):
-    """Whether a run on `size` ranks limits BLAS to one thread: under MPI always, serially unless
-    the environment sets a thread count (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``)."""
-    return size > 1 or not any(name in environ for name in _THREAD_VARIABLES)
+def blas_threads(size, environ):
+    """BLAS threads per process, or None to leave the pools alone.
+
+    Under MPI the cores Slurm gave the task (``SLURM_CPUS_PER_TASK``), else
+    one; a serial run keeps what the environment asks for
+    (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``), else one.
+    """
+    cores = environ.get("SLURM_CPUS_PER_TASK", "").strip()
+    if size > 1:
+        return int(cores) if cores.isdigit() and int(cores) > 0 else 1
+    return None if any(name in environ for name in _THREAD_VARIABLES) else 1
 
 
 def run(main, prog, argv=None):
@@ -57,15 +64,17 @@ def run(main, prog, argv=None):
     comm = get_comm()
     # Warnings (e.g. party mode's LeakWarning) read like errors: one line, the program's name.
     warnings.formatwarning = lambda message, category, *_: f"{prog}: warning: {message}\n"
-    if single_blas_thread(comm.size, os.environ):
+    threads = blas_threads(comm.size, os.environ)
+    if threads is not None:
         # The dense products here are vectors of m or d and bundles of a few hundred
         # planes, too small to gain from BLAS threads; under MPI every core runs a rank
         # already, and OpenBLAS threads on a busy machine slow them many-fold (a
         # 16k-element dot on 2 loaded cores: 0.003 ms on one thread, 10 ms on two).
-        # A serial run keeps the threads the user asks for through the environment.
+        # A serial run keeps the threads the user asks for through the environment,
+        # a Slurm task the cores it was given (--cpus-per-task).
         from threadpoolctl import threadpool_limits
 
-        threadpool_limits(1)
+        threadpool_limits(threads)
     try:
         check_launch(comm)
         return main(argv, comm)

@@ -403,13 +403,18 @@ def _mismatch(meta, options, fingerprint):
 
 
 class SignalFlag:
-    """Context manager: SIGINT and SIGTERM set a flag instead of ending the process.
+    """Context manager: SIGINT, SIGTERM and SIGUSR1 ask the run to stop instead of ending the process.
 
-    Installed on rank 0 around training: the solver checks the flag between
-    iterations (through :class:`Checkpointer`), writes a final checkpoint and
-    stops the serving ranks with the normal stop message. The other ranks
-    ignore both signals meanwhile (mpiexec forwards a signal it gets to every
-    rank): rank 0 ends them.
+    Installed on every rank around training. Rank 0 checks the flag between
+    iterations (through :class:`Checkpointer`): the solver writes a final
+    checkpoint and stops the serving ranks with the normal stop message, so
+    every rank leaves through MPI_Finalize. A signal caught on another rank
+    is forwarded to rank 0 (:meth:`prbmrm.comm.MPIComm.request_stop`), so
+    one signalled rank is enough; ``mpiexec`` and ``srun`` forward a signal
+    they get to every rank. SIGUSR1 is Slurm's usual "checkpoint and stop
+    before the time limit or a preemption" (``sbatch --signal``); MPICH's
+    ``MPI_Init`` installs a SIGUSR1 handler of its own (libmpi), which this
+    replaces while training, since MPI is initialized before.
 
     Parameters
     ----------
@@ -418,33 +423,39 @@ class SignalFlag:
     Attributes
     ----------
     signum : int or None
-        The signal received, if any.
+        The signal received by this rank, or forwarded to rank 0 from another, if any.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
     def __init__(self, comm):
         self.comm = comm
-        self.signum = None
+        self._own = None
         self._previous = {}
+
+    @property
+    def signum(self):
+        return self._own if self._own is not None else self.comm.stop_requested()
 
     def __call__(self):
         return self.signum is not None
 
     def _handle(self, signum, frame):
-        self.signum = signum
+        if self._own is None:
+            self._own = signum
+            self.comm.request_stop(signum)
 
     def __enter__(self):
-        handler = self._handle if self.comm.is_root else signal.SIG_IGN
-        self._previous = {s: signal.signal(s, handler) for s in self.SIGNALS}
+        self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
         return self
 
     def __exit__(self, *exc):
         for s, previous in self._previous.items():
-            signal.signal(s, previous)
+            if previous is not None:  # None: a C handler (MPICH's SIGUSR1), which Python cannot restore
+                signal.signal(s, previous)
         return False
 
     @property
     def exit_status(self):
-        """int: 128 + the signal number after a signal (130 SIGINT, 143 SIGTERM), else 0."""
+        """int: 128 + the signal number after a signal (130 SIGINT, 143 SIGTERM, 138 SIGUSR1), else 0."""
         return 0 if self.signum is None else 128 + self.signum

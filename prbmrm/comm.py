@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 from .errors import CollectiveError, UsageError
+from .watch import DEFAULT_TIMEOUT, Watch, abort
 
 # Where a launcher tells each process how many it started, innermost launcher
 # first: MPICH's hydra, Intel MPI and Slurm's pmi2 plugin set PMI_SIZE, Open MPI
@@ -149,6 +150,16 @@ class SerialComm:
     def barrier(self):
         """Wait for every rank."""
 
+    def set_rank_timeout(self, seconds):
+        """Set ``--rank-timeout``: seconds a collective waits before checking the other ranks answer."""
+
+    def request_stop(self, signum):
+        """Ask rank 0 to end the run at the next iteration: this rank caught `signum`."""
+
+    def stop_requested(self):
+        """Return the signal another rank caught and forwarded (rank 0), or None."""
+        return None
+
     def abort(self, status=1):
         """End the whole job at once with exit status `status`."""
         sys.stdout.flush()
@@ -156,40 +167,75 @@ class SerialComm:
         os._exit(status)
 
 
-class MPIComm(SerialComm):
-    """Communicator over an ``mpi4py`` communicator (COMM_WORLD by default)."""
+_WATCHES = {}
 
-    def __init__(self, mpi_comm=None):
+
+class MPIComm(SerialComm):
+    """Communicator over an ``mpi4py`` communicator (COMM_WORLD by default).
+
+    Every collective is started nonblocking and completed by
+    :meth:`prbmrm.watch.Watch.wait`: a rank that stops answering ends the job
+    after `timeout` seconds instead of hanging it, and waiting ranks sleep
+    instead of spinning a core.
+
+    Parameters
+    ----------
+    mpi_comm : mpi4py.MPI.Intracomm, optional
+    timeout : float
+        ``--rank-timeout``: seconds before a waiting rank checks that the
+        others still answer (0: wait forever).
+    """
+
+    def __init__(self, mpi_comm=None, timeout=DEFAULT_TIMEOUT):
         from mpi4py import MPI
 
         self._MPI = MPI
         self.comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
+        # One watch (a duplicate communicator and a thread) per MPI communicator, however
+        # many MPIComm wrap it: every rank creates the same wrappers in the same order.
+        key = self.comm.py2f()
+        if key not in _WATCHES:
+            _WATCHES[key] = Watch(MPI, self.comm, timeout)
+        self.watch = _WATCHES[key]
+        self.watch.timeout = float(timeout)
+
+    def _wait(self, request, what):
+        self.watch.wait(request, what)
+
+    def request_stop(self, signum):
+        self.watch.request_stop(signum)
+
+    def set_rank_timeout(self, seconds):
+        self.watch.timeout = float(seconds)
+
+    def stop_requested(self):
+        return self.watch.remote_stop
 
     def bcast_array(self, buf, root=0):
-        self.comm.Bcast([buf, self._MPI.DOUBLE], root=root)
+        self._wait(self.comm.Ibcast([buf, self._MPI.DOUBLE], root=root), "a broadcast")
         return buf
 
     def allreduce_sum(self, buf):
         # mpi4py takes the MPI datatype from the array's buffer format.
-        self.comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM)
+        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM), "a sum over ranks")
         return buf
 
     def allreduce_max(self, values):
         buf = np.array(values, dtype=np.float64)
-        self.comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MAX)
+        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MAX), "a maximum over ranks")
         return buf
 
     def allreduce_min(self, values):
         buf = np.array(values, dtype=np.float64)
-        self.comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MIN)
+        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MIN), "a minimum over ranks")
         return buf
 
     def gather_counts(self, n_local):
         counts = np.empty(self.size, dtype=np.int64)
-        self.comm.Allgather([np.array([n_local], dtype=np.int64), self._MPI.INT64_T],
-                            [counts, self._MPI.INT64_T])
+        self._wait(self.comm.Iallgather([np.array([n_local], dtype=np.int64), self._MPI.INT64_T],
+                                        [counts, self._MPI.INT64_T]), "a gather of counts")
         return counts
 
     def gather_scalars(self, local, root=0):
@@ -197,8 +243,8 @@ class MPIComm(SerialComm):
         counts = self.gather_counts(local.size)
         full = np.empty(int(counts.sum()), dtype=np.float64) if self.rank == root else None
         displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        self.comm.Gatherv([local, self._MPI.DOUBLE],
-                          [full, (counts, displs), self._MPI.DOUBLE], root=root)
+        self._wait(self.comm.Igatherv([local, self._MPI.DOUBLE],
+                                      [full, (counts, displs), self._MPI.DOUBLE], root=root), "a gather")
         return full
 
     def scatter_scalars(self, full, counts, root=0):
@@ -209,7 +255,7 @@ class MPIComm(SerialComm):
         if self.rank == root:
             send = [np.ascontiguousarray(full, dtype=np.float64), (counts, displs),
                     self._MPI.DOUBLE]
-        self.comm.Scatterv(send, [local, self._MPI.DOUBLE], root=root)
+        self._wait(self.comm.Iscatterv(send, [local, self._MPI.DOUBLE], root=root), "a scatter")
         return local
 
     def bcast_object(self, obj, root=0):
@@ -228,12 +274,10 @@ class MPIComm(SerialComm):
         raise CollectiveError(message)
 
     def barrier(self):
-        self.comm.Barrier()
+        self._wait(self.comm.Ibarrier(), "a barrier")
 
     def abort(self, status=1):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self.comm.Abort(status)
+        abort(self._MPI, status)
 
 
 def _first_count(names, environ):
@@ -281,8 +325,9 @@ def check_launch(comm, environ=None):
     the MPI library of mpi4py speaks, or the ``mpiexec`` of another MPI), each
     training on all the data and writing the same model file; and a rank
     count that differs from the Slurm job's task count (``SLURM_NTASKS``),
-    e.g. a plain ``python`` in a batch script or ``mpiexec -n`` with another
-    count. Collective: every rank calls it and every rank raises together.
+    e.g. a plain ``python`` in a batch script. The MPI library's own launcher count, when set, is trusted over
+    the Slurm job's (an ``mpiexec`` inside an allocation may start any number
+    of ranks). Collective: every rank calls it and every rank raises together.
 
     Parameters
     ----------
@@ -309,7 +354,10 @@ def check_launch(comm, environ=None):
             f"see slurm/train.sbatch")
     elif name is not None and started != comm.size:
         error = UsageError(f"{name}={started} but MPI_COMM_WORLD has {comm.size} ranks")
-    elif tasks is not None and tasks != comm.size:
+    elif name is None and tasks is not None and tasks != comm.size:
+        # Only without a launcher of its own: mpiexec inside an allocation starts its
+        # daemons with srun -n 1, so its ranks see SLURM_NTASKS=1; the MPI library's
+        # own count (PMI_SIZE, which agreed above) is the one to trust.
         fix = "start it with srun" if comm.size == 1 else f"start {tasks} ranks (srun, or mpiexec -n {tasks})"
         error = UsageError(f"{tasks_name}={tasks}: the Slurm job has {tasks} tasks but MPI_COMM_WORLD "
                            f"has {comm.size} rank{'s' if comm.size > 1 else ''}: {fix}, one rank per task")

@@ -23,6 +23,7 @@ from ._cli import ArgumentParser, run
 from ._config import add_config_options, config_section, parse_configured
 from ._params import parse_params
 from .checkpoint import SignalFlag, checkpointing, verify_state
+from .watch import DEFAULT_TIMEOUT
 from .data import STRUCTURED, split_local
 from .errors import InputError, UsageError
 from .files import OutputClaim
@@ -443,6 +444,31 @@ class JsonLog:
             os.close(descriptor)
 
 
+class PhaseSeconds:
+    """Sums the per-phase seconds of the progress rows of this run (a callback, rank 0).
+
+    Attributes
+    ----------
+    totals : dict
+        ``seconds_risk``, ``seconds_subproblem`` and ``seconds_comm`` summed over the rows seen.
+    """
+
+    NAMES = ("seconds_risk", "seconds_subproblem", "seconds_comm")
+
+    def __init__(self):
+        self.totals = dict.fromkeys(self.NAMES, 0.0)
+
+    def __call__(self, row):
+        for name in self.NAMES:
+            self.totals[name] += float(getattr(row, name))
+
+
+def partial_name(out):
+    """The file an interrupted run writes its best iterate to: ``model.h5`` -> ``model.interrupted.h5``."""
+    stem, extension = os.path.splitext(out)
+    return f"{stem}.interrupted{extension or '.h5'}"
+
+
 def _json_value(value):
     value = value.item() if isinstance(value, np.generic) else value
     return None if isinstance(value, float) and not math.isfinite(value) else value
@@ -592,17 +618,31 @@ def build_parser():
 
 
 def add_checkpoint_arguments(parser):
-    """Add ``--checkpoint``, ``--checkpoint-every`` and ``--resume`` to `parser`."""
+    """Add ``--checkpoint``, ``--checkpoint-every``, ``--resume``, ``--resume-if-exists`` and ``--rank-timeout``."""
     parser.add_argument("--checkpoint", metavar="PATH",
                         help="rank 0 writes the solver state here (atomically) every --checkpoint-every "
                         "iterations, at --max-iter and on SIGINT/SIGTERM")
     parser.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
                         help="checkpoint every N iterations (default 0: only at the end and on a signal)")
     parser.add_argument("--resume", metavar="PATH", help="continue from this checkpoint (same options and data)")
+    parser.add_argument("--resume-if-exists", action="store_true",
+                        help="continue from the --checkpoint file if it exists, else start afresh: the same "
+                        "command starts or continues a run (a requeued batch job)")
+    parser.add_argument("--rank-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help="a rank waiting this long in a collective checks that the others still answer; "
+                        f"one that does not ends the job, named (default {DEFAULT_TIMEOUT:g}; 0: wait forever)")
 
 
 def _check_checkpoint_arguments(args, comm):
-    """Raise UsageError for bad checkpoint options; check the checkpoint path is writable (collective)."""
+    """Raise UsageError for bad checkpoint options; check the checkpoint path is writable (collective).
+
+    Returns the checkpoint to resume from: ``--resume``, or with
+    ``--resume-if-exists`` the ``--checkpoint`` file if rank 0 sees it.
+    """
+    if not (math.isfinite(args.rank_timeout) and args.rank_timeout >= 0):
+        raise UsageError(f"--rank-timeout must be >= 0 seconds, got {args.rank_timeout:g}")
+    if args.resume_if_exists and (args.checkpoint is None or args.resume is not None):
+        raise UsageError("--resume-if-exists needs --checkpoint PATH (and no --resume)")
     if args.checkpoint_every < 0:
         raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     if args.checkpoint_every and args.checkpoint is None:
@@ -614,6 +654,11 @@ def _check_checkpoint_arguments(args, comm):
         except Exception as problem:
             error = problem
     comm.check(error)
+    if not args.resume_if_exists:
+        return args.resume
+    # Rank 0 alone reads the checkpoint: its view decides for every rank.
+    found = comm.allreduce_max([comm.is_root and os.path.exists(args.checkpoint)])[0]
+    return args.checkpoint if found else None
 
 
 _PARTY_ONLY = ("party_data", "model_to", "allow_score_sharing", "verify_coordinator", "dp_epsilon",
@@ -672,6 +717,7 @@ def _main(argv, comm, held):
     args = parse_configured(build_parser(), argv, comm)
     if args is None:  # --print-config
         return 0
+    comm.set_rank_timeout(args.rank_timeout)
     lam = lam_option(args)
     check_options(lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age, args.bundle_size,
                   args.solver, args.theta)
@@ -696,21 +742,22 @@ def _main(argv, comm, held):
         except Exception as problem:
             error = problem
     comm.check(error)
-    _check_checkpoint_arguments(args, comm)
+    resume = _check_checkpoint_arguments(args, comm)
     verbose = comm.is_root and not args.quiet
     note = ("note: differential privacy adds noise to every risk and subgradient: the objective, "
             "lower bound and gap below are noisy, the lower bound is NOT certified, and the run "
             f"takes all {args.max_iter} iterations" if party is not None and party.private else None)
     table = ProgressTable(args.print_every, note=note) if verbose else None
+    phases = PhaseSeconds()
     started = time.perf_counter()
     with SignalFlag(comm) as interrupted:
         result, local, loss = fit(party_data(args), loss=args.loss, loss_params=loss_params,
                                   lam=lam, bias=args.bias, solver=args.solver, reg=regularizer,
                                   epsilon=args.epsilon, rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
                                   idle_age=args.idle_age, bundle_size=args.bundle_size, theta=args.theta,
-                                  solver_params=solver_params, callback=_callbacks(table, log), comm=comm,
+                                  solver_params=solver_params, callback=_callbacks(table, log, phases), comm=comm,
                                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                                  resume=args.resume, stop=interrupted, party=party, positive=args.positive,
+                                  resume=resume, stop=interrupted, party=party, positive=args.positive,
                                   label_column=args.label_column, report=print if verbose else None)
     status = comm.bcast_object(interrupted.exit_status)
     mean_delta = training_mean_delta(result, local, loss, comm) if loss.structured else None
@@ -729,16 +776,20 @@ def _main(argv, comm, held):
         model.attrs["train_mean_delta"] = mean_delta
     if party is not None:
         model.attrs.update(party.model_attrs())
+    # An interrupted run's model is the best iterate so far: never under the final name.
+    written = partial_name(out) if status else out
     if writes:
-        model.save(out)
+        model.save(written)
+        if not status and os.path.exists(partial_name(out)):
+            os.remove(partial_name(out))  # an earlier interrupted run's, now superseded
     if verbose:
         table.finish()
         if path is not None:
             print_path(path)
         if party is not None:
             print(party_summary(party))
-        totals = {name: float(np.sum(history[name]))
-                  for name in ("seconds_risk", "seconds_subproblem", "seconds_comm")}
+        # This run's iterations only: a resumed history also holds the earlier runs' rows.
+        totals = phases.totals
         print(f"{'converged' if result.success else 'stopped'} after {result.nit} iterations "
               f"({result.message}): objective {result.fun:.8g}, lower bound {result.lower_bound:.8g}, "
               f"gap {result.gap:.3g}\n"
@@ -748,13 +799,13 @@ def _main(argv, comm, held):
               f"{' + bias' if args.bias else ''}; {model.attrs['nonzeros']} of {w.size} weights nonzero")
         if mean_delta is not None:
             print(f"training mean Delta {mean_delta:.6g}")
-        print(f"model written to {out}" if writes else "model not written here (--model-to)")
+        print(f"model written to {written}" if writes else "model not written here (--model-to)")
         if party is not None:
             print_audit_summary(party)
     if interrupted.signum is not None and comm.is_root:
         print(f"prbmrm.train: interrupted by signal {interrupted.signum} after iteration {result.nit}"
-              f"{f'; checkpoint written to {args.checkpoint}' if args.checkpoint else ''}",
-              file=sys.stderr, flush=True)
+              f"{f'; checkpoint written to {args.checkpoint}' if args.checkpoint else ''}; the best "
+              f"iterate so far written to {written}, not to {out}", file=sys.stderr, flush=True)
     return status
 
 

@@ -246,12 +246,12 @@ def test_checkpoint_is_never_partial_while_written(tmp_path):
 
 # ---- failures: a 3-rank job, one of its processes signalled mid-run ----
 
-def start_job(tmp_path, ranks=3):
+def start_job(tmp_path, ranks=3, *options):
     """Start a long 3-rank training that checkpoints every iteration; return (Popen, checkpoint path)."""
     path = str(tmp_path / "state.h5")
     command = [mpiexec(), "-n", str(ranks), sys.executable, *RUN, "--lam", "1e-7", "--rel-epsilon", "0",
                "--max-iter", "100000", "--checkpoint", path, "--checkpoint-every", "1",
-               "--out", str(tmp_path / "model.h5")]
+               "--out", str(tmp_path / "model.h5"), *options]
     env = dict(os.environ, PYTHONPATH=REPO)
     job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            stdin=subprocess.DEVNULL)
@@ -315,7 +315,8 @@ def test_sigterm_to_rank_0_checkpoints_and_resumes(tmp_path):
     assert status == 143, stderr
     assert "interrupted by signal 15" in stderr
     stopped = load_checkpoint(path)[1]["iteration"]
-    model = load_model(str(tmp_path / "model.h5"))
+    assert not (tmp_path / "model.h5").exists()  # an unfinished model never under the final name
+    model = load_model(str(tmp_path / "model.interrupted.h5"))
     assert model.attrs["status"] == 5 and model.attrs["iterations"] == stopped
     # Resume for 15 more iterations and compare with an uninterrupted run of as many.
     more = dict(lam=1e-7, rel_epsilon=0.0, max_iter=stopped + 15)
@@ -332,4 +333,5 @@ def test_sigint_to_mpiexec_stops_every_rank_cleanly(tmp_path):
     status, _, stderr = end_job(job, lambda: job.send_signal(signal.SIGINT))
     assert status == 130, stderr
     assert "interrupted by signal 2" in stderr
-    assert load_model(str(tmp_path / "model.h5")).attrs["iterations"] == load_checkpoint(path)[1]["iteration"]
+    model = load_model(str(tmp_path / "model.interrupted.h5"))
+    assert model.attrs["iterations"] == load_checkpoint(path)[1]["iteration"]

@@ -209,11 +209,12 @@ def test_bad_svmlight_input_to_predict(tmp_path, ranks, content, fragment):
     expect_failure(completed, seconds, out, "bad.svm", fragment)
 
 
-def test_blas_runs_one_thread_unless_a_serial_user_asks_for_more():
-    from prbmrm._cli import single_blas_thread
+def test_blas_runs_one_thread_unless_a_serial_user_or_slurm_asks_for_more():
+    from prbmrm._cli import blas_threads
 
-    assert single_blas_thread(1, {})
-    assert not single_blas_thread(1, {"OMP_NUM_THREADS": "4"})
-    assert not single_blas_thread(1, {"OPENBLAS_NUM_THREADS": "2"})
-    # Under MPI every core runs a rank already.
-    assert single_blas_thread(3, {"OMP_NUM_THREADS": "4"})
+    assert blas_threads(1, {}) == 1
+    assert blas_threads(1, {"OMP_NUM_THREADS": "4"}) is None
+    assert blas_threads(1, {"OPENBLAS_NUM_THREADS": "2"}) is None
+    # Under MPI every core runs a rank already, unless Slurm gave each task several.
+    assert blas_threads(3, {"OMP_NUM_THREADS": "4"}) == 1
+    assert blas_threads(3, {"SLURM_CPUS_PER_TASK": "2"}) == 2

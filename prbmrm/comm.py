@@ -121,14 +121,15 @@ class SerialComm:
         sum one rank holding every block forms, so the result is bitwise the
         same on any number of ranks, and exact up to the rounding of each
         addition (no fixed point). It costs one vector addition per block
-        beyond the first; one block is returned as it is. Over MPI the
-        running sum passes from rank to rank (one message of n values each)
-        and the last rank broadcasts the total.
+        beyond the first, made in place in `partials`; one block is
+        returned as it is. Over MPI the running sum passes from rank to rank
+        (one message of n values each) and the last rank broadcasts the total.
 
         Parameters
         ----------
         partials : ndarray of shape (k, n)
-            This rank's partial sums, one row per canonical block, in order.
+            This rank's partial sums, one row per canonical block, in order;
+            overwritten (the first row may hold the running sum).
         n_parts : int
             Number of partial sums over all ranks (what a secure sum needs,
             :class:`prbmrm.secure.SecureComm`).
@@ -138,16 +139,15 @@ class SerialComm:
         ndarray of shape (n,)
             The sum; it may share memory with `partials` (valid until they change).
         """
-        if len(partials) == 1:
-            return partials[0]
         return self._fold(partials, None)
 
     @staticmethod
     def _fold(partials, total):
-        """Add the rows of `partials` in order onto `total` (None: onto a copy of the first row)."""
+        """Add the rows of `partials` in order onto `total` (None: onto the first row, in place)."""
         rows = iter(partials)
         if total is None:
-            total = np.array(next(rows, np.zeros(partials.shape[1])))
+            total = next(rows, None)
+            total = np.zeros(partials.shape[1]) if total is None else total
         for row in rows:
             total += row
         return total

@@ -4,7 +4,7 @@ Usage::
 
     python -m prbmrm.shard INPUT [INPUT ...] --parts P --out DIR
         [--multilabel] [--n-features D] [--positive LABEL] [--dense | --sparse]
-        [--label-column K] [--overwrite] [--quiet]
+        [--label-column K] [--float32] [--overwrite] [--quiet]
 
 ``.npz`` inputs with the arrays ``x_values``, ``x_offsets``, ``y_values``,
 ``y_offsets`` hold structured examples (sequences, point sets): they are
@@ -68,6 +68,8 @@ def build_parser():
     p.add_argument("--label-column", type=_columns, default=0, metavar="K[,K...]",
                    help="column of the label in CSV input (default 0; -1 for the last); "
                         "several comma-separated columns are multioutput targets")
+    p.add_argument("--float32", action="store_true",
+                   help="store the feature values as float32 (half the bytes; training computes in float64)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace existing part-*.h5 files in DIR")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
@@ -137,7 +139,7 @@ def _main(argv):
                                       source=", ".join(args.inputs), dense=args.dense,
                                       multilabel=args.multilabel, multioutput=args.multioutput,
                                       positive=args.positive,
-                                      overwrite=args.overwrite)
+                                      overwrite=args.overwrite, float32=args.float32)
     except MemoryError:
         raise InputError("out of memory while converting the input") from None
     if not args.quiet:

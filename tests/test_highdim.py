@@ -144,7 +144,7 @@ def test_bundle_with_a_limit_never_copies_its_planes():
 
 def test_memory_budget_reaches_the_cvxpy_optimum():
     cp = pytest.importorskip("cvxpy")
-    X, y = text_like(rows=300, d=2**12, seed=5)
+    X, y = text_like(rows=200, d=2**10, per_row=10, seed=5)
     lam = 1e-2
     result, _, _ = fit((X, y), loss="hinge", lam=lam, epsilon=1e-6, rel_epsilon=0, max_iter=3000,
                        bundle_memory=10 * 8 * X.shape[1], comm=SerialComm())

@@ -30,6 +30,7 @@ LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_S
                            "SLURM_STEP_NUM_TASKS")
 # The task count of the Slurm job, or under srun of the step (SLURM_NPROCS is its old name).
 SLURM_TASKS_VARIABLES = ("SLURM_NTASKS", "SLURM_NPROCS")
+_ORDERED_SUM = 13  # the tag of ordered_sum's rank-to-rank messages
 
 
 class SerialComm:
@@ -110,6 +111,47 @@ class SerialComm:
         fixed = np.rint(np.ldexp(partials, shift)).astype(np.int64).sum(axis=0)
         self.allreduce_sum(fixed)
         return np.ldexp(fixed.astype(np.float64), -shift)
+
+    def ordered_sum(self, partials, n_parts):
+        """Sum float64 vectors, one per canonical block of data, in the blocks' order.
+
+        The rows are added left to right, ``((p_1 + p_2) + p_3) + ...``, over
+        the blocks of all ranks in global order (rank r holds the blocks after
+        those of ranks < r, as :func:`prbmrm.data.load_local` and
+        :func:`prbmrm.data.split_local` assign them): the very floating-point
+        sum one rank holding every block forms, so the result is bitwise the
+        same on any number of ranks, and exact up to the rounding of each
+        addition (no fixed point). It costs one vector addition per block
+        beyond the first, made in place in `partials`; one block is
+        returned as it is. Over MPI the running sum passes from rank to rank
+        (one message of n values each) and the last rank broadcasts the total.
+
+        Parameters
+        ----------
+        partials : ndarray of shape (k, n)
+            This rank's partial sums, one row per canonical block, in order;
+            overwritten (the first row may hold the running sum).
+        n_parts : int
+            Number of partial sums over all ranks (what a secure sum needs,
+            :class:`prbmrm.secure.SecureComm`).
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            The sum; it may share memory with `partials` (valid until they change).
+        """
+        return self._fold(partials, None)
+
+    @staticmethod
+    def _fold(partials, total):
+        """Add the rows of `partials` in order onto `total` (None: onto the first row, in place)."""
+        rows = iter(partials)
+        if total is None:
+            total = next(rows, None)
+            total = np.zeros(partials.shape[1]) if total is None else total
+        for row in rows:
+            total += row
+        return total
 
     def gather_counts(self, n_local):
         """Return the number of local items of every rank (on every rank)."""
@@ -231,6 +273,18 @@ class MPIComm(SerialComm):
         buf = np.array(values, dtype=np.float64)
         self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MIN), "a minimum over ranks")
         return buf
+
+    def ordered_sum(self, partials, n_parts):
+        total = None
+        if self.rank > 0:
+            total = np.empty(partials.shape[1])
+            self._wait(self.comm.Irecv([total, self._MPI.DOUBLE], source=self.rank - 1, tag=_ORDERED_SUM),
+                       "the running sum of the previous rank")
+        total = self._fold(partials, total)
+        if self.rank < self.size - 1:
+            self._wait(self.comm.Isend([total, self._MPI.DOUBLE], dest=self.rank + 1, tag=_ORDERED_SUM),
+                       "the running sum to the next rank")
+        return self.bcast_array(total, root=self.size - 1)
 
     def gather_counts(self, n_local):
         counts = np.empty(self.size, dtype=np.int64)

@@ -26,7 +26,9 @@ Root attributes
     Either a group in the anndata CSR convention (attributes
     ``encoding-type`` = ``"csr_matrix"``, ``encoding-version`` = ``"0.1.0"``,
     ``shape`` = (n, d); datasets ``data`` float64, ``indices`` int32 (int64
-    when d >= 2**31), ``indptr`` int64) or a dense (n, d) float64 dataset.
+    when d >= 2**31), ``indptr`` int64) or a dense (n, d) float64 dataset;
+    the values may be stored as float32 instead (``prbmrm.shard --float32``:
+    half the bytes of ``data``), and are read into float64 all the same.
     All the shards of a set share one layout.
 ``/y``
     float64 (n,) labels; for multilabel data an int8 (n, k) 0/1 indicator
@@ -70,6 +72,7 @@ their labels are not an array of rows."""
 
 _INDEX_LIMIT = 2**31  # int32 indices and indptr below this
 _SPLIT_BLOCKS = 64  # canonical blocks of in-memory data (split_local)
+_PARTIALS_BUDGET = 2**23  # floats of per-block partial sums a shard set's blocks may need (64 MiB)
 _SHARD_RE = re.compile(r"^part-(\d+)\.h5$")
 _OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 _READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
@@ -831,7 +834,8 @@ def _existing_parts(out_dir):
 
 
 def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
-                 multilabel=False, multioutput=False, positive=None, overwrite=False, exact_width=True):
+                 multilabel=False, multioutput=False, positive=None, overwrite=False, exact_width=True,
+                 float32=False):
     """Split examples into `parts` HDF5 shard files of contiguous rows.
 
     The blocks are balanced by nonzeros + 1 per row (a dense row costs its
@@ -867,6 +871,10 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
         Whether d is the data's true width; False for the largest feature
         index of SVMlight input (stored as the ``exact_width`` attribute, so
         prediction accepts narrower SVMlight test sets only).
+    float32 : bool, default False
+        Store the feature values as float32 (rounded to 24 bits; computation
+        stays float64): for data whose values need no more, e.g. counts or
+        tf-idf weights, half the bytes on disk.
 
     Returns
     -------
@@ -890,6 +898,11 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
                                              multioutput=multioutput, positive=positive)
     qid = _as_qid(qid, n, where)
     _check_finite(X, where)
+    if float32:
+        values = X.data if sp.issparse(X) else X
+        if np.abs(values).max(initial=0.0) > np.finfo(np.float32).max:
+            raise InputError(f"{where}: a feature value is beyond the float32 range (+-3.4e38): "
+                             "store it as float64 (without --float32)")
     dense_out = not sp.issparse(X) if dense is None else bool(dense)
     bounds = _row_bounds(_row_costs(X, dense_out), qid, parts, where)
 
@@ -905,7 +918,8 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
     def write(i, path):
         a, b = bounds[i], bounds[i + 1]
         _write_one(path, _rows(X, a, b), dense_out, Y[a:b], None if qid is None else qid[a:b],
-                   dict(attrs, n_examples=np.int64(b - a), shard_index=np.int64(i)))
+                   dict(attrs, n_examples=np.int64(b - a), shard_index=np.int64(i)),
+                   np.float32 if float32 else np.float64)
 
     return _write_all(out_dir, parts, write, overwrite)
 
@@ -968,17 +982,17 @@ def _write_all(out_dir, parts, write, overwrite):
     return finals
 
 
-def _write_one(path, X, dense_out, y, qid, attrs):
+def _write_one(path, X, dense_out, y, qid, attrs, values=np.float64):
     with h5py.File(path, "w") as f:
         f.attrs.update(attrs)
         if dense_out:
-            f.create_dataset("X", data=X.toarray() if sp.issparse(X) else X)
+            f.create_dataset("X", data=X.toarray() if sp.issparse(X) else X, dtype=values)
         else:
             X = sp.csr_matrix(X)
             g = f.create_group("X")
             g.attrs.update({"encoding-type": "csr_matrix", "encoding-version": "0.1.0",
                             "shape": np.array(X.shape, dtype=np.int64)})
-            g.create_dataset("data", data=X.data)
+            g.create_dataset("data", data=X.data, dtype=values)
             g.create_dataset("indices", data=np.asarray(
                 X.indices, np.int32 if X.shape[1] < _INDEX_LIMIT else np.int64))
             g.create_dataset("indptr", data=np.asarray(X.indptr, np.int64))
@@ -1215,14 +1229,19 @@ def _canonical_blocks(metas, ranks):
     """The canonical blocks of a shard set: (file number, first row, end row), in order.
 
     Each file is cut into ceil(K / S) blocks of equal rows (at most one per
-    row) with K = max(ranks, min(rows, 64)): the cut does not depend on the
-    number of ranks up to 64, so neither do the sums (bitwise), and any
-    number of ranks up to the number of rows finds work. Files with query ids
-    or structured examples stay whole (a query or example is never split).
+    row) with K = max(ranks, min(rows, 64, B)): the cut does not depend on the
+    number of ranks up to min(64, B), so neither do the sums (bitwise), and
+    any number of ranks up to the number of rows finds work. Every block
+    holds a partial gradient of d + 1 floats per evaluation, so B =
+    ``_PARTIALS_BUDGET`` / (d + 1) keeps them within 64 MiB on wide data
+    (text-like sets of millions of features get a block per file and rank).
+    Files with query ids or structured examples stay whole (a query or
+    example is never split).
     """
     S, total = len(metas), sum(m["n"] for m in metas)
     whole = metas[0]["has_qid"] or metas[0]["kind"] == STRUCTURED
-    per_file = 1 if whole else -(-max(ranks, min(total, _SPLIT_BLOCKS)) // S)
+    wide = max(1, _PARTIALS_BUDGET // (metas[0]["d"] + 1))
+    per_file = 1 if whole else -(-max(ranks, min(total, _SPLIT_BLOCKS, wide)) // S)
     blocks = []
     for i, m in enumerate(metas):
         c = max(1, min(per_file, m["n"]))

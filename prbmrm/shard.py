@@ -4,7 +4,7 @@ Usage::
 
     python -m prbmrm.shard INPUT [INPUT ...] --parts P --out DIR
         [--multilabel] [--n-features D] [--positive LABEL] [--dense | --sparse]
-        [--label-column K] [--overwrite] [--quiet]
+        [--label-column K] [--float32] [--overwrite] [--quiet]
 
 ``.npz`` inputs with the arrays ``x_values``, ``x_offsets``, ``y_values``,
 ``y_offsets`` hold structured examples (sequences, point sets): they are
@@ -66,6 +66,8 @@ def build_parser():
     layout.add_argument("--sparse", dest="dense", action="store_const", const=False,
                         help="store X as CSR (default for SVMlight input)")
     add_label_column_option(p)
+    p.add_argument("--float32", action="store_true",
+                   help="store the feature values as float32 (half the bytes; training computes in float64)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace existing part-*.h5 files in DIR")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
@@ -150,7 +152,7 @@ def _main(argv):
                                       source=", ".join(args.inputs), dense=args.dense,
                                       multilabel=args.multilabel, multioutput=args.multioutput,
                                       positive=args.positive, overwrite=args.overwrite,
-                                      exact_width=info["exact_width"])
+                                      exact_width=info["exact_width"], float32=args.float32)
     except MemoryError:
         raise InputError("out of memory while converting the input") from None
     if not args.quiet:

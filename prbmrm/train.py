@@ -13,6 +13,7 @@ import json
 import math
 import numbers
 import os
+import re
 import sys
 import time
 
@@ -36,6 +37,7 @@ from .regularizers import REGULARIZERS, get_regularizer
 from .shard import add_label_column_option
 from .risk import DistributedRisk, run_distributed
 from .solvers import SOLVERS, get_solver, minimize, solver_options
+from .solvers._base import planes_within
 from .solvers.lsbmrm import check_theta
 from .solvers.path import LamPath, PathProgress, PathResult, minimize_path
 from .structured import RaggedExamples
@@ -109,8 +111,8 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
         reg_params=None, epsilon=None, rel_epsilon=None, max_iter=10000, idle_age=10, bundle_size=0,
-        theta=None, solver_params=None, callback=None, comm=None, checkpoint=None, checkpoint_every=0,
-        resume=None, stop=None, party=None, positive=None, label_column=0, report=None):
+        bundle_memory=0, theta=None, solver_params=None, callback=None, comm=None, checkpoint=None,
+        checkpoint_every=0, resume=None, stop=None, party=None, positive=None, label_column=0, report=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -160,6 +162,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     bundle_size : int
         Keep at most this many planes, aggregating the oldest (0: no limit;
         solvers with a bundle only).
+    bundle_memory : int or str
+        A budget in bytes for the bundle's planes, e.g. ``"2GB"`` (see
+        :func:`memory_bytes`): the bundle size is then the number of planes
+        of the model's dimension that fit in it (at least 2; at most
+        `bundle_size` if that is given too). 0: no budget.
     theta : float, optional
         ``lsbmrm`` only: where the next plane is taken between the line
         search's point and the model's minimizer (None: the solver's 0.9).
@@ -211,6 +218,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     comm = get_comm() if comm is None else comm
     check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size, solver, theta)
     epsilon, rel_epsilon = stopping_tolerances(epsilon, rel_epsilon)
+    if isinstance(bundle_memory, str):
+        try:
+            bundle_memory = memory_bytes(bundle_memory)
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"--bundle-memory: {error}") from None
     if party is not None:
         if not isinstance(lam, numbers.Real) or checkpoint or resume:
             raise UsageError("party mode trains one lambda and takes no --checkpoint or --resume")
@@ -220,7 +232,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
             epsilon = rel_epsilon = -math.inf
     loss_object = get_loss(loss, **(loss_params or {})) if isinstance(loss, str) else loss
     # A bundle size is a parameter of the solvers that keep a bundle; others refuse it.
-    own = dict(solver_params or {}, **({"bundle_size": bundle_size} if bundle_size else {}),
+    limited = bundle_size or (2 if bundle_memory else 0)  # the size a budget gives is known with the data
+    own = dict(solver_params or {}, **({"bundle_size": limited} if limited else {}),
                **({} if theta is None else {"theta": theta}))
     options = solver_options(solver, own)
     regularizer = get_regularizer(reg, **(reg_params or {})) if isinstance(reg, str) else reg
@@ -268,6 +281,9 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
                              local.qid)
     regularizer.prepare(oracle.dim, loss_object.risk_floor)
     w0 = regularizer.initial_point(oracle.dim)
+    if bundle_memory:
+        planes = planes_within(bundle_memory, oracle.dim)
+        bundle_size = options["bundle_size"] = min(bundle_size, planes) if bundle_size else planes
     path = not isinstance(lam, numbers.Real)
     if path and (checkpoint or resume):
         raise UsageError("--checkpoint and --resume do not apply to a lambda path")
@@ -487,6 +503,26 @@ def _callbacks(*functions):
     return callback
 
 
+_MEMORY_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+                 "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
+
+
+def memory_bytes(text):
+    """Type of ``--bundle-memory``: bytes, e.g. ``2000000``, ``2GB``, ``1.5G``, ``512MiB``.
+
+    K, M, G, T are powers of 1000, Ki, Mi, Gi, Ti powers of 1024; a final B is optional.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        If `text` is not a size >= 0.
+    """
+    match = re.fullmatch(r"\s*(\d+\.?\d*(?:e[+-]?\d+)?)\s*([kmgt]i?)?b?\s*", str(text), re.IGNORECASE)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 2GB or 512MiB, got {text!r}")
+    return int(float(match[1]) * _MEMORY_UNITS[(match[2] or "").upper()])
+
+
 def lam_values(text):
     """Type of ``--lam``: a number, or a comma-separated list of them (a path) as a tuple."""
     try:
@@ -584,6 +620,9 @@ def build_parser():
                         help="drop planes whose multiplier stayed 0 this many iterations (default 10; 0: never)")
     parser.add_argument("--bundle-size", type=int, default=0,
                         help="keep at most this many planes (>= 2), aggregating the oldest (default 0: no limit)")
+    parser.add_argument("--bundle-memory", type=memory_bytes, default=0, metavar="SIZE",
+                        help="a budget for the bundle's planes, e.g. 2GB or 512MiB: the bundle size follows "
+                             "from it and the number of weights (default 0: none)")
     parser.add_argument("--bias", action="store_true", help="learn an offset (a constant feature, regularized)")
     add_checkpoint_arguments(parser)
     parser.add_argument("--out", default="model.h5", help="model file to write (default model.h5)")
@@ -754,7 +793,8 @@ def _main(argv, comm, held):
         result, local, loss = fit(party_data(args), loss=args.loss, loss_params=loss_params,
                                   lam=lam, bias=args.bias, solver=args.solver, reg=regularizer,
                                   epsilon=args.epsilon, rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
-                                  idle_age=args.idle_age, bundle_size=args.bundle_size, theta=args.theta,
+                                  idle_age=args.idle_age, bundle_size=args.bundle_size,
+                                  bundle_memory=args.bundle_memory, theta=args.theta,
                                   solver_params=solver_params, callback=_callbacks(table, log, phases), comm=comm,
                                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
                                   resume=resume, stop=interrupted, party=party, positive=args.positive,

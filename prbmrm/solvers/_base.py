@@ -38,7 +38,10 @@ class Bundle:
         self._metric = metric
         self.max_size = max_size
         capacity = 8 if max_size is None else min(8, max_size)
-        self._A = np.empty((capacity, dim))
+        # With a limit the planes' storage is reserved whole at once: the pages of
+        # np.empty are only committed as planes are written, and growing never
+        # holds an old and a new copy of the planes (twice the budget) at once.
+        self._A = np.empty((capacity if max_size is None else max_size, dim))
         self._b = np.empty(capacity)
         self._gram = np.empty((capacity, capacity))
         self._idle = np.empty(capacity, dtype=np.int64)
@@ -77,8 +80,9 @@ class Bundle:
     def _grow(self, capacity):
         t = self.size
         A, b, gram, idle = self._A, self._b, self._gram, self._idle
-        self._A = np.empty((capacity, A.shape[1]))
-        self._A[:t] = A[:t]
+        if len(A) < capacity:
+            self._A = np.empty((capacity, A.shape[1]))
+            self._A[:t] = A[:t]
         self._b = np.empty(capacity)
         self._b[:t] = b[:t]
         self._gram = np.empty((capacity, capacity))
@@ -188,6 +192,18 @@ class Bundle:
         self._gram[rows, rows] = self._gram[np.ix_(index, index)]
         self._idle[rows] = self._idle[index]
         self.size = start + n
+
+
+def planes_within(memory, dim):
+    """Return how many planes of `dim` float64 values fit in `memory` bytes (at least 2).
+
+    A memory budget for the bundle gives its ``bundle_size``: the oldest
+    planes are then aggregated (paper 000, Sec. 3.1), which keeps the
+    subproblem's optimum and the lower bound, so the budget costs iterations
+    at most, never correctness. The Gram matrix (``8 t^2`` bytes) is small
+    next to the planes for any budget that holds a plane of a large d.
+    """
+    return max(2, int(memory) // (8 * max(1, int(dim))))
 
 
 class CuttingPlaneModel:

@@ -504,10 +504,6 @@ def build_parser():
                         "(python -m prbmrm.shard makes them), or an SVMlight/LIBSVM, .npz or .csv file "
                         "(read on every rank, each keeping its rows); with --parties each party's, a "
                         "template such as 'site-{rank}.h5'; default: the embedded demo data")
-    parser.add_argument("--positive", type=float, metavar="LABEL",
-                        help="one-vs-rest: map LABEL to +1 and every other label to -1 (as prbmrm.shard "
-                        "--positive); recorded in the model, which predict applies to raw labels")
-    add_label_column_option(parser)
     parser.add_argument("--loss", default="hinge", help=f"loss: {', '.join([*LOSSES, *plugin_names('loss')])} (default hinge)")
     parser.add_argument("--loss-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")
@@ -540,6 +536,10 @@ def build_parser():
     parser.add_argument("--bundle-size", type=int, default=0,
                         help="keep at most this many planes (>= 2), aggregating the oldest (default 0: no limit)")
     parser.add_argument("--bias", action="store_true", help="learn an offset (a constant feature, regularized)")
+    parser.add_argument("--positive", type=float, metavar="LABEL",
+                        help="one-vs-rest: map LABEL to +1 and every other label to -1 (as prbmrm.shard "
+                        "--positive); recorded in the model, which predict applies to raw labels")
+    add_label_column_option(parser)
     add_checkpoint_arguments(parser)
     parser.add_argument("--out", default="model.h5", help="model file to write (default model.h5)")
     parser.add_argument("--print-every", type=int, default=0,

@@ -70,6 +70,7 @@ their labels are not an array of rows."""
 
 _INDEX_LIMIT = 2**31  # int32 indices and indptr below this
 _SPLIT_BLOCKS = 64  # canonical blocks of in-memory data (split_local)
+_SHARD_BLOCKS = 16  # at least this many canonical blocks over a shard set (fewer files are cut)
 _SHARD_RE = re.compile(r"^part-(\d+)\.h5$")
 _OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 _READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
@@ -1215,14 +1216,15 @@ def _canonical_blocks(metas, ranks):
     """The canonical blocks of a shard set: (file number, first row, end row), in order.
 
     Each file is cut into ceil(K / S) blocks of equal rows (at most one per
-    row) with K = max(ranks, min(rows, 64)): the cut does not depend on the
-    number of ranks up to 64, so neither do the sums (bitwise), and any
+    row) with K = max(ranks, min(rows, 16)): the cut does not depend on the
+    number of ranks up to 16 (or up to S), so neither do the sums (bitwise), and any
     number of ranks up to the number of rows finds work. Files with query ids
     or structured examples stay whole (a query or example is never split).
     """
     S, total = len(metas), sum(m["n"] for m in metas)
     whole = metas[0]["has_qid"] or metas[0]["kind"] == STRUCTURED
-    per_file = 1 if whole else -(-max(ranks, min(total, _SPLIT_BLOCKS)) // S)
+    # 16, not split_local's 64: every block costs two small products per iteration.
+    per_file = 1 if whole else -(-max(ranks, min(total, _SHARD_BLOCKS)) // S)
     blocks = []
     for i, m in enumerate(metas):
         c = max(1, min(per_file, m["n"]))

@@ -72,6 +72,7 @@ their labels are not an array of rows."""
 
 _INDEX_LIMIT = 2**31  # int32 indices and indptr below this
 _SPLIT_BLOCKS = 64  # canonical blocks of in-memory data (split_local)
+_SHARD_BLOCKS = 16  # at least this many canonical blocks over a shard set (fewer files are cut)
 _PARTIALS_BUDGET = 2**23  # floats of per-block partial sums a shard set's blocks may need (64 MiB)
 _SHARD_RE = re.compile(r"^part-(\d+)\.h5$")
 _OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
@@ -1229,11 +1230,11 @@ def _canonical_blocks(metas, ranks):
     """The canonical blocks of a shard set: (file number, first row, end row), in order.
 
     Each file is cut into ceil(K / S) blocks of equal rows (at most one per
-    row) with K = max(ranks, min(rows, 64, B)): the cut does not depend on the
-    number of ranks up to min(64, B), so neither do the sums (bitwise), and
-    any number of ranks up to the number of rows finds work. Every block
-    holds a partial gradient of d + 1 floats per evaluation, so B =
-    ``_PARTIALS_BUDGET`` / (d + 1) keeps them within 64 MiB on wide data
+    row) with K = max(ranks, min(rows, 16, B)): the cut does not depend on the
+    number of ranks up to min(16, B) (or up to S), so neither do the sums
+    (bitwise), and any number of ranks up to the number of rows finds work.
+    Every block holds a partial gradient of d + 1 floats per evaluation, so
+    B = ``_PARTIALS_BUDGET`` / (d + 1) keeps them within 64 MiB on wide data
     (text-like sets of millions of features get a block per file and rank).
     Files with query ids or structured examples stay whole (a query or
     example is never split).
@@ -1241,7 +1242,8 @@ def _canonical_blocks(metas, ranks):
     S, total = len(metas), sum(m["n"] for m in metas)
     whole = metas[0]["has_qid"] or metas[0]["kind"] == STRUCTURED
     wide = max(1, _PARTIALS_BUDGET // (metas[0]["d"] + 1))
-    per_file = 1 if whole else -(-max(ranks, min(total, _SPLIT_BLOCKS, wide)) // S)
+    # 16, not split_local's 64: every block costs two small products per iteration.
+    per_file = 1 if whole else -(-max(ranks, min(total, _SHARD_BLOCKS, wide)) // S)
     blocks = []
     for i, m in enumerate(metas):
         c = max(1, min(per_file, m["n"]))

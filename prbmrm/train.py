@@ -585,10 +585,6 @@ def build_parser():
                         "(python -m prbmrm.shard makes them), or an SVMlight/LIBSVM, .npz or .csv file "
                         "(read on every rank, each keeping its rows); with --parties each party's, a "
                         "template such as 'site-{rank}.h5'; default: the embedded demo data")
-    parser.add_argument("--positive", type=float, metavar="LABEL",
-                        help="one-vs-rest: map LABEL to +1 and every other label to -1 (as prbmrm.shard "
-                        "--positive); recorded in the model, which predict applies to raw labels")
-    add_label_column_option(parser)
     parser.add_argument("--loss", default="hinge", help=f"loss: {', '.join([*LOSSES, *plugin_names('loss')])} (default hinge)")
     parser.add_argument("--loss-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")
@@ -624,6 +620,10 @@ def build_parser():
                         help="a budget for the bundle's planes, e.g. 2GB or 512MiB: the bundle size follows "
                              "from it and the number of weights (default 0: none)")
     parser.add_argument("--bias", action="store_true", help="learn an offset (a constant feature, regularized)")
+    parser.add_argument("--positive", type=float, metavar="LABEL",
+                        help="one-vs-rest: map LABEL to +1 and every other label to -1 (as prbmrm.shard "
+                        "--positive); recorded in the model, which predict applies to raw labels")
+    add_label_column_option(parser)
     add_checkpoint_arguments(parser)
     parser.add_argument("--out", default="model.h5", help="model file to write (default model.h5)")
     parser.add_argument("--print-every", type=int, default=0,

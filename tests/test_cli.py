@@ -159,11 +159,27 @@ def test_damaged_shard_set(tmp_path, shards, ranks, damage):
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_fewer_shard_files_than_ranks(tmp_path, ranks):
+    """Ranks read row ranges of the files: ranks - 1 files train on `ranks` ranks, bitwise as on one."""
     X, y = load_svmlight("a9a.xz")
     write_shards(X[:200], y[:200], tmp_path / "d", ranks - 1)
+    models = []
+    for n in (ranks, 1):
+        out = str(tmp_path / f"m{n}.h5")
+        completed, _ = train(n, "--data", str(tmp_path / "d"), "--out", out, "--quiet")
+        assert completed.returncode == 0, completed.stderr
+        models.append(load_model(out))
+    assert np.array_equal(models[0].w, models[1].w)
+    assert models[0].attrs["objective"] == models[1].attrs["objective"]
+
+
+def test_more_ranks_than_rows(tmp_path):
+    X, y = load_svmlight("a9a.xz")
+    write_shards(X[:2], y[:2], tmp_path / "d", 1)
     out = str(tmp_path / "m.h5")
-    completed, seconds = train(ranks, "--data", str(tmp_path / "d"), "--out", out)
-    expect_failure(completed, seconds, out, f"{ranks - 1} shard file", f"{ranks} ranks")
+    completed, _ = train(3, "--data", str(tmp_path / "d"), "--out", out)
+    errors = [line for line in completed.stderr.splitlines() if "error" in line]
+    assert completed.returncode != 0 and len(errors) == 1 and "2 rows for 3 ranks" in errors[0]
+    assert not os.path.exists(out)
 
 
 @pytest.mark.parametrize("ranks", [1, 2])

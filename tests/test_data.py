@@ -649,8 +649,8 @@ def test_blocks_are_the_same_on_any_number_of_ranks(dna, tmp_path):
     X, y, _ = dna
     paths = data.write_shards(X, y, tmp_path, 5)
     L = data.load_local(tmp_path, SerialComm())
-    # Shards are cut into canonical blocks (13 per file here, 64 / 5 rounded up) that refine the files.
-    assert set(np.r_[0, np.cumsum(shard_rows(paths))].tolist()) <= set(L.blocks) and len(L.blocks) == 66
+    # Shards are cut into canonical blocks (4 per file here, 16 / 5 rounded up) that refine the files.
+    assert set(np.r_[0, np.cumsum(shard_rows(paths))].tolist()) <= set(L.blocks) and len(L.blocks) == 21
 
     def global_blocks(size):
         out = set()

@@ -44,10 +44,16 @@ def mpiexec():
     return candidate if os.path.exists(candidate) else shutil.which("mpiexec")
 
 
+HANG_SECONDS = 600
+"""The least time a child process gets before it counts as hung: a timeout catches hangs only, and on a
+loaded machine (load 20 on 2 cores) a 3-rank run that takes 10 s idle took more than 60 s."""
+
+
 def run_ranks(ranks, args, timeout=60, cwd=None, env=None):
     """Run ``python ARGS`` on `ranks` ranks (plainly for 1) and return (CompletedProcess, seconds).
 
-    A deadlock fails the calling test through the timeout instead of hanging.
+    A deadlock fails the calling test through the timeout (`timeout`, at least
+    :data:`HANG_SECONDS`) instead of hanging.
     The launch counts of an enclosing launcher (the suite may run inside a
     Slurm job) are removed from the environment, which `env` then extends.
     """
@@ -60,7 +66,7 @@ def run_ranks(ranks, args, timeout=60, cwd=None, env=None):
     env = {**{k: v for k, v in os.environ.items() if k not in outer},
            "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
     started = time.monotonic()
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=max(timeout, HANG_SECONDS),
                                cwd=cwd or REPO, env=env, stdin=subprocess.DEVNULL)
     return completed, time.monotonic() - started
 

@@ -9,6 +9,8 @@ import pytest
 from conftest import REPO, load_svmlight
 from test_bmrm import cvxpy_optimum
 
+pytestmark = pytest.mark.slow  # runs the benchmark's scoring with cvxpy references
+
 
 def load_script(name):
     spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "scripts", f"{name}.py"))

@@ -18,6 +18,8 @@ from prbmrm.estimators import (BMRMClassifier, BMRMMultilabelClassifier, BMRMRan
                                expected_failed_checks, query_pairs)
 from prbmrm.train import fit
 
+pytestmark = pytest.mark.slow  # scikit-learn's estimator checks, about 50 s each for some estimators
+
 # lam = 1e-2: the checks' data are tiny and unscaled (targets up to ~500), and BMRM needs of
 # the order of 1 / (lam * gap) iterations; at the default 1e-4 every check passes too, but the
 # regressor's and the softmax classifier's checks take about 50 s each (the multi-target

@@ -12,6 +12,8 @@ import pytest
 
 from conftest import REPO, mpiexec
 
+pytestmark = pytest.mark.slow  # the rank-agnostic tests again under mpiexec -n 2 and -n 3
+
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_distributed_tests_pass_under_mpiexec(ranks, tmp_path):

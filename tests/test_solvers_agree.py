@@ -17,6 +17,8 @@ from prbmrm.regularizers import get_regularizer
 from prbmrm.risk import DistributedRisk, run_distributed
 from prbmrm.solvers import SOLVERS, minimize
 
+pytestmark = pytest.mark.slow  # every solver on real data on 1, 2 and 3 ranks
+
 REL = 1e-3
 
 

@@ -77,3 +77,20 @@ def test_mpiexec_with_a_pipe_on_stdin_is_documented(tmp_path):
     assert cured.returncode == 0, cured.stderr
     with open(os.path.join(REPO, "README.md")) as f:
         assert "process reading stdin too slowly" in f.read()
+
+
+def test_a_fast_selection_and_ci_running_everything():
+    """`pytest -m "not slow"` leaves out the slow modules; CI (.ci/run) selects nothing out."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        markers = tomllib.load(f)["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(marker.startswith("slow:") for marker in markers)
+    slow = [path for path in sources("tests/test_*.py") if "pytestmark = pytest.mark.slow" in open(path).read()]
+    assert len(slow) >= 3
+    with open(os.path.join(REPO, ".ci", "run")) as f:
+        commands = [line.split() for line in f if "pytest" in line]
+    assert commands == [["python", "-m", "pytest"]]

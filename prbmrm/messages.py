@@ -5,9 +5,10 @@ result) travel as length-prefixed UTF-8 JSON (:meth:`prbmrm.comm.MPIComm.bcast_o
 A receiver reads the length first and refuses one beyond its limit before
 it allocates anything; it then parses the bytes as strict JSON, whose
 values are data only: None, bool, int, float (NaN and infinities kept),
-str, list and dict with str keys, and one tagged type, a NumPy array of a
-closed set of dtypes (``{"__array__": [dtype, shape, base64 bytes]}``)
-whose byte count must match its shape. Nothing in a message names code to
+str, list and dict with str keys, and two tagged types: bytes
+(``{"__bytes__": base64}``) and a NumPy array of a closed set of dtypes
+(``{"__array__": [dtype, shape, base64 bytes]}``) whose byte count must
+match its shape. Nothing in a message names code to
 run: a crafted pickle is just bytes that do not parse.
 """
 
@@ -22,6 +23,7 @@ MAX_OBJECT_BYTES = 1 << 26
 """Largest control message a rank accepts (64 MiB: a long run's history fits many times over)."""
 
 _ARRAY = "__array__"
+_BYTES = "__bytes__"
 _DTYPES = ("float64", "int64", "uint8", "bool")
 
 
@@ -35,6 +37,8 @@ def _default(value):
             value = value.astype(np.float64)
         data = np.ascontiguousarray(value).tobytes()
         return {_ARRAY: [value.dtype.name, list(value.shape), base64.b64encode(data).decode("ascii")]}
+    if isinstance(value, bytes):
+        return {_BYTES: base64.b64encode(value).decode("ascii")}
     if isinstance(value, np.bool_):
         return bool(value)
     if isinstance(value, np.integer):
@@ -67,10 +71,12 @@ def _array(tag):
 
 
 def _hook(pairs):
-    if pairs and pairs[0][0] == _ARRAY:
-        if len(pairs) != 1:
-            raise ValueError("an array tag with other keys")
-        return _array(pairs[0][1])
+    if pairs and pairs[0][0] in (_ARRAY, _BYTES):
+        if len(pairs) != 1 or not isinstance(pairs[0][1], (list, str)):
+            raise ValueError("a malformed tag")
+        if pairs[0][0] == _ARRAY:
+            return _array(pairs[0][1])
+        return base64.b64decode(pairs[0][1].encode("ascii"), validate=True)
     return dict(pairs)
 
 

@@ -118,6 +118,13 @@ class DistributedRisk:
         ``observer(w, partials)``: the w evaluated and this rank's partial
         sums (one row per block, gradient then risk; views, valid until the
         next evaluation). Party mode's audit log is one.
+    inspector : callable or None
+        Called on every rank after each evaluation's sum, as
+        ``inspector(w, sums)`` (party mode's poisoning checks); it raises on
+        every rank together or on none.
+    line_searches : bool
+        False makes :meth:`line` decline (party mode: the breakpoints of a
+        line search travel as a maximum, in the clear).
     """
 
     def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
@@ -146,6 +153,8 @@ class DistributedRisk:
         self.total_seconds = {"risk": 0.0, "comm": 0.0}
         self.evaluations = 0
         self.observer = None
+        self.inspector = None
+        self.line_searches = True
         self._received_seconds = 0.0
         self._deferred_error = None
         # Line search sessions: the direction, the trial message [etas, lo, hi, count, flag]
@@ -215,6 +224,8 @@ class DistributedRisk:
                 self.comm.check(_described(error, self.comm.rank))
             except CollectiveError as failed:
                 raise JointError(str(failed)) from error
+        if self.inspector is not None:
+            self.inspector(w, self._sums)
         self.last_seconds = {"risk": computed - started - exchange,
                              "comm": bcast_seconds + exchange + time.perf_counter() - computed}
         for key, seconds in self.last_seconds.items():
@@ -268,10 +279,11 @@ class DistributedRisk:
         RiskLine or None
             The session, to be closed (``with`` closes it); None if the loss
             does not decompose over examples, needs query ids or is
-            structured (it has no scores ``X w``): the caller then searches
-            through ``risk(w)`` itself.
+            structured (it has no scores ``X w``), or :attr:`line_searches`
+            is False: the caller then searches through ``risk(w)`` itself.
         """
-        if not self.loss.decomposable or self.loss.needs_qid or self.loss.structured:
+        if (not self.loss.decomposable or self.loss.needs_qid or self.loss.structured
+                or not self.line_searches):
             return None
         started = time.perf_counter()
         self._message[:-1] = w

@@ -258,7 +258,7 @@ class MPIComm(SerialComm):
             why = self._bcast_bytes(problem.encode("utf-8")[:1000] if problem else b"", first, 1000)
             why = "" if why is None else why.decode("utf-8", "replace")
             raise ProtocolError(f"rank {first} refused the message of rank {root}: {why} (rank r is "
-                                "party r in party mode)")
+                                "party r in party mode)", sender=root)
         return obj
 
     def check(self, error=None):

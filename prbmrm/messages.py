@@ -28,7 +28,19 @@ _DTYPES = ("float64", "int64", "uint8", "bool")
 
 
 class ProtocolError(JointError):
-    """A rank received a message that does not fit the protocol; every rank raises it together."""
+    """A message that does not fit the protocol: every rank that received it raises this.
+
+    Parameters
+    ----------
+    message : str
+    sender : int
+        The rank that sent it: the lowest other rank prints the error (a
+        hostile sender cannot be relied on to).
+    """
+
+    def __init__(self, message, sender=0):
+        super().__init__(message)
+        self.sender = sender
 
 
 def _default(value):

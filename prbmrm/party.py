@@ -681,7 +681,10 @@ class Party:
                     result = _result_from(message, oracle.dim)
                 except ProtocolError as error:
                     problem = error
-            comm.check(problem)  # every party read it, or every party stops
+            try:
+                comm.check(problem)  # every party read it, or every party stops
+            except CollectiveError as error:
+                raise ProtocolError(str(error), sender=0) from None
             if own is not None:
                 CoordinatorCheck(oracle, comm, self.tolerance, self._audit).check(result.w, own.w,
                                                                                   "the final model")

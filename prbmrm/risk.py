@@ -68,7 +68,7 @@ def service(name):
 
 
 def _unexpected(what):
-    return ProtocolError(f"rank 0 sent {what}: not a message of the protocol")
+    return ProtocolError(f"rank 0 (the coordinator in party mode) sent {what}: not a message of the protocol")
 
 MAX_TRIALS = 16
 """Most trial steps of one round of a line search (one broadcast, one reduction)."""
@@ -399,7 +399,7 @@ class DistributedRisk:
                 self._service.handle(int(self._message[0]))
                 continue
             if flag != _STOP:
-                raise _unexpected(f"the message kind {flag!r}")
+                raise _unexpected(f"the message kind {float(flag)!r}")
             return
 
     def _build_service(self, message):
@@ -475,7 +475,7 @@ class DistributedRisk:
         if flag == _FAIL:
             raise CollectiveError(str(self.comm.bcast_object(None)))
         if flag != _EVALUATE:
-            raise _unexpected(f"the message kind {flag!r} to a party replaying the solver")
+            raise _unexpected(f"the message kind {float(flag)!r} to a party replaying the solver")
         self._received_seconds = time.perf_counter() - started
         return self._message[:-1]
 

@@ -392,7 +392,8 @@ class SecureComm:
         n = partials.shape[1]
         while True:
             shift = 2 * bits - self.exponent
-            scaled = np.ldexp(partials, shift)
+            with np.errstate(over="ignore"):  # too large for the range: flagged below, rescaled
+                scaled = np.ldexp(partials, shift)
             fits = finite and np.max(np.abs(scaled), initial=0.0) < 2.0 ** (2 * bits)
             limbs = np.zeros(2 * n, dtype=np.int64)  # sent as random values unless they fit
             if fits:

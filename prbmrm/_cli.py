@@ -79,7 +79,8 @@ def run(main, prog, argv=None):
         # neither say anything nor leave the collective it waits in.
         if comm.rank == (1 if error.sender == 0 else 0):
             print(f"{prog}: error: {error}", file=sys.stderr, flush=True)
-            comm.abort(EXIT_INPUT)
+            if not error.agreed:
+                comm.abort(EXIT_INPUT)
         return EXIT_INPUT
     except (CollectiveError, UsageError) as error:
         # Raised on every rank together: rank 0 speaks for all.

@@ -244,10 +244,11 @@ class MPIComm(SerialComm):
 
     def bcast_object(self, obj, root=0, limit=MAX_OBJECT_BYTES):
         data = self._bcast_bytes(encode(obj) if self.rank == root else b"", root, limit)
+        if data is None:  # every rank, the sender included, read the same length
+            raise ProtocolError(f"rank {root} sent a message beyond the limit of {limit} bytes (rank r is "
+                                "party r in party mode)", sender=root)
         problem = None
-        if data is None:
-            problem = f"its length is beyond the limit of {limit} bytes"
-        elif self.rank != root:
+        if self.rank != root:
             try:
                 obj = decode(data, limit)
             except ValueError as error:

@@ -36,11 +36,15 @@ class ProtocolError(JointError):
     sender : int
         The rank that sent it: the lowest other rank prints the error (a
         hostile sender cannot be relied on to).
+    agreed : bool
+        Every rank, the sender included, raises it together; if not, the
+        sender may be waiting in a collective and the job must be ended.
     """
 
-    def __init__(self, message, sender=0):
+    def __init__(self, message, sender=0, agreed=True):
         super().__init__(message)
         self.sender = sender
+        self.agreed = agreed
 
 
 def _default(value):

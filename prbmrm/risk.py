@@ -68,7 +68,9 @@ def service(name):
 
 
 def _unexpected(what):
-    return ProtocolError(f"rank 0 (the coordinator in party mode) sent {what}: not a message of the protocol")
+    return ProtocolError(f"rank 0 (the coordinator in party mode) sent {what}: not a message of the protocol",
+                         agreed=False)
+
 
 MAX_TRIALS = 16
 """Most trial steps of one round of a line search (one broadcast, one reduction)."""

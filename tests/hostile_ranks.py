@@ -149,6 +149,15 @@ def patch(scenario, marker):
         poison(lambda p: p + 100.0)
     elif scenario == "nan":
         poison(lambda p: p * np.nan)
+    elif scenario == "killed":  # this party dies at its fifth evaluation
+        honest = SecureComm.reproducible_sum
+
+        def killed(self, partials, n_parts):
+            if self.messages >= 8:
+                os.kill(os.getpid(), 9)
+            return honest(self, partials, n_parts)
+
+        SecureComm.reproducible_sum = killed
     elif scenario != "honest":
         raise SystemExit(f"unknown scenario {scenario}")
 

@@ -213,16 +213,21 @@ def test_no_received_value_is_one_partys_contribution(party_data, tmp_path, solv
         for p in range(parties):
             if p == q:
                 continue
+            # Party p's sums, one row per secure sum (padded with NaN), where informative.
+            width = max(len(mine) for mine in runs[p]["sums"])
+            dim = min(len(mine) for mine in runs[p]["sums"]) - 1  # gradient sums; risks come after
+            own = np.full((len(runs[p]["sums"]), width), np.nan)
             risks = []
             for k, mine in enumerate(runs[p]["sums"]):
                 total = np.sum([runs[o]["sums"][k] for o in range(parties)], axis=0)
                 informative = revealing(mine, total)
-                risks.extend(mine[-2:][informative[-2:]])
-                for array in received:
-                    n = min(array.size, mine.size)
-                    for own in (mine[:n], mine[:n] / n_total):
-                        same = np.isclose(array[:n], own, rtol=1e-9, atol=0) & informative[:n]
-                        assert not same.any(), (solver, q, p, k, own[same][:5])
+                own[k, :len(mine)] = np.where(informative, mine, np.nan)
+                risks.extend(mine[dim:][informative[dim:]])
+            for array in received:
+                n = min(array.size, width)
+                for scaled in (own[:, :n], own[:, :n] / n_total):
+                    same = np.isclose(array[:n], scaled, rtol=1e-9, atol=0)
+                    assert not same.any(), (solver, q, p, scaled[same][:5])
             risks = np.concatenate([risks, np.divide(risks, n_total)])
             assert risks.size > 10
             at = np.clip(np.searchsorted(values, risks), 1, values.size - 1)

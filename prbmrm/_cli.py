@@ -16,6 +16,7 @@ import traceback
 import warnings
 
 from .errors import CollectiveError, CoordinatorError, PrbmrmError, UsageError
+from .messages import ProtocolError
 
 EXIT_INPUT = 2
 EXIT_BUG = 1
@@ -81,6 +82,14 @@ def run(main, prog, argv=None):
     except CoordinatorError as error:
         # Raised with the other ranks (no one waits), but each party that found it says so.
         print(f"{prog}: error (party {comm.rank}): {error}", file=sys.stderr, flush=True)
+        return EXIT_INPUT
+    except ProtocolError as error:
+        # The lowest rank but the sender speaks, and ends the job: a hostile sender may
+        # neither say anything nor leave the collective it waits in.
+        if comm.rank == (1 if error.sender == 0 else 0):
+            print(f"{prog}: error: {error}", file=sys.stderr, flush=True)
+            if not error.agreed:
+                comm.abort(EXIT_INPUT)
         return EXIT_INPUT
     except (CollectiveError, UsageError) as error:
         # Raised on every rank together: rank 0 speaks for all.

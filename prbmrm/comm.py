@@ -8,8 +8,9 @@ share one interface:
 
 The hot path (broadcast of ``w``, the Allreduce of risk and gradient, the
 gather/scatter of per-example scalars) uses mpi4py's upper-case, buffer-based
-calls on contiguous float64 arrays: no pickling. Only the rare control
-messages (an error text, a configuration) travel as Python objects.
+calls on contiguous float64 arrays: no pickling. The rare control
+messages (an error text, a configuration) travel as typed, size-limited
+UTF-8 JSON (:mod:`prbmrm.messages`): no rank ever unpickles another's bytes.
 """
 
 import os
@@ -18,6 +19,7 @@ import sys
 import numpy as np
 
 from .errors import CollectiveError, UsageError
+from .messages import MAX_OBJECT_BYTES, ProtocolError, decode, encode
 from .watch import DEFAULT_TIMEOUT, Watch, abort
 
 # Where a launcher tells each process how many it started, innermost launcher
@@ -168,8 +170,15 @@ class SerialComm:
         """Scatter the float64 array `full` (on `root`) back in blocks of `counts`."""
         return np.ascontiguousarray(full, dtype=np.float64).copy()
 
-    def bcast_object(self, obj, root=0):
-        """Broadcast a small picklable object (control messages only)."""
+    def bcast_object(self, obj, root=0, limit=MAX_OBJECT_BYTES):
+        """Broadcast a control message: data of the types of :mod:`prbmrm.messages` (never pickled).
+
+        Raises
+        ------
+        ProtocolError
+            On every rank, naming the rank that refused the message of
+            `root` and why (not JSON, beyond `limit` bytes, a bad array).
+        """
         return obj
 
     def check(self, error=None):
@@ -312,17 +321,56 @@ class MPIComm(SerialComm):
         self._wait(self.comm.Iscatterv(send, [local, self._MPI.DOUBLE], root=root), "a scatter")
         return local
 
-    def bcast_object(self, obj, root=0):
-        return self.comm.bcast(obj, root=root)
+    def _bcast_bytes(self, data, root, limit):
+        """Broadcast `data` (bytes, on `root`) with its length first; return it, or None beyond `limit`.
+
+        Every rank reads the same length, so every rank skips a payload beyond
+        `limit` alike: nothing is allocated for it.
+        """
+        length = np.array([len(data) if self.rank == root else 0], dtype=np.int64)
+        self._wait(self.comm.Ibcast([length, self._MPI.INT64_T], root=root), "the length of a message")
+        n = int(length[0])
+        if not 0 <= n <= limit:
+            return None
+        buf = (np.frombuffer(data, dtype=np.uint8).copy() if self.rank == root
+               else np.empty(n, dtype=np.uint8))
+        self._wait(self.comm.Ibcast([buf, self._MPI.BYTE], root=root), "a message")
+        return buf.tobytes()
+
+    def _first_failing(self, failed):
+        """The lowest rank with `failed` true (one Allreduce), or None if no rank failed."""
+        first = int(self.allreduce_min([self.rank if failed else self.size])[0])
+        return None if first == self.size else first
+
+    def bcast_object(self, obj, root=0, limit=MAX_OBJECT_BYTES):
+        data = self._bcast_bytes(encode(obj) if self.rank == root else b"", root, limit)
+        if data is None:  # every rank, the sender included, read the same length
+            raise ProtocolError(f"rank {root} sent a message beyond the limit of {limit} bytes (rank r is "
+                                "party r in party mode)", sender=root)
+        problem = None
+        if self.rank != root:
+            try:
+                obj = decode(data, limit)
+            except ValueError as error:
+                problem = str(error)
+        # Every rank learns whether any refused it, and which: no rank goes on alone.
+        first = self._first_failing(problem is not None)
+        if first is not None:
+            why = self._bcast_bytes(problem.encode("utf-8")[:1000] if problem else b"", first, 1000)
+            why = "" if why is None else why.decode("utf-8", "replace")
+            raise ProtocolError(f"rank {first} refused the message of rank {root}: {why} (rank r is "
+                                "party r in party mode)", sender=root)
+        return obj
 
     def check(self, error=None):
         # One Allreduce finds the lowest failing rank; only then does a
         # message travel, so the error-free path costs a single collective.
-        failed = np.array([self.rank if error is not None else self.size], dtype=np.float64)
-        first = int(self.allreduce_min(failed)[0])
-        if first == self.size:
+        first = self._first_failing(error is not None)
+        if first is None:
             return
-        message = self.comm.bcast(str(error) if error is not None else None, root=first)
+        text = str(error).encode("utf-8")[:4000] if error is not None else b""
+        message = self._bcast_bytes(text, first, 4000)
+        message = "" if message is None else message.decode("utf-8", "replace")
         if error is not None:
             raise CollectiveError(message) from error
         raise CollectiveError(message)

@@ -16,8 +16,15 @@ On top of that, optionally:
   owner may check whether R_emp(w) + lam Omega(w) is decreasing on his
   portion of the data");
 - differential privacy: each example's (loss, gradient) is clipped to norm C
-  and each party adds a share of Gaussian noise to its sums before masking;
-  the (epsilon, delta) spent is accounted by dp-accounting's RDP accountant.
+  and each party adds a share of Gaussian noise to its sums before masking,
+  so that the shares of the parties outside any coalition of up to T make
+  the whole noise; the (epsilon, delta) spent is accounted by dp-accounting's
+  RDP accountant.
+
+Against hostile parties: every message is typed (:mod:`prbmrm.messages`),
+keys are signed and checked against a roster (:mod:`prbmrm.keys`), every
+party checks each aggregated plane (:mod:`prbmrm.guard`), and only masked
+sums carry data (:data:`PARTY_SOLVERS`).
 """
 
 import json
@@ -32,15 +39,23 @@ import scipy.sparse as sp
 from .data import (LocalData, _collectively, _read_local, _spec_label, _survey,
                    list_shards)
 from .errors import CollectiveError, CoordinatorError, InputError, PrbmrmError, UsageError
+from .guard import AggregateCheck, dp_noise_bound
+from .keys import load_roster, load_signing_key
 from .losses import ScalarLoss
 from .losses.vector import VectorLoss, _gradient
+from .messages import ProtocolError, expect_array
 from .risk import run_distributed
 from .secure import SecureComm
+from .solvers import HISTORY_COLUMNS, Result
 
 
 REPLAYABLE_SOLVERS = ("bmrm", "proximal", "lbfgs")
 """Solvers a party can replay: they talk to the ranks through risk evaluations alone (no line
 search or service rounds), so each party can rerun them on the aggregated planes."""
+
+PARTY_SOLVERS = ("bmrm", "lsbmrm", "proximal", "lbfgs", "sublbfgs")
+"""Solvers party mode runs: every sum they need is masked (line searches go through risk(w));
+``smooth_lbfgs`` runs too with ``--allow-score-sharing``, whose scores it uses."""
 
 
 class LeakWarning(UserWarning):
@@ -100,9 +115,10 @@ def load_party(spec, comm, *, bias=False):
         return _survey(files, label)
 
     metas = _collectively(comm, own_set)
-    mine = {"d": metas[0]["d"], "kind": metas[0]["kind"], "has_qid": metas[0]["has_qid"]}
-    shared = [comm.bcast_object((mine, metas[0]["classes"]), root=r) for r in range(comm.size)]
-    comm.check(_disagreement(shared))
+    mine = {"d": int(metas[0]["d"]), "kind": metas[0]["kind"], "has_qid": bool(metas[0]["has_qid"])}
+    shared = [comm.bcast_object([mine, metas[0]["classes"]], root=r, limit=_FORMAT_BYTES)
+              for r in range(comm.size)]
+    comm.check(_malformed(shared) or _disagreement(shared))
     kind, classes = _label_union(shared)
     X, y, qid = _collectively(comm, _read_local, metas, bias)
     n_total = int(comm.allreduce_sum(np.array([len(y)], dtype=np.int64))[0])
@@ -110,6 +126,27 @@ def load_party(spec, comm, *, bias=False):
                      label_kind=kind, classes=classes, files=[m["path"] for m in metas],
                      bias=bool(bias), row_offset=0,
                      blocks=[0] + np.cumsum([m["n"] for m in metas]).tolist())
+
+
+_FORMAT_BYTES = 1 << 16  # a party's data format: a few fields and its classes
+
+
+def _malformed(shared):
+    """A ProtocolError naming the first party whose data format message is not of the schema, or None."""
+    for party, message in enumerate(shared):
+        try:
+            if not (isinstance(message, list) and len(message) == 2 and isinstance(message[0], dict)
+                    and set(message[0]) == {"d", "kind", "has_qid"}):
+                raise ValueError("not [{d, kind, has_qid}, classes]")
+            fields, classes = message
+            if not (type(fields["d"]) is int and fields["d"] > 0 and isinstance(fields["kind"], str)
+                    and len(fields["kind"]) < 32 and type(fields["has_qid"]) is bool):
+                raise ValueError(f"bad fields {str(fields)[:200]}")
+            if classes is not None:
+                expect_array(classes, np.float64, (None,), "classes")
+        except ValueError as error:
+            return ProtocolError(f"party {party} sent a malformed data format message: {error}")
+    return None
 
 
 # Label kinds of one label per example: each party's kind says which values its own labels
@@ -203,6 +240,13 @@ class PrivacyBudget:
     2017 as maintained in Google's dp-accounting), and a fresh accountant
     composes one Gaussian event per evaluation actually made.
 
+    The noise is made of one share per party (:meth:`share`). A coalition
+    of T parties knows its own T shares and can subtract them; the P - T
+    shares of the others must still make ``N(0, (sigma C)^2)``, so each
+    share has deviation ``sigma C / sqrt(P - T)``: the epsilon accounted
+    holds against any coalition of up to T parties (and outsiders, who face
+    more noise, get more privacy).
+
     Parameters
     ----------
     epsilon, delta : float
@@ -227,6 +271,10 @@ class PrivacyBudget:
         self.accountant = RdpAccountant()
         self.evaluations = 0
 
+    def share(self, clip, parties, coalition):
+        """Return the deviation of one party's noise share against coalitions of up to `coalition` parties."""
+        return self.noise_multiplier * clip / math.sqrt(parties - coalition)
+
     def spend(self, *_):
         """Account for one more release (an observer of the risk oracle, called before each sum)."""
         self.accountant.compose(self._dp.GaussianDpEvent(self.noise_multiplier))
@@ -245,8 +293,11 @@ class AuditLog:
     keeps every float64 digit), ``local_risk`` (the mean loss over this
     party's rows, clipped under differential privacy; null for a
     non-decomposable loss, whose risk only rank 0 forms) and
-    ``local_objective`` = lam Omega(w) + local_risk; the last line is the
-    ``summary`` of :meth:`close`.
+    ``local_objective`` = lam Omega(w) + local_risk; the last line is always
+    the ``summary`` of :meth:`close`, with how the run ended (``outcome``).
+    Until then a provisional summary (outcome ``"unfinished: ..."``) follows
+    the last line and is replaced by each new one, so a log ends with a
+    summary even when its party is killed (SIGKILL included) or stopped.
 
     Parameters
     ----------
@@ -269,10 +320,18 @@ class AuditLog:
         self.regularizer = regularizer
         self.decomposable = decomposable
         self.objectives = []
+        self.summary = None
+        self._end = 0  # where the provisional summary starts
         self._write({"party": party, "rows": n_local, "lam": lam, "started": time.time(), **header})
 
-    def _write(self, record):
+    def _write(self, record, outcome=None):
+        self._file.seek(self._end)
+        self._file.truncate()
         self._file.write(json.dumps(record) + "\n")
+        if outcome is None:
+            self._end = self._file.tell()
+            self._file.write(json.dumps({"summary": self._summary(
+                "unfinished: the run stopped before this party closed its log (killed?)")}) + "\n")
         self._file.flush()
 
     def note(self, record):
@@ -293,22 +352,29 @@ class AuditLog:
         record["w"] = w.tolist()
         self._write(record)
 
-    def close(self):
-        """Write and return the summary: queries answered and the trend of the local objective.
+    def close(self, outcome="completed"):
+        """Write and return the summary: how the run ended, queries answered, the local objective's trend.
+
+        Only the first call writes; later ones return the same summary.
 
         ``decreasing`` is the paper's check: is the local regularized risk
         of the last query below that of the first? ``queries_above_first``
         counts the queries whose local objective exceeded the first one's
         (BMRM's early iterates may; a run that keeps doing so deserves a look).
         """
+        if self.summary is None:
+            self.summary = self._summary(outcome)
+            self._write({"summary": self.summary}, outcome)
+            self._file.close()
+        return self.summary
+
+    def _summary(self, outcome):
         J = np.asarray(self.objectives)
-        summary = {"queries": len(J)}
+        summary = {"outcome": outcome, "queries": len(J)}
         if len(J) and np.isfinite(J).all():
             summary.update(local_objective_first=float(J[0]), local_objective_last=float(J[-1]),
                            local_objective_best=float(J.min()), decreasing=bool(J[-1] < J[0]),
                            queries_above_first=int(np.count_nonzero(J > J[0])))
-        self._write({"summary": summary})
-        self._file.close()
         return summary
 
 
@@ -374,6 +440,48 @@ class CoordinatorCheck:
             self.oracle.answer()  # the sum carries the report: every rank raises
 
 
+_RESULT_SCALARS = {"fun": float, "lower_bound": float, "gap": float, "nit": int, "status": int, "message": str}
+
+
+def _result_message(result):
+    """The typed message of rank 0's result (no bundle: the parties need the model and its history)."""
+    message = {key: getattr(result, key) for key in _RESULT_SCALARS}
+    message.update(w=result.w, w_last=result.w_last,
+                   history={key: np.asarray(result.history[key], dtype=np.float64) for key in HISTORY_COLUMNS})
+    return message
+
+
+def _result_from(message, dim):
+    """The Result of rank 0's message, every field checked against its schema.
+
+    Raises
+    ------
+    ProtocolError
+        On every party alike (they all received the same bytes), naming the coordinator.
+    """
+    try:
+        if not (isinstance(message, dict) and set(message) == {*_RESULT_SCALARS, "w", "w_last", "history"}):
+            raise ValueError("not the fields of a result")
+        scalars = {}
+        for key, kind in _RESULT_SCALARS.items():
+            value = message[key]
+            if kind is float and type(value) is int:
+                value = float(value)
+            if type(value) is not kind:
+                raise ValueError(f"{key} is a {type(value).__name__}, not a {kind.__name__}")
+            scalars[key] = value
+        history = message["history"]
+        if not (isinstance(history, dict) and set(history) == set(HISTORY_COLUMNS)):
+            raise ValueError("history: not the columns of a history")
+        rows = len(history["iteration"]) if isinstance(history["iteration"], np.ndarray) else None
+        history = {key: expect_array(history[key], np.float64, (rows,), f"history {key}") for key in history}
+        return Result(w=expect_array(message["w"], np.float64, (dim,), "w"),
+                      w_last=expect_array(message["w_last"], np.float64, (dim,), "w_last"),
+                      history=history, **scalars)
+    except ValueError as error:
+        raise ProtocolError(f"the result the coordinator (party 0) sent is malformed: {error}") from None
+
+
 class _Stopped(Exception):
     """The coordinator stopped before this party's solver did (already reported)."""
 
@@ -400,6 +508,16 @@ class Party:
         Differential privacy target over the whole run (both or neither).
     dp_clip : float
         Per-example clipping norm C of (loss, gradient).
+    dp_coalition : int, optional
+        T: the privacy target holds against any T colluding parties (0 to
+        P - 1); P - 2 by default, the coalitions secure aggregation resists.
+    signing_key : str, optional
+        Path template of this party's signing key file (``{rank}`` is filled;
+        :mod:`prbmrm.keys`); a fresh, unauthenticated key if not given.
+    roster : str, optional
+        The roster file every party holds: the expected signing key of each
+        party. Without it keys are not authenticated (compare the printed
+        fingerprints out of band).
 
     Attributes
     ----------
@@ -412,7 +530,7 @@ class Party:
 
     def __init__(self, *, model_to=None, allow_score_sharing=False, verify_coordinator=False,
                  tolerance=1e-9, audit_log="audit-{rank}.jsonl", dp_epsilon=None, dp_delta=None,
-                 dp_clip=1.0):
+                 dp_clip=1.0, dp_coalition=None, signing_key=None, roster=None):
         self.model_to = None if model_to is None else sorted(set(int(r) for r in model_to))
         self.allow_score_sharing = allow_score_sharing
         self.verify_coordinator = verify_coordinator
@@ -421,6 +539,9 @@ class Party:
         self.dp_epsilon = dp_epsilon
         self.dp_delta = dp_delta
         self.dp_clip = float(dp_clip)
+        self.dp_coalition = dp_coalition
+        self.signing_key = signing_key
+        self.roster = roster
         self.comm = None
         self.budget = None
         self.audit_summary = None
@@ -450,6 +571,11 @@ class Party:
         if self.model_to is not None and not all(0 <= r < comm.size for r in self.model_to):
             raise UsageError(f"--model-to names parties {self.model_to}, but there are {comm.size} "
                              f"(0 to {comm.size - 1})")
+        if solver not in PARTY_SOLVERS + (("smooth_lbfgs",) if self.allow_score_sharing else ()):
+            raise UsageError(f"party mode runs solvers whose every message is a masked sum "
+                             f"({', '.join(PARTY_SOLVERS)}; smooth_lbfgs with --allow-score-sharing), not "
+                             f"{solver!r}" + (": it needs maxima over the parties, which would travel in "
+                                              "the clear" if solver.startswith("pragam") else ""))
         if self.verify_coordinator and solver == "smooth_lbfgs":
             raise UsageError("--verify-coordinator cannot replay solver 'smooth_lbfgs': rank 0 alone "
                              "evaluates its smoothed loss")
@@ -464,10 +590,24 @@ class Party:
                 raise UsageError(f"differential privacy runs with --solver proximal (got {solver!r}): "
                                  "its steps stay near the prox-center, where noisy planes are accurate, "
                                  "and it makes one release per iteration")
+            if self.dp_coalition is None:
+                self.dp_coalition = comm.size - 2
+            if not 0 <= self.dp_coalition < comm.size:
+                raise UsageError(f"--dp-coalition must be 0 to {comm.size - 1} (parties - 1), "
+                                 f"got {self.dp_coalition}")
             self.budget = PrivacyBudget(self.dp_epsilon, self.dp_delta, max_iter)
-            # Any P - 1 shares make the full noise: one party knowing its own share still faces sigma C.
-            noise_std = self.budget.noise_multiplier * self.dp_clip / math.sqrt(comm.size - 1)
-        self.comm = SecureComm(comm, noise_std)
+            noise_std = self.budget.share(self.dp_clip, comm.size, self.dp_coalition)
+        key = roster = None
+        problem = None
+        try:
+            if self.signing_key is not None:
+                key = load_signing_key(party_path(self.signing_key, comm.rank))
+            if self.roster is not None:
+                roster = load_roster(self.roster)
+        except InputError as error:
+            problem = error
+        comm.check(problem)
+        self.comm = SecureComm(comm, noise_std, key, roster, allow_scores=self.allow_score_sharing)
         return self.comm
 
     def check_loss(self, loss):
@@ -493,13 +633,21 @@ class Party:
         return ClippedLoss(loss, self.dp_clip)
 
     def attach(self, oracle, local, lam, regularizer, loss):
-        """Hook the audit log and the privacy accountant to the oracle's evaluations."""
+        """Hook the audit log, the privacy accountant and the poisoning checks to the oracle."""
+        oracle.line_searches = False  # their breakpoints would travel as a maximum
+        noise_bound = None
+        if self.private:
+            total_std = self.comm.noise_std * math.sqrt(self.comm.size)
+            noise_bound = dp_noise_bound(local.n_examples_total, self.dp_clip, total_std, oracle.dim)
+        floor = loss.risk_floor if math.isfinite(loss.risk_floor) else None
+        oracle.inspector = AggregateCheck(self.comm, local.n_examples_total, floor, noise_bound)
         observers = []
         if self.audit_log is not None:
             self._audit = AuditLog(party_path(self.audit_log, self.comm.rank), self.comm.rank,
                                    local.n_local, lam, regularizer, loss.decomposable,
                                    {"parties": self.comm.size, "files": local.files,
-                                    "key_fingerprints": self.comm.fingerprints})
+                                    "key_fingerprints": self.comm.fingerprints,
+                                    "keys_authenticated": self.comm.authenticated})
             observers.append(self._audit)
         if self.budget is not None:
             observers.append(self.budget.spend)
@@ -516,6 +664,7 @@ class Party:
         """
         comm = self.comm
         own = None
+        outcome = "error"
         try:
             if comm.is_root:
                 result = run_distributed(oracle, solve)
@@ -523,14 +672,28 @@ class Party:
                 own = self._replay(oracle, solve)
             else:
                 oracle.serve()
-            result = comm.bcast_object(result if comm.is_root else None)
+            message = comm.bcast_object(_result_message(result) if comm.is_root else None)
+            problem = None
+            if not comm.is_root:
+                try:
+                    result = _result_from(message, oracle.dim)
+                except ProtocolError as error:
+                    problem = error
+            try:
+                comm.check(problem)  # every party read it, or every party stops
+            except CollectiveError as error:
+                raise ProtocolError(str(error), sender=0) from None
             if own is not None:
                 CoordinatorCheck(oracle, comm, self.tolerance, self._audit).check(result.w, own.w,
                                                                                   "the final model")
             comm.settle()
+            outcome = "completed"
+        except BaseException as error:
+            outcome = f"error: {error}" if isinstance(error, PrbmrmError) else f"{type(error).__name__}"
+            raise
         finally:
             if self._audit is not None:
-                self.audit_summary = self._audit.close()
+                self.audit_summary = self._audit.close(outcome)
         if comm.is_root or self.model_to is None or comm.rank in self.model_to:
             return result
         return None
@@ -555,10 +718,11 @@ class Party:
         attrs = {"parties": self.comm.size,
                  "secure_aggregation": "pairwise masks in Z_2^64, X25519 + HKDF-SHA256 + ChaCha20",
                  "fixed_point_exponent": self.comm.exponent, "fixed_point_rescales": self.comm.rescales,
-                 "key_fingerprints": self.comm.fingerprints, "verify_coordinator": self.verify_coordinator,
-                 "lower_bound_certified": not self.private}
+                 "key_fingerprints": self.comm.fingerprints, "keys_authenticated": self.comm.authenticated,
+                 "verify_coordinator": self.verify_coordinator, "lower_bound_certified": not self.private}
         if self.private:
-            attrs.update(dp_epsilon=self.budget.spent(), dp_delta=self.dp_delta,
+            # The accountant's epsilon holds against any coalition of up to dp_coalition parties.
+            attrs.update(dp_epsilon=self.budget.spent(), dp_delta=self.dp_delta, dp_coalition=self.dp_coalition,
                          dp_target_epsilon=self.dp_epsilon, dp_noise_multiplier=self.budget.noise_multiplier,
                          dp_clip=self.dp_clip, dp_evaluations=self.budget.evaluations)
         return attrs

@@ -40,6 +40,12 @@ Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every
 rank) attach a service through the same protocol: :meth:`DistributedRisk.attach`
 builds it on every rank, and each :meth:`DistributedRisk.request` runs one of
 its collective steps everywhere.
+
+Every message a serving rank acts on is a fixed-shape float64 buffer whose
+flag must be one of the closed table of kinds above; a service is named by
+its entry in :data:`SERVICES` and built with JSON arguments. An unknown kind
+or service stops every serving rank with a
+:class:`~prbmrm.messages.ProtocolError` naming rank 0.
 """
 
 import time
@@ -50,8 +56,27 @@ from scipy.sparse import _sparsetools
 
 from .errors import CollectiveError, JointError, PrbmrmError
 from .losses._base import ScalarLoss
+from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
+
+SERVICES = {}
+"""The services a solver may attach, by name: the only code a message from rank 0 can select."""
+
+
+def service(name):
+    """Class decorator: enter a service class in :data:`SERVICES` under `name`."""
+    def register(cls):
+        cls.service_name = name
+        SERVICES[name] = cls
+        return cls
+    return register
+
+
+def _unexpected(what):
+    return ProtocolError(f"rank 0 (the coordinator in party mode) sent {what}: not a message of the protocol",
+                         agreed=False)
+
 
 MAX_TRIALS = 16
 """Most trial steps of one round of a line search (one broadcast, one reduction)."""
@@ -105,6 +130,13 @@ class DistributedRisk:
         ``observer(w, partials)``: the w evaluated and this rank's partial
         sums (one row per block, gradient then risk; views, valid until the
         next evaluation). Party mode's audit log is one.
+    inspector : callable or None
+        Called on every rank after each evaluation's sum, as
+        ``inspector(w, sums)`` (party mode's poisoning checks); it raises on
+        every rank together or on none.
+    line_searches : bool
+        False makes :meth:`line` decline (party mode: the breakpoints of a
+        line search travel as a maximum, in the clear).
     """
 
     def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
@@ -136,6 +168,8 @@ class DistributedRisk:
         self.total_seconds = {"risk": 0.0, "comm": 0.0}
         self.evaluations = 0
         self.observer = None
+        self.inspector = None
+        self.line_searches = True
         self._received_seconds = 0.0
         self._deferred_error = None
         # Line search sessions: the direction, the trial message [etas, lo, hi, count, flag]
@@ -208,6 +242,8 @@ class DistributedRisk:
                 self.comm.check(_described(error, self.comm.rank))
             except CollectiveError as failed:
                 raise JointError(str(failed)) from error
+        if self.inspector is not None:
+            self.inspector(w, self._sums)
         self.last_seconds = {"risk": computed - started - exchange,
                              "comm": bcast_seconds + exchange + time.perf_counter() - computed}
         for key, seconds in self.last_seconds.items():
@@ -261,10 +297,11 @@ class DistributedRisk:
         RiskLine or None
             The session, to be closed (``with`` closes it); None if the loss
             does not decompose over examples, needs query ids or is
-            structured (it has no scores ``X w``): the caller then searches
-            through ``risk(w)`` itself.
+            structured (it has no scores ``X w``), or :attr:`line_searches`
+            is False: the caller then searches through ``risk(w)`` itself.
         """
-        if not self.loss.decomposable or self.loss.needs_qid or self.loss.structured:
+        if (not self.loss.decomposable or self.loss.needs_qid or self.loss.structured
+                or not self.line_searches):
             return None
         started = time.perf_counter()
         self._message[:-1] = w
@@ -372,22 +409,34 @@ class DistributedRisk:
                 if flag == _END:
                     continue
             if flag == _FAIL:
-                raise CollectiveError(self.comm.bcast_object(None))
+                raise CollectiveError(str(self.comm.bcast_object(None)))
             if flag == _ATTACH:
-                factory, args = self.comm.bcast_object(None)
-                self._service = factory(self, *args)
+                self._service = self._build_service(self.comm.bcast_object(None))
                 continue
-            if flag == _REQUEST:
+            if flag == _REQUEST and self._service is not None:
                 self._service.handle(int(self._message[0]))
                 continue
+            if flag != _STOP:
+                raise _unexpected(f"the message kind {float(flag)!r}")
             return
+
+    def _build_service(self, message):
+        """The service of the attach message ``[name, args]`` (every rank but 0)."""
+        if not (isinstance(message, list) and len(message) == 2 and isinstance(message[1], list)
+                and message[0] in SERVICES):
+            raise _unexpected(f"the service {str(message)[:100]!r} (known: {', '.join(sorted(SERVICES))})")
+        try:
+            return SERVICES[message[0]](self, *message[1])
+        except (TypeError, ValueError) as error:
+            raise _unexpected(f"bad arguments for the service {message[0]!r} ({error})") from None
 
     def attach(self, factory, *args):
         """Build the service ``factory(self, *args)`` on every rank (rank 0 only); return rank 0's.
 
         A solver that keeps state on every rank (Pragam's dual variables of
         each rank's own examples) runs its collective steps as a service:
-        `factory` and `args` are pickled once to the serving ranks, which
+        `factory` is a class entered in :data:`SERVICES` (:func:`service`),
+        and its name and the JSON `args` travel to the serving ranks, which
         build their own instance in :meth:`serve`; afterwards
         :meth:`request` runs ``service.handle(code)`` on every rank.
 
@@ -398,7 +447,7 @@ class DistributedRisk:
         """
         self._message[-1] = _ATTACH
         self.comm.bcast_array(self._message)
-        self.comm.bcast_object((factory, args))
+        self.comm.bcast_object([factory.service_name, list(args)])
         self._service = factory(self, *args)
         return self._service
 
@@ -442,7 +491,9 @@ class DistributedRisk:
         if flag == _STOP:
             return None
         if flag == _FAIL:
-            raise CollectiveError(self.comm.bcast_object(None))
+            raise CollectiveError(str(self.comm.bcast_object(None)))
+        if flag != _EVALUATE:
+            raise _unexpected(f"the message kind {float(flag)!r} to a party replaying the solver")
         self._received_seconds = time.perf_counter() - started
         return self._message[:-1]
 

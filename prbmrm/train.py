@@ -653,6 +653,14 @@ def build_parser():
     party.add_argument("--dp-delta", type=float, help="differential privacy: delta over the whole run")
     party.add_argument("--dp-clip", type=float, default=1.0,
                        help="norm each example's (loss, gradient) is clipped to (default 1)")
+    party.add_argument("--dp-coalition", type=int, metavar="T",
+                       help="the privacy target holds against any T colluding parties (default parties - 2)")
+    party.add_argument("--party-key", metavar="PATH",
+                       help="this party's signing key file, a template such as 'site-{rank}.key' "
+                            "(python -m prbmrm.keys keygen makes it)")
+    party.add_argument("--roster", metavar="PATH",
+                       help="the parties' expected public keys (python -m prbmrm.keys roster): a "
+                            "substituted key stops the run")
     return parser
 
 
@@ -701,7 +709,7 @@ def _check_checkpoint_arguments(args, comm):
 
 
 _PARTY_ONLY = ("party_data", "model_to", "allow_score_sharing", "verify_coordinator", "dp_epsilon",
-               "dp_delta")
+               "dp_delta", "dp_coalition", "party_key", "roster")
 
 
 def party_numbers(text):
@@ -736,7 +744,8 @@ def party_from_args(args):
     return Party(model_to=args.model_to, allow_score_sharing=args.allow_score_sharing,
                  verify_coordinator=args.verify_coordinator,
                  audit_log=None if args.no_audit_log else args.audit_log, dp_epsilon=args.dp_epsilon,
-                 dp_delta=args.dp_delta, dp_clip=args.dp_clip)
+                 dp_delta=args.dp_delta, dp_clip=args.dp_clip, dp_coalition=args.dp_coalition,
+                 signing_key=args.party_key, roster=args.roster)
 
 
 def _absolute_files(params):
@@ -905,11 +914,12 @@ def party_summary(party):
     """The lines rank 0 prints about party mode at the end of a run."""
     comm = party.comm
     lines = [f"party mode: {comm.size} parties, {comm.messages} masked sums (fixed point 2^{comm.exponent} "
-             f"range, {comm.rescales} rescale(s) after overflow); public key fingerprints "
-             f"{', '.join(comm.fingerprints)}"]
+             f"range, {comm.rescales} rescale(s) after overflow); signing key fingerprints "
+             f"{', '.join(comm.fingerprints)} ({'checked against the roster' if comm.authenticated else 'NOT authenticated: no --roster'})"]
     if party.private:
         lines.append(f"differential privacy: spent epsilon {party.budget.spent():.4g} (target "
-                     f"{party.dp_epsilon:g}) at delta {party.dp_delta:g} over {party.budget.evaluations} "
+                     f"{party.dp_epsilon:g}) against any coalition of up to {party.dp_coalition} parties, "
+                     f"at delta {party.dp_delta:g} over {party.budget.evaluations} "
                      f"evaluations; noise multiplier {party.budget.noise_multiplier:.4g}, clip "
                      f"{party.dp_clip:g}; the lower bound is not certified")
     return "\n".join(lines)

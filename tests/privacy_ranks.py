@@ -4,10 +4,11 @@
         For each case of CASES, train plainly on DIR/NAME-all and in party mode
         on DIR/NAME-site-{rank} (verifying the coordinator); rank 0 saves
         both results.
-    python tests/privacy_ranks.py transcript DIR OUT_PREFIX
+    python tests/privacy_ranks.py transcript DIR OUT_PREFIX [SOLVER]
         Train in party mode over a communicator that records every message
         this rank sends and receives; each rank pickles its transcript, its
-        true local sums per evaluation and its pairwise keys.
+        true local sums per evaluation and per secure float sum, and its
+        pairwise keys.
     python tests/privacy_ranks.py perturb EVALUATION ARGS...
         Run ``prbmrm.train ARGS`` with rank 0 perturbing the w of the given
         evaluation (the test hook of a deviating coordinator).
@@ -71,14 +72,22 @@ def compare(directory, out):
         np.savez(out, **saved)
 
 
-def transcript(directory, prefix):
-    """Hinge on a9a in party mode, 60 iterations, every message recorded."""
+def transcript(directory, prefix, solver="bmrm"):
+    """Hinge on a9a in party mode, 60 iterations of `solver`, every message recorded."""
     from prbmrm.comm import get_comm
     from prbmrm.party import Party
+    from prbmrm.secure import SecureComm
     from prbmrm.train import fit
 
     comm = RecordingComm(get_comm())
-    truths = []
+    truths, sums = [], []
+    honest = SecureComm.reproducible_sum
+
+    def recorded(self, partials, n_parts):
+        sums.append(np.asarray(partials, dtype=np.float64).sum(axis=0))  # this party's part of the sum
+        return honest(self, partials, n_parts)
+
+    SecureComm.reproducible_sum = recorded
 
     class Recorded(Party):
         def attach(self, oracle, *args):
@@ -93,10 +102,10 @@ def transcript(directory, prefix):
 
     party = Recorded(audit_log=f"{prefix}-audit-{{rank}}.jsonl")
     fit(f"{directory}/a9a-site-{{rank}}", bias=True, lam=1e-3, epsilon=0, rel_epsilon=0, max_iter=60,
-        comm=comm, party=party)
+        comm=comm, party=party, solver=solver)
     with open(f"{prefix}-{comm.rank}.pickle", "wb") as f:
         pickle.dump({"records": comm.records, "truths": np.array(truths), "keys": party.comm._keys,
-                     "messages": party.comm.messages}, f)
+                     "messages": party.comm.messages, "sums": sums}, f)
 
 
 def perturb(evaluation, argv):

@@ -7,6 +7,7 @@ tests/test_mpiexec.py: with fewer than 3 ranks they check the refusal.
 """
 
 import json
+import math
 import os
 import pickle
 import re
@@ -19,7 +20,7 @@ from prbmrm.data import write_shards
 from prbmrm.errors import CollectiveError, CoordinatorError, UsageError
 from prbmrm.losses import LOSSES, get_loss
 from prbmrm.model import load_model
-from prbmrm.party import AuditLog, ClippedLoss, Party, load_party, party_path
+from prbmrm.party import PARTY_SOLVERS, AuditLog, ClippedLoss, Party, load_party, party_path
 from prbmrm.regularizers import get_regularizer
 from prbmrm.secure import MIN_PARTIES, RESCALE_BITS, SecureComm, gaussian_noise, keystream
 
@@ -164,6 +165,79 @@ def test_no_message_reveals_a_partys_risk_or_gradient(party_data, tmp_path):
         for limb in range(2):
             correlation = [np.corrcoef(series[:, limb, j], truth[:, j])[0, 1] for j in varying]
             assert np.mean(np.square(correlation)) < 3.0 / T
+
+
+def received_arrays(value):
+    """Every float64 array or float in a received message (arrays, lists, dicts), as a list of arrays.
+
+    Counters and timings of the result's history (iteration, planes, seconds) are not data.
+    """
+    if isinstance(value, np.ndarray):
+        return [value.ravel()] if value.dtype == np.float64 else []
+    if isinstance(value, dict):
+        value = [v for key, v in value.items() if key not in ("iteration", "planes") and
+                 not key.startswith("seconds")]
+    if isinstance(value, (list, tuple)):
+        return [array for v in value for array in received_arrays(v)]
+    return [np.array([value])] if isinstance(value, float) else []
+
+
+def revealing(mine, total):
+    """Where party sums `mine` are informative: nonzero, not the total itself (a feature only this
+    party's rows have), not integers below 100 (flags and trial counts the protocol sends anyway)."""
+    return ((mine != 0) & ~np.isclose(mine, total, rtol=1e-9, atol=0)
+            & ~((np.abs(mine) < 100) & (mine == np.round(mine))))
+
+
+# A value relayed is equal to a few ulps (divided by m at most); at 1e-9 the 1e8 comparisons of a
+# long run would meet about one chance coincidence between unrelated numbers.
+RELAYED = 1e-13
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("solver", PARTY_SOLVERS)
+def test_no_received_value_is_one_partys_contribution(party_data, tmp_path, solver):
+    """Every message each rank receives, for every solver party mode allows: no received array
+    holds, at any position, the value one party's sums have there (as a sum or a mean), and no
+    received value is one party's risk."""
+    parties = 3
+    completed = run_driver(parties, "transcript", party_data / str(parties), tmp_path / "t", solver,
+                           timeout=480)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    runs = []
+    for r in range(parties):
+        with open(tmp_path / f"t-{r}.pickle", "rb") as f:
+            runs.append(pickle.load(f))
+    n_total = A9A_ROWS
+    for q, run in enumerate(runs):
+        # No maximum, minimum or gather: public broadcasts, masked sums and error checks only.
+        assert {name for name, _, _ in run["records"]} <= {"bcast_object", "bcast_array", "allreduce_sum",
+                                                          "check"}, solver
+        received = [a for _, _, got in run["records"] for a in received_arrays(got)]
+        values = np.sort(np.concatenate(received))
+        for p in range(parties):
+            if p == q:
+                continue
+            # Party p's sums, one row per secure sum (padded with NaN), where informative.
+            width = max(len(mine) for mine in runs[p]["sums"])
+            dim = min(len(mine) for mine in runs[p]["sums"]) - 1  # gradient sums; risks come after
+            own = np.full((len(runs[p]["sums"]), width), np.nan)
+            risks = []
+            for k, mine in enumerate(runs[p]["sums"]):
+                total = np.sum([runs[o]["sums"][k] for o in range(parties)], axis=0)
+                informative = revealing(mine, total)
+                own[k, :len(mine)] = np.where(informative, mine, np.nan)
+                risks.extend(mine[dim:][informative[dim:]])
+            for array in received:
+                n = min(array.size, width)
+                for scaled in (own[:, :n], own[:, :n] / n_total):
+                    same = np.isclose(array[:n], scaled, rtol=RELAYED, atol=0)
+                    assert not same.any(), (solver, q, p, scaled[same][:5])
+            risks = np.concatenate([risks, np.divide(risks, n_total)])
+            assert risks.size > 10
+            at = np.clip(np.searchsorted(values, risks), 1, values.size - 1)
+            nearest = np.minimum(np.abs(values[at] - risks), np.abs(values[at - 1] - risks))
+            assert not (nearest <= RELAYED * np.abs(risks)).any(), (solver, q, p, risks[nearest <= RELAYED * np.abs(risks)])
 
 
 # ---- Refusals --------------------------------------------------------------------------------------
@@ -395,7 +469,8 @@ def test_a_deviating_coordinator_is_caught_by_every_party(party_data, tmp_path):
         assert re.search(rf"prbmrm.train: error \(party {r}\): the coordinator deviated from the "
                          rf"protocol: at evaluation {evaluation} the w it sent differs from the one the "
                          r"solver prescribes by [0-9.e-]+", completed.stderr), completed.stderr
-    assert f"{parties - 1} of the {parties} parties stopped the run" in completed.stderr
+    # Rank 0 names the parties that stopped the run: no anonymous blame.
+    assert "error: party 1, 2, 3 stopped the run: they say that the coordinator deviated" in completed.stderr
     assert not list(tmp_path.glob("model-*.h5"))
     for r in range(parties):
         lines = [json.loads(line) for line in open(tmp_path / f"audit-{r}.jsonl")]
@@ -524,14 +599,46 @@ def test_keystream_is_rfc8439_chacha20():
         "f91b65c5524733ab8f593dabcd62b3571639d624e65152ab8f530c359f0861d8")
 
 
-def test_differential_privacy_trains_and_saves_the_budget_spent(tmp_path):
+@pytest.mark.parametrize("parties", [3, 4, 5, 8])
+def test_the_noise_shares_hold_the_target_against_any_coalition(parties):
+    """A coalition of T parties subtracts its own T shares: the others' still give epsilon = target."""
+    dp_accounting = pytest.importorskip("dp_accounting")
+    from dp_accounting.rdp import RdpAccountant
+
+    from prbmrm.party import PrivacyBudget
+
+    epsilon, delta, evaluations, clip = 1.0, 1e-5, 40, 4.0
+    budget = PrivacyBudget(epsilon, delta, evaluations)
+
+    def against(coalition, share):
+        # The noise the coalition cannot remove: the P - T other shares, independent Gaussians.
+        remaining = share * math.sqrt(parties - coalition) / clip
+        accountant = RdpAccountant()
+        accountant.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(remaining),
+                                                             evaluations))
+        return accountant.get_epsilon(delta)
+
+    for target in range(parties):  # the option T
+        share = budget.share(clip, parties, target)
+        for coalition in range(target + 1):  # every coalition of up to T parties
+            spent = against(coalition, share)
+            assert spent <= epsilon * (1 + 1e-6)
+            if coalition == target:
+                assert spent == pytest.approx(epsilon, rel=1e-4)
+    if parties > 3:
+        # The former shares (sigma C / sqrt(P - 1)) fall short against the default coalition of P - 2.
+        assert against(parties - 2, budget.noise_multiplier * clip / math.sqrt(parties - 1)) > 1.2 * epsilon
+
+
+@pytest.mark.parametrize("parties", [3, 4])
+def test_differential_privacy_trains_and_saves_the_budget_spent(tmp_path, parties):
     dp_accounting = pytest.importorskip("dp_accounting")
     from dp_accounting.rdp import RdpAccountant
 
     from prbmrm.comm import SerialComm
     from prbmrm.train import fit
 
-    parties, max_iter, epsilon, delta = 3, 40, 1.0, 1e-5
+    max_iter, epsilon, delta = 40, 1.0, 1e-5
     X, y = load_svmlight("a9a.xz", 123)
     X_test, y_test = load_svmlight("a9a.t.xz", 123)
     bounds = split_rows(len(y), parties, seed=1)
@@ -556,12 +663,15 @@ def test_differential_privacy_trains_and_saves_the_budget_spent(tmp_path):
     assert attrs["dp_evaluations"] == attrs["iterations"] == max_iter  # no gap test under noise
     assert attrs["dp_epsilon"] == pytest.approx(accountant.get_epsilon(delta), rel=1e-9)
     assert attrs["dp_epsilon"] <= epsilon * (1 + 1e-6) and attrs["dp_delta"] == delta
-    assert f"spent epsilon {attrs['dp_epsilon']:.4g}" in completed.stdout
+    assert attrs["dp_coalition"] == parties - 2  # the default: what secure aggregation resists
+    assert (f"spent epsilon {attrs['dp_epsilon']:.4g} (target 1) against any coalition of up to "
+            f"{parties - 2} parties") in completed.stdout
     # It still learns: accuracy on a9a.t next to the non-private model's.
     plain, _, _ = fit((X, y), bias=True, lam=1e-3, comm=SerialComm())
     accuracy = {}
     for kind, w, b in (("private", model.w, model.bias), ("non-private", plain.w[:-1], plain.w[-1])):
         accuracy[kind] = np.mean(np.where(X_test @ w + b >= 0, 1.0, -1.0) == y_test)
-    print(f"\na9a.t accuracy: differentially private (epsilon {attrs['dp_epsilon']:.3g}, delta {delta:g}) "
+    print(f"\na9a.t accuracy, {parties} parties: differentially private (epsilon {attrs['dp_epsilon']:.3g}, "
+          f"delta {delta:g}, coalitions of up to {parties - 2}) "
           f"{accuracy['private']:.4f}, non-private {accuracy['non-private']:.4f}")
     assert accuracy["private"] >= accuracy["non-private"] - 0.03, accuracy

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..dual import SVMDual
 from ..errors import InputError, UsageError
+from ..risk import service
 from ._base import Progress, Recorder
 
 _START, _STEP = 0, 1
@@ -44,6 +45,7 @@ class _Step:
     seconds_projection: float
 
 
+@service("pragam")
 class PragamRanks:
     """The part of Pragam that runs on every rank: Algorithm 1's state and steps.
 

@@ -40,6 +40,7 @@ from collections import deque
 import numpy as np
 
 from ..errors import UsageError
+from ..risk import service
 from ._base import CuttingPlaneBound, Progress, Recorder, check_finite, snapshot
 from .linesearch import open_line, search_line
 
@@ -48,6 +49,7 @@ from .linesearch import open_line, search_line
 # The argsup oracle
 # --------------------------------------------------------------------------
 
+@service("argsup")
 class ArgsupRanks:
     """The argsup oracle of R_emp on every rank: ``(R_emp(w), plane value, argsup_{a in dR_emp(w)} <a, p>)``.
 

@@ -70,6 +70,18 @@ their labels are not an array of rows."""
 
 _INDEX_LIMIT = 2**31  # int32 indices and indptr below this
 _SPLIT_BLOCKS = 64  # canonical blocks of in-memory data (split_local)
+_DENSE_READ = 2**22  # entries of the dense array filled per read of a CSR shard
+
+DENSE_DENSITY = 0.4
+"""CSR data at least this dense (nonzeros / (rows x features) over the whole
+set) is held in memory as a dense C-contiguous array, multiplied by BLAS:
+a dense pass reads 8 bytes per entry at about twice the speed per byte of
+scipy's CSR kernel, which reads 12 per nonzero (value and int32 index), so
+dense is the faster above a density of about 1/3, and at 0.4 costs at most
+1.7x the memory of CSR (at 2/3 and above, less). :func:`load_local` and
+:func:`split_local` take ``dense=True`` or ``False`` to force either; the
+shard files keep their layout (``python -m prbmrm.shard --dense`` writes
+dense ones)."""
 _SHARD_RE = re.compile(r"^part-(\d+)\.h5$")
 _OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 _READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
@@ -83,7 +95,8 @@ class LocalData:
     ----------
     X : scipy.sparse.csr_matrix, numpy.ndarray or prbmrm.structured.RaggedExamples
         Local features, float64: CSR with int32 ``indices`` and ``indptr``
-        where the sizes allow (int64 otherwise), or a C-contiguous array.
+        where the sizes allow (int64 otherwise), or a C-contiguous array
+        (dense shards, and CSR ones of density at least :data:`DENSE_DENSITY`).
         With `bias` the last column is a constant 1. For structured data
         (label kind ``"structured"``) the ragged examples with their labels.
     y : numpy.ndarray or None
@@ -1105,11 +1118,12 @@ def _check_agreement(files, label, metas, first, counts):
                          "of different conversions mixed?)")
 
 
-def _read_local(metas, bias):
+def _read_local(metas, bias, as_dense=False):
     """Read this rank's checked shards into one X, y, qid (preallocated: no
     concatenation copies) and validate the values.
 
-    Structured shards give ragged examples (with their labels) as X, and y None.
+    CSR shards are read into a dense X if `as_dense`. Structured shards give
+    ragged examples (with their labels) as X, and y None.
     """
     if metas[0]["kind"] == STRUCTURED:
         from .structured.data import read_local
@@ -1123,32 +1137,34 @@ def _read_local(metas, bias):
     y = (np.empty((n, classes.size), dtype=np.int8) if kind == "multilabel"
          else np.empty((n, classes.size)) if kind == "multioutput" else np.empty(n))
     qid = np.empty(n, dtype=np.int64) if metas[0]["has_qid"] else None
-    if sparse:
+    csr = sparse and not as_dense
+    if csr:
         nnz = sum(m["nnz"] for m in metas)
         idx = np.int32 if max(nnz, d) < _INDEX_LIMIT else np.int64
         data, indices, indptr = np.empty(nnz), np.empty(nnz, idx), np.zeros(n + 1, idx)
     else:
-        X = np.empty((n, d + bias))
+        X = np.zeros((n, d + bias)) if sparse else np.empty((n, d + bias))
         X[:, d:] = 1.0
     row = pos = 0
     for m in metas:
         path, rows, vals = m["path"], np.s_[row:row + m["n"]], np.s_[pos:pos + m["nnz"]]
         with _open_shard(path) as f:
-            if sparse and m["nnz"]:
+            if csr and m["nnz"]:
                 f["X/data"].read_direct(data, dest_sel=vals)
                 f["X/indices"].read_direct(indices, dest_sel=vals)
+            elif sparse and m["nnz"]:
+                _scatter_csr(f, m, X[rows])
             elif not sparse and m["n"] and d:
                 f["X"].read_direct(X, dest_sel=np.s_[rows, 0:d])
             if m["n"]:
                 f["y"].read_direct(y, dest_sel=rows)
                 if qid is not None:
                     f["qid"].read_direct(qid, dest_sel=rows)
-        if sparse:
+        if csr:
             indptr[row:row + m["n"] + 1] = m["indptr"] + pos
-            if m["nnz"] and (indices[vals].min() < 0 or indices[vals].max() >= d):
-                raise InputError(f"{path}: /X/indices has a feature index out of range [0, {d})")
+            _check_indices(indices[vals], d, path)
             _check_finite(data[vals], path, indptr=m["indptr"])
-        else:
+        elif not sparse:
             _check_finite(X[rows, :d], path)
         if kind == "multilabel":
             _check_indicator(y[rows], path)
@@ -1160,9 +1176,39 @@ def _read_local(metas, bias):
                 raise InputError(f"{path}: row {bad[0] + 1} has label {_fmt_num(y[row + bad[0]])}"
                                  f", not one of the classes [{_fmt_values(classes)}]")
         row, pos = row + m["n"], pos + m["nnz"]
-    if sparse:
+    if csr:
         X = _with_bias(sp.csr_matrix((data, indices, indptr), shape=(n, d), copy=False), bias)
     return X, y, qid
+
+
+def _check_indices(indices, d, path):
+    if indices.size and (indices.min() < 0 or indices.max() >= d):
+        raise InputError(f"{path}: /X/indices has a feature index out of range [0, {d})")
+
+
+def _scatter_csr(f, m, out):
+    """Fill the zeroed dense rows `out` with the CSR /X of the open shard `m`, checking it.
+
+    A few MB are read at a time: the shard's CSR arrays are never all in memory.
+    """
+    path, indptr, d = m["path"], m["indptr"], m["d"]
+    step = max(1, _DENSE_READ // max(d, 1))
+    for a in range(0, m["n"], step):
+        b = min(a + step, m["n"])
+        lo, hi = int(indptr[a]), int(indptr[b])
+        if hi == lo:
+            continue
+        values, columns = f["X/data"][lo:hi], f["X/indices"][lo:hi]
+        _check_indices(columns, d, path)
+        _check_finite(values, path, indptr=indptr[a:b + 1] - lo, row_offset=a)
+        out[np.repeat(np.arange(a, b), np.diff(indptr[a:b + 1])), columns] = values
+
+
+def _dense_layout(sparse, nonzeros, rows, features, dense):
+    """Whether to hold X dense in memory: `dense` if given, else CSR data of density >= DENSE_DENSITY."""
+    if dense is not None:
+        return bool(dense)
+    return not sparse or nonzeros >= DENSE_DENSITY * rows * features
 
 
 def _collectively(comm, fn, *args):
@@ -1176,7 +1222,7 @@ def _collectively(comm, fn, *args):
     return result
 
 
-def load_local(spec, comm, *, bias=False):
+def load_local(spec, comm, *, bias=False, dense=None):
     """Load this rank's block of shard files; validate them on every rank together.
 
     With S shard files and P ranks, rank r reads only ``files[r*S//P:(r+1)*S//P]``.
@@ -1191,6 +1237,11 @@ def load_local(spec, comm, *, bias=False):
         Communicator; every rank must call this function.
     bias : bool, default False
         Append a constant-1 feature column.
+    dense : bool or None, default None
+        Hold X as a dense array (True) or as the shards store it (False);
+        None: dense if the shards are, or if their CSR has a density of at
+        least :data:`DENSE_DENSITY` over all shards (the same choice on
+        every rank, so sums stay independent of the rank count).
 
     Returns
     -------
@@ -1221,7 +1272,9 @@ def load_local(spec, comm, *, bias=False):
     first = comm.bcast_object({key: metas[0][key] for key, _, _ in _AGREED})  # from shard 0
     counts = comm.gather_counts(sum(m["n"] for m in metas))
     _collectively(comm, _check_agreement, files, label, metas, first, counts)
-    X, y, qid = _collectively(comm, _read_local, metas, bias)
+    nonzeros = int(comm.gather_counts(sum(m["nnz"] for m in metas)).sum())
+    as_dense = _dense_layout(first["sparse"], nonzeros, first["n_total"], first["d"], dense)
+    X, y, qid = _collectively(comm, _read_local, metas, bias, as_dense)
     return LocalData(X=X, y=y, qid=qid, n_features=first["d"],
                      n_examples_total=first["n_total"], label_kind=first["kind"],
                      classes=first["classes"], files=[m["path"] for m in metas],
@@ -1230,7 +1283,7 @@ def load_local(spec, comm, *, bias=False):
 
 
 def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=None,
-                source=""):
+                source="", dense=None):
     """Keep this rank's contiguous block of in-memory data present on every rank.
 
     Every rank holds the same full arrays (the demo data, the Python API) and
@@ -1257,6 +1310,10 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
         Override the inferred classes.
     source : str, optional
         Name of the data, used in messages.
+    dense : bool or None, default None
+        Keep this rank's rows as a dense array (True) or as given (False);
+        None: dense if `X` is, or if it is sparse with a density of at least
+        :data:`DENSE_DENSITY`.
 
     Returns
     -------
@@ -1281,6 +1338,8 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
         a, b = blocks[0], blocks[-1]
         mine = A[a:b]
         _check_finite(mine, where, row_offset=a)
+        if sp.issparse(mine) and _dense_layout(True, A.nnz, n, d, dense):
+            mine = mine.toarray()
         return LocalData(X=_with_bias(mine, bias), y=np.ascontiguousarray(Y[a:b]),
                          qid=None if q is None else q[a:b].copy(), n_features=d,
                          n_examples_total=n, label_kind=kind, classes=found, files=[],

@@ -78,7 +78,7 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
         reg_params=None, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10, bundle_size=0,
         theta=None, solver_params=None, callback=None, comm=None, checkpoint=None, checkpoint_every=0,
-        resume=None, stop=None, party=None):
+        resume=None, stop=None, party=None, warm=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -149,6 +149,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         Party mode: rank r is party r, `data` names each party's own files
         (a template with ``{rank}``, or a list with one entry per party) and
         every sum is a secure aggregation (see :mod:`prbmrm.party`).
+    warm : prbmrm.solvers.Result, optional
+        Rank 0: a result of an earlier run on the same data and loss (any
+        lam): start from its w and, for a solver that keeps a bundle, its
+        planes and multipliers, which bound R_emp whatever lam (as on a
+        lambda path). One lam only.
 
     Returns
     -------
@@ -224,6 +229,13 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     callback, options = _checkpoint_options(comm, local, callback, options, checkpoint, checkpoint_every, resume,
                                             stop, loss_object, regularizer, lam=lam, solver=solver, bias=bias,
                                             idle_age=idle_age, bundle_size=bundle_size, max_iter=max_iter)
+
+    if warm is not None:
+        if path:
+            raise UsageError("a warm start applies to one lambda, not to a path")
+        w0 = warm.w
+        if warm.bundle is not None and "bundle" in inspect.signature(get_solver(solver)).parameters:
+            options = dict(options, bundle=warm.bundle, alpha=warm.alpha)
 
     def solve(risk):
         return (minimize_path if path else minimize)(

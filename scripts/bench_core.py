@@ -46,8 +46,8 @@ DATA = os.path.join(REPO, "..", "shared", "data")
 FASHION = "/usr/share/datasets/fashion-mnist"
 
 
-def make_fashion(directory, seed=0):
-    """Fashion-MNIST's training set as 2 CSR shard files (synthetic of its shape if absent)."""
+def make_fashion(directory, parts=2, seed=0):
+    """Fashion-MNIST's training set as `parts` CSR shard files (synthetic of its shape if absent)."""
     import gzip
 
     from prbmrm.data import write_shards
@@ -64,7 +64,7 @@ def make_fashion(directory, seed=0):
         X = np.where(rng.random((60_000, 784)) < 0.5, rng.random((60_000, 784)), 0.0)
         y = np.where(X @ rng.standard_normal(784) >= 0, 1.0, -1.0)
     X = sp.csr_matrix(X)
-    write_shards(X, y, directory, 2)
+    write_shards(X, y, directory, parts)
     return X.nnz, X.shape
 
 

@@ -73,7 +73,7 @@ _INDEX_LIMIT = 2**31  # int32 indices and indptr below this
 # per 2**14 stored values, so that on small data (scikit-learn's digits: 1,797 x 64) the
 # per-block call of the loss does not cost more than the block's arithmetic.
 _SPLIT_BLOCKS, _SPLIT_MIN_BLOCKS, _SPLIT_BLOCK_COST = 64, 8, 2**14
-_DENSE_READ = 2**22  # entries of the dense array filled per read of a CSR shard
+_DENSE_READ = 2**20  # entries of the dense array filled per read of a CSR shard (a few MB at a time)
 
 DENSE_DENSITY = 0.4
 """CSR data at least this dense (nonzeros / (rows x features) over the whole

@@ -71,9 +71,24 @@ STRUCTURED = "structured"
 their labels are not an array of rows."""
 
 _INDEX_LIMIT = 2**31  # int32 indices and indptr below this
-_SPLIT_BLOCKS = 64  # canonical blocks of in-memory data (split_local)
+# Canonical blocks of in-memory data (split_local): at most 64, at least 8, and otherwise one
+# per 2**14 stored values, so that on small data (scikit-learn's digits: 1,797 x 64) the
+# per-block call of the loss does not cost more than the block's arithmetic.
+_SPLIT_BLOCKS, _SPLIT_MIN_BLOCKS, _SPLIT_BLOCK_COST = 64, 8, 2**14
 _SHARD_BLOCKS = 16  # at least this many canonical blocks over a shard set (fewer files are cut)
 _PARTIALS_BUDGET = 2**23  # floats of per-block partial sums a shard set's blocks may need (64 MiB)
+_DENSE_READ = 2**20  # entries of the dense array filled per read of a CSR shard (a few MB at a time)
+
+DENSE_DENSITY = 0.4
+"""CSR data at least this dense (nonzeros / (rows x features) over the whole
+set) is held in memory as a dense C-contiguous array, multiplied by BLAS:
+a dense pass reads 8 bytes per entry at about twice the speed per byte of
+scipy's CSR kernel, which reads 12 per nonzero (value and int32 index), so
+dense is the faster above a density of about 1/3, and at 0.4 costs at most
+1.7x the memory of CSR (at 2/3 and above, less). :func:`load_local` and
+:func:`split_local` take ``dense=True`` or ``False`` to force either; the
+shard files keep their layout (``python -m prbmrm.shard --dense`` writes
+dense ones)."""
 _SHARD_RE = re.compile(r"^part-(\d+)\.h5$")
 _OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 _READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
@@ -87,7 +102,8 @@ class LocalData:
     ----------
     X : scipy.sparse.csr_matrix, numpy.ndarray or prbmrm.structured.RaggedExamples
         Local features, float64: CSR with int32 ``indices`` and ``indptr``
-        where the sizes allow (int64 otherwise), or a C-contiguous array.
+        where the sizes allow (int64 otherwise), or a C-contiguous array
+        (dense shards, and CSR ones of density at least :data:`DENSE_DENSITY`).
         With `bias` the last column is a constant 1. For structured data
         (label kind ``"structured"``) the ragged examples with their labels.
     y : numpy.ndarray or None
@@ -1260,11 +1276,12 @@ def _slice_meta(meta, lo, hi):
     return part
 
 
-def _read_local(metas, bias):
+def _read_local(metas, bias, as_dense=False):
     """Read this rank's checked shards into one X, y, qid (preallocated: no
     concatenation copies) and validate the values.
 
-    Structured shards give ragged examples (with their labels) as X, and y None.
+    CSR shards are read into a dense X if `as_dense`. Structured shards give
+    ragged examples (with their labels) as X, and y None.
     """
     if metas[0]["kind"] == STRUCTURED:
         from .structured.data import read_local
@@ -1278,12 +1295,13 @@ def _read_local(metas, bias):
     y = (np.empty((n, classes.size), dtype=np.int8) if kind == "multilabel"
          else np.empty((n, classes.size)) if kind == "multioutput" else np.empty(n))
     qid = np.empty(n, dtype=np.int64) if metas[0]["has_qid"] else None
-    if sparse:
+    csr = sparse and not as_dense
+    if csr:
         nnz = sum(m["nnz"] for m in metas)
         idx = np.int32 if max(nnz, d) < _INDEX_LIMIT else np.int64
         data, indices, indptr = np.empty(nnz), np.empty(nnz, idx), np.zeros(n + 1, idx)
     else:
-        X = np.empty((n, d + bias))
+        X = np.zeros((n, d + bias)) if sparse else np.empty((n, d + bias))
         X[:, d:] = 1.0
     row = pos = 0
     for m in metas:
@@ -1292,22 +1310,23 @@ def _read_local(metas, bias):
         lo, first = m.get("lo", 0), m.get("first_value", 0)
         source, source_vals = np.s_[lo:lo + m["n"]], np.s_[first:first + m["nnz"]]
         with _open_shard(path) as f:
-            if sparse and m["nnz"]:
+            if csr and m["nnz"]:
                 f["X/data"].read_direct(data, source_sel=source_vals, dest_sel=vals)
                 f["X/indices"].read_direct(indices, source_sel=source_vals, dest_sel=vals)
+            elif sparse and m["nnz"]:
+                _scatter_csr(f, m, X[rows])
             elif not sparse and m["n"] and d:
                 f["X"].read_direct(X, source_sel=np.s_[lo:lo + m["n"], 0:d], dest_sel=np.s_[rows, 0:d])
             if m["n"]:
                 f["y"].read_direct(y, source_sel=source, dest_sel=rows)
                 if qid is not None:
                     f["qid"].read_direct(qid, source_sel=source, dest_sel=rows)
-        if sparse:
+        if csr:
             indptr[row:row + m["n"] + 1] = m["indptr"] + pos
-            if m["nnz"] and (indices[vals].min() < 0 or indices[vals].max() >= d):
-                raise InputError(f"{path}: /X/indices has a feature index out of range [0, {d})")
+            _check_indices(indices[vals], d, path)
             _check_unique_indices(indices[vals], m["indptr"], path, row_offset=lo)
             _check_finite(data[vals], path, indptr=m["indptr"], row_offset=lo)
-        else:
+        elif not sparse:
             _check_finite(X[rows, :d], path, row_offset=lo)
         if kind == "multilabel":
             _check_indicator(y[rows], path)
@@ -1319,7 +1338,7 @@ def _read_local(metas, bias):
                 raise InputError(f"{path}: row {lo + bad[0] + 1} has label {_fmt_num(y[row + bad[0]])}"
                                  f", not one of the classes [{_fmt_values(classes)}]")
         row, pos = row + m["n"], pos + m["nnz"]
-    if sparse:
+    if csr:
         X = _with_bias(sp.csr_matrix((data, indices, indptr), shape=(n, d), copy=False), bias)
     return X, y, qid
 
@@ -1341,6 +1360,38 @@ def _check_unique_indices(indices, indptr, path, row_offset=0):
                              "(duplicate index in /X/indices)")
 
 
+def _check_indices(indices, d, path):
+    if indices.size and (indices.min() < 0 or indices.max() >= d):
+        raise InputError(f"{path}: /X/indices has a feature index out of range [0, {d})")
+
+
+def _scatter_csr(f, m, out):
+    """Fill the zeroed dense rows `out` with the CSR /X of the open shard `m`, checking it.
+
+    A few MB are read at a time: the shard's CSR arrays are never all in memory.
+    """
+    path, indptr, d = m["path"], m["indptr"], m["d"]
+    first, rows = m.get("first_value", 0), m.get("lo", 0)  # where this rank's rows start in the file
+    step = max(1, _DENSE_READ // max(d, 1))
+    for a in range(0, m["n"], step):
+        b = min(a + step, m["n"])
+        lo, hi = int(indptr[a]), int(indptr[b])
+        if hi == lo:
+            continue
+        values, columns = f["X/data"][first + lo:first + hi], f["X/indices"][first + lo:first + hi]
+        _check_indices(columns, d, path)
+        _check_unique_indices(columns, indptr[a:b + 1] - lo, path, row_offset=rows + a)
+        _check_finite(values, path, indptr=indptr[a:b + 1] - lo, row_offset=rows + a)
+        out[np.repeat(np.arange(a, b), np.diff(indptr[a:b + 1])), columns] = values
+
+
+def _dense_layout(sparse, nonzeros, rows, features, dense):
+    """Whether to hold X dense in memory: `dense` if given, else CSR data of density >= DENSE_DENSITY."""
+    if dense is not None:
+        return bool(dense)
+    return not sparse or nonzeros >= DENSE_DENSITY * rows * features
+
+
 def _collectively(comm, fn, *args):
     """fn(*args) on every rank; an InputError on any rank is raised on all (comm.check)."""
     error = result = None
@@ -1352,7 +1403,7 @@ def _collectively(comm, fn, *args):
     return result
 
 
-def load_local(spec, comm, *, bias=False):
+def load_local(spec, comm, *, bias=False, dense=None):
     """Load this rank's block of shard files; validate them on every rank together.
 
     Rank 0 checks every file's attributes and structure (shapes, indptr) and
@@ -1372,6 +1423,11 @@ def load_local(spec, comm, *, bias=False):
         Communicator; every rank must call this function.
     bias : bool, default False
         Append a constant-1 feature column.
+    dense : bool or None, default None
+        Hold X as a dense array (True) or as the shards store it (False);
+        None: dense if the shards are, or if their CSR has a density of at
+        least :data:`DENSE_DENSITY` over all shards (the same choice on
+        every rank, so sums stay independent of the rank count).
 
     Returns
     -------
@@ -1388,7 +1444,7 @@ def load_local(spec, comm, *, bias=False):
     """
     def survey():
         files = list_shards(spec)
-        light = [k for k, _, _ in _AGREED] + ["path", "n", "exact", "negative"]
+        light = [k for k, _, _ in _AGREED] + ["path", "n", "nnz", "exact", "negative"]
         return ([{key: m[key] for key in light} for m in _survey(files, _spec_label(spec, files))],
                 _spec_label(spec, files))
 
@@ -1411,6 +1467,10 @@ def load_local(spec, comm, *, bias=False):
     files = [m["path"] for m in light]
     conversions = _conversions(files, label)
 
+    first = light[0]
+    as_dense = _dense_layout(first["sparse"], sum(m["nnz"] for m in light), sum(m["n"] for m in light),
+                             first["d"], dense)
+
     def read_mine():
         pieces = {}  # file number -> (first row, end row) of this rank's blocks in it
         for i, lo, hi in mine:
@@ -1419,10 +1479,9 @@ def load_local(spec, comm, *, bias=False):
         for i, (lo, hi) in pieces.items():
             whole = _shard_meta(files[i], *conversions[i])
             metas.append(whole if (lo, hi) == (0, whole["n"]) else _slice_meta(whole, lo, hi))
-        return metas, _read_local(metas, bias)
+        return metas, _read_local(metas, bias, as_dense)
 
     metas, (X, y, qid) = _collectively(comm, read_mine)
-    first = light[0]
     row_counts = [hi - lo for _, lo, hi in mine]
     offset = sum(hi - lo for _, lo, hi in blocks[:comm.rank * G // P])
     return LocalData(X=X, y=y, qid=qid, n_features=first["d"],
@@ -1434,13 +1493,14 @@ def load_local(spec, comm, *, bias=False):
 
 
 def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=None,
-                source="", positive=None, exact_width=True):
+                source="", positive=None, exact_width=True, dense=None):
     """Keep this rank's contiguous block of in-memory data present on every rank.
 
     Every rank holds the same full arrays (the demo data, the Python API) and
     keeps the rows it would have loaded had they been written by
-    :func:`write_shards` into K = max(P, min(units, 64)) files (units: rows,
-    or queries). The K blocks do not depend on P up to 64 ranks.
+    :func:`write_shards` into K = max(P, min(units, 64, max(8, c / 2**14)))
+    files (units: rows, or queries; c: the stored values plus the rows). The
+    K blocks do not depend on P up to min(64, max(8, c / 2**14)) ranks.
 
     Parameters
     ----------
@@ -1465,6 +1525,10 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
         One-vs-rest: this label becomes +1 and every other label -1.
     exact_width : bool, default True
         Recorded in :attr:`LocalData.exact_width`.
+    dense : bool or None, default None
+        Keep this rank's rows as a dense array (True) or as given (False);
+        None: dense if `X` is, or if it is sparse with a density of at least
+        :data:`DENSE_DENSITY`.
 
     Returns
     -------
@@ -1490,6 +1554,8 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
         a, b = blocks[0], blocks[-1]
         mine = A[a:b]
         _check_finite(mine, where, row_offset=a)
+        if sp.issparse(mine) and _dense_layout(True, A.nnz, n, d, dense):
+            mine = mine.toarray()
         return LocalData(X=_with_bias(mine, bias), y=np.ascontiguousarray(Y[a:b]),
                          qid=None if q is None else q[a:b].copy(), n_features=d,
                          n_examples_total=n, label_kind=kind, classes=found, files=[],
@@ -1502,14 +1568,15 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
 def _rank_blocks(costs, qid, comm, where, unit=("row", "rows")):
     """Global boundaries of this rank's canonical blocks of in-memory rows (or queries).
 
-    The rows are cut as if sharded into K = max(P, min(units, 64)) files
-    (:func:`_row_bounds` on the rows' `costs`), which do not depend on the
-    number of ranks P up to 64; each rank keeps whole blocks, as
+    The rows are cut as if sharded into K = max(P, min(units, 64, max(8,
+    sum(costs) // 2**14))) files (:func:`_row_bounds` on the rows' `costs`),
+    which do not depend on the number of ranks P up to K; each rank keeps whole blocks, as
     :func:`load_local` assigns files. K > units only when P > units, and then
     _row_bounds reports too few rows for the ranks.
     """
     P, r = comm.size, comm.rank
     n_units = len(costs) if qid is None else int(np.count_nonzero(qid[1:] != qid[:-1])) + 1
-    K = max(P, min(n_units, _SPLIT_BLOCKS))
+    by_cost = max(_SPLIT_MIN_BLOCKS, int(np.sum(costs)) // _SPLIT_BLOCK_COST)
+    K = max(P, min(n_units, _SPLIT_BLOCKS, by_cost))
     bounds = _row_bounds(costs, qid, K, where, what="ranks", unit=unit)
     return bounds[r * K // P:(r + 1) * K // P + 1]

@@ -18,11 +18,14 @@ Checks of :func:`sklearn.utils.estimator_checks.check_estimator` that do not
 apply are listed per class in :data:`EXPECTED_FAILED_CHECKS`, with reasons.
 """
 
+import hashlib
 import os
 import tempfile
 import warnings
+from collections import OrderedDict
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_array
@@ -76,6 +79,14 @@ class _BMRMEstimator(BaseEstimator):
         regularized (``--bias``; see the module docstring).
     idle_age : int, default 10
         Drop cutting planes idle this many iterations (0: never).
+    warm_start : bool, default False
+        Start from the last fit in this process on the same training data
+        with the same loss, solver, regularizer and bias, whatever its `lam`
+        and whichever estimator object made it (so the clones GridSearchCV
+        fits share it): from its w and, for BMRM, its cutting planes, which
+        bound the empirical risk for every lam (as on a lambda path). The
+        optimum is certified as always, but the w returned within the gap
+        then depends on the fits made before.
 
     Attributes
     ----------
@@ -103,7 +114,7 @@ class _BMRMEstimator(BaseEstimator):
     _losses = ()  # the names of the losses this estimator trains
 
     def __init__(self, *, lam=1e-4, loss=None, loss_params=None, solver="bmrm", reg="l2", epsilon=None,
-                 rel_epsilon=None, max_iter=10000, bias=True, idle_age=10):
+                 rel_epsilon=None, max_iter=10000, bias=True, idle_age=10, warm_start=False):
         self.lam = lam
         self.loss = loss
         self.loss_params = loss_params
@@ -114,6 +125,7 @@ class _BMRMEstimator(BaseEstimator):
         self.max_iter = max_iter
         self.bias = bias
         self.idle_age = idle_age
+        self.warm_start = warm_start
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -142,20 +154,34 @@ class _BMRMEstimator(BaseEstimator):
         `loss_params` replaces the parameter of that name when given;
         `options` go to :func:`prbmrm.data.split_local` (qid, label_kind).
         """
+        from threadpoolctl import threadpool_limits
+
+        from ._cli import single_blas_thread
         from .comm import get_comm
         from .train import fit
 
         comm = get_comm()
         if loss_params is None:
             loss_params = self.loss_params
+        # One BLAS thread for the fit, as the command line runs (see prbmrm._cli.run): threads
+        # gain nothing on these small products and lose many-fold on a busy machine.
+        limits = 1 if single_blas_thread(comm.size, os.environ) else None
+        key = _fit_key(X, y, options, (loss, loss_params, self.bias, self.solver, self.reg))
+        warm = _WARM_STARTS.get(key) if self.warm_start and comm.is_root else None
         try:
-            result, local, loss_object = fit(
-                (X, y, options), loss=loss, loss_params=loss_params, lam=self.lam,
-                bias=self.bias, solver=self.solver, reg=self.reg, epsilon=self.epsilon,
-                rel_epsilon=self.rel_epsilon, max_iter=self.max_iter, idle_age=self.idle_age,
-                comm=comm)
+            with threadpool_limits(limits):
+                result, local, loss_object = fit(
+                    (X, y, options), loss=loss, loss_params=loss_params, lam=self.lam,
+                    bias=self.bias, solver=self.solver, reg=self.reg, epsilon=self.epsilon,
+                    rel_epsilon=self.rel_epsilon, max_iter=self.max_iter, idle_age=self.idle_age,
+                    comm=comm, warm=warm)
         except PrbmrmError as error:  # raised on every rank alike
             raise ValueError(str(error)) from error
+        if self.warm_start and comm.is_root:
+            _WARM_STARTS[key] = result
+            _WARM_STARTS.move_to_end(key)
+            while len(_WARM_STARTS) > _WARM_LIMIT:
+                _WARM_STARTS.popitem(last=False)
         k = loss_object.n_outputs
         w = result.w if comm.is_root else np.empty((local.n_features + self.bias) * k)
         comm.bcast_array(w)
@@ -562,6 +588,25 @@ class BMRMMultilabelClassifier(ClassifierMixin, _BMRMEstimator):
 
         scores = self.decision_function(X)
         return 1.0 - get_loss(self.loss_).metrics(scores, np.asarray(y))["ranking_loss"]
+
+
+# warm_start: the last result (rank 0) per training set and settings, most recent last.
+_WARM_STARTS = OrderedDict()
+_WARM_LIMIT = 8
+
+
+def _fit_key(X, y, options, settings):
+    """A digest of the training data (values and shapes), its options and the fit's settings."""
+    digest = hashlib.blake2b(repr(settings).encode(), digest_size=16)
+    arrays = [X.data, X.indices, X.indptr] if sp.issparse(X) else [X]
+    arrays += [y] + [options[k] for k in sorted(options) if isinstance(options[k], np.ndarray)]
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        digest.update(f"{a.dtype.str}{a.shape}".encode())
+        digest.update(a.view(np.uint8).ravel())
+    digest.update(repr(sorted((k, v) for k, v in options.items()
+                              if not isinstance(v, np.ndarray))).encode())
+    return digest.hexdigest()
 
 
 def query_pairs(y, qid=None):

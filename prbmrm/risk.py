@@ -602,13 +602,41 @@ def _described(error, rank):
     return RuntimeError(f"rank {rank} failed computing its risk: {type(error).__name__}: {error}")
 
 
+class _CSCView(sp.csc_matrix):
+    """The transpose of a :class:`_CSRView`, sharing its arrays (``X.T @ g`` copies nothing)."""
+
+    def prune(self):
+        """Nothing to trim: the arrays hold exactly the nonzeros (scipy's would copy a view)."""
+
+    @property
+    def _csr_container(self):
+        return _CSRView
+
+
+class _CSRView(sp.csr_matrix):
+    """Rows of a CSR matrix sharing its ``data`` and ``indices`` arrays.
+
+    scipy copies the arrays handed to a sparse constructor when they are a
+    view of less than half of a larger array (``prune``): every block and
+    chunk of a shard would then hold a copy (twice the shard in memory), and
+    each ``X.T @ g`` of a plain CSR view would copy its chunk again.
+    """
+
+    def prune(self):
+        """Nothing to trim: the arrays hold exactly the nonzeros (scipy's would copy a view)."""
+
+    @property
+    def _csc_container(self):
+        return _CSCView
+
+
 def _row_block(X, start, stop):
     """Rows start:stop of X without copying the large arrays."""
     if not sp.issparse(X):
         return X[start:stop]
     indptr = X.indptr[start:stop + 1]
-    return sp.csr_matrix((X.data[indptr[0]:indptr[-1]], X.indices[indptr[0]:indptr[-1]],
-                          indptr - indptr[0]), shape=(stop - start, X.shape[1]), copy=False)
+    return _CSRView((X.data[indptr[0]:indptr[-1]], X.indices[indptr[0]:indptr[-1]],
+                     indptr - indptr[0]), shape=(stop - start, X.shape[1]), copy=False)
 
 
 def _csr_scalar(loss, X, qid):

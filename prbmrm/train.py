@@ -112,7 +112,8 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
         reg_params=None, epsilon=None, rel_epsilon=None, max_iter=10000, idle_age=10, bundle_size=0,
         bundle_memory=0, theta=None, solver_params=None, callback=None, comm=None, checkpoint=None,
-        checkpoint_every=0, resume=None, stop=None, party=None, positive=None, label_column=0, report=None):
+        checkpoint_every=0, resume=None, stop=None, party=None, positive=None, label_column=0, report=None,
+        warm=None):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -200,6 +201,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     report : callable, optional
         Called on rank 0 with each line that describes the input (a CSV's
         header and label column, the label mapping), before training.
+    warm : prbmrm.solvers.Result, optional
+        Rank 0: a result of an earlier run on the same data and loss (any
+        lam): start from its w and, for a solver that keeps a bundle, its
+        planes and multipliers, which bound R_emp whatever lam (as on a
+        lambda path). One lam only.
 
     Returns
     -------
@@ -290,6 +296,13 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     callback, options = _checkpoint_options(comm, local, callback, options, checkpoint, checkpoint_every, resume,
                                             stop, loss_object, regularizer, lam=lam, solver=solver, bias=bias,
                                             idle_age=idle_age, bundle_size=bundle_size, max_iter=max_iter)
+
+    if warm is not None:
+        if path:
+            raise UsageError("a warm start applies to one lambda, not to a path")
+        w0 = warm.w
+        if warm.bundle is not None and "bundle" in inspect.signature(get_solver(solver)).parameters:
+            options = dict(options, bundle=warm.bundle, alpha=warm.alpha)
 
     def solve(risk):
         if "state" in options:  # a resumed run: check the checkpoint's claims before trusting them

@@ -1,7 +1,11 @@
 """Benchmark the distributed core: where one BMRM iteration spends its time, at 1 and 2 ranks.
 
-Data sets: the KDD Cup 99 10% set from ../shared/data (494,021 x 118, 6.2M
-nonzeros) and two synthetic sparse sets of 2M rows with 10 nonzeros per row at
+Data sets: Fashion-MNIST (Debian package dataset-fashion-mnist: 60,000 x 784,
+23.4M nonzeros, scaled to [0, 1], classes 0-4 against 5-9; a synthetic set
+of that shape and density if the package is absent), written as CSR shards
+and held dense in memory (density 0.5 >= prbmrm.data.DENSE_DENSITY), the KDD
+Cup 99 10% set from ../shared/data (494,021 x 118, 6.2M nonzeros) and two
+synthetic sparse sets of 2M rows with 10 nonzeros per row at
 uniformly random columns (20M nonzeros; labels from a random sparse hyperplane
 with 10% flipped): one with 10,000 features, and a wide one with 100,000
 features, where rank 0's O(t d) work on the dense bundle (the Gram row of each
@@ -15,10 +19,12 @@ pass on each rank), subproblem (rank 0: Gram update, QP, new w) and
 communication (broadcast + the reproducible Allreduce, including waiting for
 the slowest rank); the subproblem's share of the iteration at 190-210
 planes; the risk phase's speedup from 1 to 2 ranks; and the risk phase's
-effective bandwidth (bytes of X read per second: data, indices and indptr,
-two passes per evaluation) next to a plain numpy copy's bandwidth.
+effective bandwidth: the bytes of X (the dense array, or CSR data, indices
+and indptr) per evaluation over the seconds of an evaluation's risk phase,
+summed over the ranks, next to the memory bandwidth measured by a streaming
+read (numpy sum of a 512 MB array, one process) and its fraction of it.
 
-    python scripts/bench_core.py [--iterations 220] [--workdir DIR]
+    python scripts/bench_core.py [--iterations 220] [--workdir DIR] [--sets fashion kdd synthetic]
 """
 
 import argparse
@@ -35,6 +41,31 @@ import scipy.sparse as sp
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DATA = os.path.join(REPO, "..", "shared", "data")
+
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+def make_fashion(directory, parts=2, seed=0):
+    """Fashion-MNIST's training set as `parts` CSR shard files (synthetic of its shape if absent)."""
+    import gzip
+
+    from prbmrm.data import write_shards
+
+    images = os.path.join(FASHION, "train-images-idx3-ubyte.gz")
+    if os.path.exists(images):
+        with gzip.open(images) as f:
+            X = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784) / 255.0
+        with gzip.open(os.path.join(FASHION, "train-labels-idx1-ubyte.gz")) as f:
+            y = np.where(np.frombuffer(f.read(), np.uint8, offset=8) <= 4, 1.0, -1.0)
+    else:
+        print("(dataset-fashion-mnist is not installed: a synthetic set of its shape and density)")
+        rng = np.random.default_rng(seed)
+        X = np.where(rng.random((60_000, 784)) < 0.5, rng.random((60_000, 784)), 0.0)
+        y = np.where(X @ rng.standard_normal(784) >= 0, 1.0, -1.0)
+    X = sp.csr_matrix(X)
+    write_shards(X, y, directory, parts)
+    return X.nnz, X.shape
 
 
 def make_kdd(directory):
@@ -76,7 +107,7 @@ def worker(directory, iterations, lam):
     result = run_distributed(oracle, lambda risk: minimize(
         risk, np.zeros(oracle.dim), lam, epsilon=0, rel_epsilon=0, max_iter=iterations, idle_age=0))
     X = local.X
-    local_bytes = 2 * (X.data.nbytes + X.indices.nbytes + X.indptr.nbytes)
+    local_bytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes if sp.issparse(X) else X.nbytes
     totals = comm.gather_scalars(np.array([oracle.total_seconds["risk"], local_bytes]))
     if comm.is_root:
         print(json.dumps({"history": {k: v.tolist() for k, v in result.history.items()},
@@ -96,32 +127,33 @@ def run_worker(directory, ranks, iterations, lam):
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def copy_bandwidth(megabytes=512, repeats=5):
-    """Bytes per second moved (read + written) by numpy copying a large float64 array."""
+def read_bandwidth(megabytes=512, repeats=5):
+    """Bytes per second read by numpy summing a large float64 array (the best of `repeats`)."""
     source = np.ones(megabytes * 2**20 // 8)
-    target = np.empty_like(source)
     best = np.inf
     for _ in range(repeats):
         started = time.perf_counter()
-        np.copyto(target, source)
+        source.sum()
         best = min(best, time.perf_counter() - started)
-    return 2 * source.nbytes / best
+    return source.nbytes / best
 
 
-def report(name, nnz, shape, runs):
-    print(f"\n{name}: {shape[0]:,} x {shape[1]:,}, {nnz:,} nonzeros, 2 shard files")
+def report(name, nnz, shape, runs, memory):
+    print(f"\n{name}: {shape[0]:,} x {shape[1]:,}, {nnz:,} nonzeros, 2 shard files; "
+          f"memory read bandwidth {memory / 1e9:.2f} GB/s")
     print(f"{'ranks':>5} {'risk s/it':>10} {'sub s/it':>10} {'comm s/it':>10} {'iter s':>9} "
-          f"{'sub share @200':>15} {'risk GB/s':>10}")
+          f"{'sub share @200':>15} {'risk GB/s':>10} {'of memory':>10}")
     for ranks, run in runs.items():
         h = {k: np.asarray(v) for k, v in run["history"].items()}
         per_iteration = h["seconds_risk"] + h["seconds_subproblem"] + h["seconds_comm"]
         near = (h["planes"] >= 190) & (h["planes"] <= 210)
-        share = h["seconds_subproblem"][near].mean() / per_iteration[near].mean()
+        share = (h["seconds_subproblem"][near].mean() / per_iteration[near].mean()
+                 if near.any() else float("nan"))  # nan: a run too short to reach 190 planes
         n = len(h["iteration"])
-        bandwidth = sum(b / (s / n) for b, s in zip(run["bytes"], run["risk_seconds"])) / 1e9
+        bandwidth = sum(b / (s / n) for b, s in zip(run["bytes"], run["risk_seconds"]))
         print(f"{ranks:5d} {h['seconds_risk'].mean():10.5f} {h['seconds_subproblem'].mean():10.5f} "
               f"{h['seconds_comm'].mean():10.5f} {per_iteration.mean():9.5f} {share:14.1%} "
-              f"{bandwidth:10.2f}")
+              f"{bandwidth / 1e9:10.2f} {bandwidth / memory:10.1%}")
     one, two = (max(runs[r]["risk_seconds"]) for r in (1, 2))
     median_one, median_two = (np.median(runs[r]["history"]["seconds_risk"]) for r in (1, 2))
     # The median per iteration is robust to the load spikes of a shared machine; the
@@ -138,21 +170,29 @@ def main():
     parser.add_argument("--synthetic-rows", type=int, default=2_000_000)
     parser.add_argument("--synthetic-features", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--synthetic-per-row", type=int, default=10)
+    parser.add_argument("--sets", nargs="+", choices=["fashion", "kdd", "synthetic"],
+                        default=["fashion", "kdd", "synthetic"])
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.iterations, args.lam)
         return
     with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
-        sets = [("KDD Cup 99 10%", make_kdd, ())]
-        sets += [(f"synthetic sparse, d = {d:,}", make_synthetic,
-                  (args.synthetic_rows, d, args.synthetic_per_row)) for d in args.synthetic_features]
-        for number, (name, make, extra) in enumerate(sets):
+        sets = {"fashion": [("Fashion-MNIST (held dense)", make_fashion, ())],
+                "kdd": [("KDD Cup 99 10%", make_kdd, ())],
+                "synthetic": [(f"synthetic sparse, d = {d:,}", make_synthetic,
+                               (args.synthetic_rows, d, args.synthetic_per_row))
+                              for d in args.synthetic_features]}
+        chosen = [entry for key in args.sets for entry in sets[key]]
+        for number, (name, make, extra) in enumerate(chosen):
             directory = os.path.join(workdir, str(number))
             nnz, shape = make(directory, *extra)
-            runs = {ranks: run_worker(directory, ranks, args.iterations, args.lam) for ranks in (1, 2)}
-            report(name, nnz, shape, runs)
-    print(f"\nnumpy copy bandwidth (read + write, one process): {copy_bandwidth() / 1e9:.2f} GB/s")
+            runs, memory = {}, 0.0
+            for ranks in (1, 2):
+                # Measured just before each run (the best counts), so that load hits both alike.
+                memory = max(memory, read_bandwidth())
+                runs[ranks] = run_worker(directory, ranks, args.iterations, args.lam)
+            report(name, nnz, shape, runs, memory)
 
 
 if __name__ == "__main__":

@@ -131,7 +131,7 @@ def test_round_trip(name, parts, request, tmp_path):
     paths = data.write_shards(X, y, tmp_path / "out", parts, qid=qid, source=name,
                               multilabel=multilabel)
     assert [os.path.basename(p) for p in paths] == [f"part-{i:05d}.h5" for i in range(parts)]
-    L = data.load_local(tmp_path / "out", SerialComm())
+    L = data.load_local(tmp_path / "out", SerialComm(), dense=False)
     assert sp.isspmatrix_csr(L.X)
     assert L.X.data.dtype == np.float64
     assert L.X.indices.dtype == np.int32 and L.X.indptr.dtype == np.int32
@@ -315,8 +315,42 @@ def test_dense_and_sparse_layouts(housing, tmp_path):
     data.write_shards(Xd, y, tmp_path / "dd", 2)
     assert isinstance(data.load_local(tmp_path / "dd", SerialComm()).X, np.ndarray)
     data.write_shards(Xd, y, tmp_path / "s", 2, dense=False)
-    L = data.load_local(tmp_path / "s", SerialComm())
+    L = data.load_local(tmp_path / "s", SerialComm(), dense=False)
     assert sp.isspmatrix_csr(L.X) and same_matrix(L.X, X)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_dense_enough_csr_is_held_dense(bias, tmp_path):
+    # CSR shards of density >= DENSE_DENSITY (over all shards) load as a dense array,
+    # read a slice at a time; sparser ones stay CSR unless dense=True.
+    rng = np.random.default_rng(3)
+    n, d = 300, 20
+    for density in (data.DENSE_DENSITY + 0.05, data.DENSE_DENSITY - 0.1):
+        X = sp.random(n, d, density=density, format="csr", random_state=rng)
+        y = rng.choice([-1.0, 1.0], n)
+        out = tmp_path / str(density)
+        data.write_shards(X, y, out, 3)
+        expected = np.hstack([X.toarray(), np.ones((n, int(bias)))])
+        for dense in (None, True, False):
+            L = data.load_local(out, SerialComm(), bias=bias, dense=dense)
+            held_dense = dense if dense is not None else density >= data.DENSE_DENSITY
+            assert isinstance(L.X, np.ndarray) == held_dense and L.blocks[-1] == n
+            got = L.X if held_dense else L.X.toarray()
+            assert np.array_equal(got, expected) and np.array_equal(L.y, y)
+            if held_dense:
+                assert L.X.flags.c_contiguous and L.X.dtype == np.float64
+            M = data.split_local(X, y, SerialComm(), bias=bias, dense=dense)
+            assert isinstance(M.X, np.ndarray) == held_dense
+            assert np.array_equal(M.X if held_dense else M.X.toarray(), expected)
+
+
+def test_dense_read_of_csr_reports_the_row(tmp_path):
+    X = sp.csr_matrix(np.arange(1.0, 13.0).reshape(4, 3))
+    paths = data.write_shards(X, np.array([1.0, -1.0, 1.0, -1.0]), tmp_path, 1)
+    with h5py.File(paths[0], "a") as f:
+        f["X/data"][7] = np.nan  # row 3
+    with pytest.raises(CollectiveError, match=r"part-00000\.h5: row 3 has a non-finite feature value"):
+        data.load_local(tmp_path, SerialComm(), dense=True)
 
 
 def test_mixed_dense_and_sparse_shards_are_refused(tmp_path):
@@ -575,7 +609,8 @@ def test_not_a_shard_file(small, tmp_path):
         data.load_local(tmp_path, SerialComm())
 
 
-def test_shard_with_bad_index(small, tmp_path):
+@pytest.mark.parametrize("dense", [False, True])
+def test_shard_with_bad_index(small, tmp_path, dense):
     X, y = small
     paths = data.write_shards(X, y, tmp_path, 2)
     with h5py.File(paths[1], "a") as f:
@@ -584,7 +619,7 @@ def test_shard_with_bad_index(small, tmp_path):
         f["X/indices"][...] = idx
     with pytest.raises(CollectiveError, match=r"part-00001\.h5: /X/indices has a feature "
                                               r"index out of range \[0, 8\)"):
-        data.load_local(tmp_path, SerialComm())
+        data.load_local(tmp_path, SerialComm(), dense=dense)
 
 
 def test_shards_with_different_feature_counts(small, tmp_path):
@@ -632,7 +667,7 @@ def test_fewer_shard_files_than_ranks(small, tmp_path):
 
 def test_split_local_blocks(mq2008):
     X, y, qid = mq2008
-    blocks = [data.split_local(X, y, FakeComm(r, 3), qid=qid, bias=True) for r in range(3)]
+    blocks = [data.split_local(X, y, FakeComm(r, 3), qid=qid, bias=True, dense=False) for r in range(3)]
     assert [b.row_offset for b in blocks] == [0, blocks[0].n_local,
                                               blocks[0].n_local + blocks[1].n_local]
     assert same_matrix(sp.vstack([b.X[:, :46] for b in blocks]), X)
@@ -661,8 +696,10 @@ def test_blocks_are_the_same_on_any_number_of_ranks(dna, tmp_path):
         return sorted(out)
 
     one = global_blocks(1)
-    assert len(one) == 65 and one[0] == 0 and one[-1] == 2000
-    assert global_blocks(2) == one and global_blocks(3) == one
+    # One block per 2**14 values (nonzeros + rows), at least 8, at most 64.
+    K = min(64, max(8, (X.nnz + X.shape[0]) // 2**14))
+    assert len(one) == K + 1 and one[0] == 0 and one[-1] == 2000
+    assert all(global_blocks(P) == one for P in range(2, K + 1))
 
 
 def test_split_local_errors_and_overrides():

@@ -237,3 +237,27 @@ def test_every_rank_gets_the_coefficients_of_a_serial_run(comm):
     ranker = BMRMRanker(lam=1e-1).fit(X, y, qid=qid)
     serial, _, _ = fit((X, y, {"qid": qid}), loss="ndcg", lam=1e-1, bias=True, comm=SerialComm())
     np.testing.assert_array_equal(ranker.coef_, serial.w[:-1])
+
+
+def test_warm_start_reuses_the_planes_of_the_same_training_data_only():
+    # warm_start=True starts from the last fit on the same data and settings, whatever its lam
+    # and estimator object; its optimum agrees with a cold fit and with LIBLINEAR's, at
+    # C = 1 / (lam m) (both regularize the intercept: bias=True, intercept_scaling=1).
+    from sklearn.svm import LinearSVC
+
+    X, y = a9a(2000)
+    lam, m = 1e-3, X.shape[0]
+    BMRMClassifier(lam=1e-2, warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
+    warm = BMRMClassifier(lam=lam, warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
+    cold = BMRMClassifier(lam=lam, rel_epsilon=0, epsilon=1e-6).fit(X, y)
+    assert warm.n_iter_ < cold.n_iter_
+    assert abs(warm.objective_ - cold.objective_) <= 1e-6
+    svc = LinearSVC(loss="hinge", C=1.0 / (lam * m), tol=1e-8, max_iter=200000).fit(X, y)
+    Xb, yb = with_bias(X), np.where(y > 0, 1.0, -1.0)
+    liblinear = hinge_objective(Xb, yb, np.r_[svc.coef_.ravel(), svc.intercept_], lam)
+    assert hinge_objective(Xb, yb, np.r_[warm.coef_.ravel(), warm.intercept_], lam) == pytest.approx(
+        warm.objective_, rel=1e-12)
+    assert warm.objective_ - warm.gap_ <= liblinear + 1e-9 and warm.objective_ <= liblinear + 1e-6
+    # Other data: nothing to reuse, the fit is the cold one.
+    half = BMRMClassifier(lam=lam, warm_start=True).fit(X[:1000], y[:1000])
+    np.testing.assert_array_equal(half.coef_, BMRMClassifier(lam=lam).fit(X[:1000], y[:1000]).coef_)

@@ -247,7 +247,8 @@ def test_bmrm_reaches_the_optimum_of_multiclass_hinge():
     options = dict(lam=0.1, epsilon=0.0, rel_epsilon=1e-6, comm=SerialComm())
     result, local, _ = fit(examples, loss=structured("margin"), **options)
     expected, _, _ = fit((X, y), loss="multiclass_hinge", **options)
-    assert local.label_kind == "structured" and len(local.blocks) == 65
+    # One canonical block per 2**14 values (x values, label parts, + 1 per example), 8 to 64.
+    assert local.label_kind == "structured" and len(local.blocks) == 1 + canonical_blocks(examples)
     assert abs(result.fun - expected.fun) <= result.gap + expected.gap
     assert result.fun == pytest.approx(expected.fun, rel=1e-5)
 
@@ -297,8 +298,14 @@ def test_structured_loss_refuses_matrix_data():
 def test_in_memory_examples_split_into_rank_independent_blocks():
     examples = ragged_sequences(100)
     local = split_examples(examples, SerialComm())
-    assert local.blocks[-1] == 100 and len(local.blocks) == 65
+    assert local.blocks[-1] == 100 and len(local.blocks) == 1 + canonical_blocks(examples)
     np.testing.assert_array_equal(local.X.x_values, examples.x_values)
+
+
+def canonical_blocks(examples):
+    """The number of canonical blocks of in-memory examples: one per 2**14 values, 8 to 64."""
+    values = (examples.x_offsets[-1] * examples.shape[1] + examples.y_offsets[-1] + len(examples))
+    return min(len(examples), 64, max(8, int(values) // 2**14))
 
 
 def test_plugins_found_through_entry_points(monkeypatch):

@@ -174,8 +174,9 @@ def split_examples(examples, comm, *, source=""):
     """Keep this rank's canonical blocks of ragged examples present on every rank.
 
     As :func:`prbmrm.data.split_local` does for matrices: the examples are cut
-    as if sharded into K = max(P, min(n, 64)) files, so results do not depend
-    on the number of ranks P.
+    as if sharded into K = max(P, min(n, 64, max(8, c / 2**14))) files (c: the
+    x values, label parts and examples), so results do not depend on the
+    number of ranks P up to K.
 
     Parameters
     ----------

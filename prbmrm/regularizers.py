@@ -24,7 +24,7 @@ from scipy.special import logsumexp, softmax, xlogy
 
 from ._params import Parametrized
 from .errors import InputError, UsageError
-from .qp import _to_simplex, solve_simplex_qp, solve_two_plane_qp
+from .qp import _to_simplex, shortest_step, solve_simplex_qp, solve_two_plane_qp
 
 _EPS = np.finfo(np.float64).eps
 
@@ -135,6 +135,7 @@ class Quadratic(Regularizer):
     quadratic = True
     differentiable = True
     params = {"B": None}
+    risk_floor = None  # a lower bound of R_emp once prepared: the plane (0, floor) BMRM may add
 
     def check_params(self):
         B = 1.0 if self.B is None else self.B
@@ -170,7 +171,8 @@ class Quadratic(Regularizer):
         self._size = None if B.ndim == 0 else B.shape[0]
 
     def prepare(self, dim, risk_floor=0.0):
-        """Check that B has one row (or diagonal entry) per weight."""
+        """Check that B has one row (or diagonal entry) per weight; record `risk_floor` (BMRM's floor plane)."""
+        self.risk_floor = float(risk_floor)
         if self._size is not None and self._size != dim:
             raise UsageError(f"{self._where('B')}: the model has {dim} weights, B has {self._size} "
                              f"(expected {dim} numbers or a {dim} x {dim} matrix)")
@@ -200,6 +202,13 @@ class Quadratic(Regularizer):
             qp = solve_two_plane_qp(Q, bundle.b)
         else:
             qp = solve_simplex_qp(Q, bundle.b, x0=alpha0)
+        w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
+        return w, qp.value, qp.x
+
+    def shorten(self, bundle, lam, start, solution, gap):
+        """Like :meth:`solve_subproblem`, for the point of the segment from `start` to `solution` nearest
+        `start` whose duality gap is at most `gap` (:func:`prbmrm.qp.shortest_step`)."""
+        qp = shortest_step(bundle.gram / (lam * self._scale), bundle.b, _to_simplex(start), solution, gap)
         w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
         return w, qp.value, qp.x
 

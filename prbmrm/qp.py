@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 
-__all__ = ["SimplexQPResult", "shortest_step", "solve_simplex_qp", "solve_two_plane_qp"]
+__all__ = ["SimplexQPResult", "solve_simplex_pg", "solve_simplex_qp", "solve_two_plane_qp"]
 
 _EPS = np.finfo(np.float64).eps
 # A Cholesky pivot below this fraction of max(diag Q) is rounding noise
@@ -410,50 +410,108 @@ def solve_two_plane_qp(Q, b):
     return _result(Q, b, np.array([1.0 - eta, eta]), 0, True)
 
 
-def shortest_step(Q, b, start, solution, gap):
-    """Return the point of the segment from `start` to `solution` nearest `start` with duality gap <= `gap`.
+def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000):
+    """Maximize ``b @ x - 0.5 * x @ Q @ x`` over the simplex to a loose tolerance, by projected gradient.
 
-    Both ends are on the simplex, so every point ``x(s) = start + s
-    (solution - start)`` is, and its dual value ``b @ x - 0.5 x @ Q @ x``
-    is a valid lower bound wherever the search stops. Along the segment the
-    gradient ``g(s) = Q x(s) - b`` is affine in s, so the duality gap
-    ``x(s) @ g(s) - min(g(s))`` costs O(t) per trial once ``g(0)`` and
-    ``g(1)`` are known; s is found by bisection (the gap is 0 or tiny at
-    s = 1). Moving the multipliers only as far as the accuracy asked for
-    keeps the next iterate near the current one, a stabilization like the
-    one BMRM 2.1 gets from stopping its projected-gradient QP solver early.
+    With a `floor`, over ``x >= 0, sum(x) <= 1`` instead, the objective
+    being ``b @ x + floor (1 - sum(x)) - 0.5 x @ Q @ x``: the plane
+    ``R_emp >= floor`` (BMRM 2.1's ``xi >= 0``) joins the bundle implicitly,
+    with the multiplier ``1 - sum(x)``.
+
+    The projected-gradient method BMRM 2.1 solves its subproblems with
+    (``CL2N2_DaiFletcherPGM::SolveQP``: Dai and Fletcher's nonmonotone
+    Barzilai-Borwein steps), with its stopping test: once a step is shorter
+    than ``10 tol |x|``, stop if the gradient ``g = Qx - b`` is within `tol`
+    of its mean on the support of x and no smaller than that mean minus `tol`
+    elsewhere. Warm-started from the previous solution and stopped at the
+    loose tolerance BMRM 2.1's schedule sets, it moves the multipliers only
+    part of the way to the optimum, which steadies the iterates (paper 000's
+    proximal and trust-region bundle methods do it explicitly). Every
+    iterate is projected onto the simplex, so the dual value returned is a
+    valid lower bound however early the method stops. The projection is
+    exact (sort-based) where BMRM 2.1 searches its multiplier by secants.
 
     Parameters
     ----------
     Q, b : ndarray
-        The simplex QP, as in :func:`solve_simplex_qp`.
-    start, solution : ndarray of shape (t,)
-        Points of the simplex: the warm start and the QP's solution.
-    gap : float
-        The duality gap allowed, > 0.
+        As in :func:`solve_simplex_qp`.
+    x0 : ndarray of shape (t,)
+        The start, projected onto the simplex first.
+    tol : float
+        BMRM 2.1's KKT tolerance (> 0); the duality gap on return is at most
+        about ``2 tol``.
+    floor : float, optional
+        A lower bound of the risk, the offset of the implicit plane.
+    max_iter : int
+        Maximum number of projected-gradient steps.
 
     Returns
     -------
     SimplexQPResult
+        ``iterations`` counts the steps; ``converged`` is False if `max_iter` stopped them.
     """
-    S = np.flatnonzero((start > 0.0) | (solution > 0.0))
-    g0 = start[S] @ Q[S] - b
-    g1 = solution[S] @ Q[S] - b
+    alpha_min, alpha_max, tiny = 1e-10, 1e10, 1e-20
+    project = _to_simplex if floor is None else _below_simplex
+    if floor is not None:
+        b = b - floor
 
-    def excess(s):
-        x = start + s * (solution - start)
-        g = g0 + s * (g1 - g0)
-        return x @ g - g.min() - gap
+    def done(x, iterations, converged):
+        qp = _result(Q, b, x, iterations, converged) if floor is None else _result_below(Q, b, x, iterations,
+                                                                                         converged)
+        if floor is not None:
+            qp.value += floor
+        return qp
 
-    low, high = 0.0, 1.0
-    if excess(high) <= 0.0:
-        for _ in range(30):
-            mid = 0.5 * (low + high)
-            if excess(mid) <= 0.0:
-                high = mid
-            else:
-                low = mid
-    return _result(Q, b, start + high * (solution - start), 0, True)
+    x = project(np.asarray(x0, dtype=np.float64))
+    t = Q @ x
+    g = t - b
+    step = np.abs(project(x - g) - x).max(initial=0.0)
+    if step < tol * 1e-3:
+        return done(x, 0, True)
+    alpha = 1.0 / max(step, alpha_min)
+    f_ref = alpha_max
+    f_best = f_c = float(x @ (0.5 * t - b))
+    f_start = f_best
+    since_best, ak_old, bk_old = 0, 0.0, 0.0
+    for iteration in range(1, max_iter + 1):
+        d = project(x - alpha * g) - x
+        gd = float(d @ g)
+        Qd = Q @ d
+        dd, dQd = float(d @ d), float(d @ Qd)
+        f_new = float((x + d) @ (0.5 * (t + Qd) - b))
+        if f_new >= (f_start if iteration == 1 else f_ref):
+            # The nonmonotone test failed: exact line search along d.
+            scale = -gd / dQd if dQd > tiny * dd and gd < 0.0 else 1.0
+            d, Qd = scale * d, scale * Qd
+            f_new = float((x + d) @ (0.5 * (t + Qd) - b))
+        x = x + d
+        t = t + Qd
+        g = t - b
+        if f_new < f_best:
+            f_best = f_c = f_new
+            since_best = 0
+        else:
+            f_c = max(f_c, f_new)
+            since_best += 1
+            if since_best == 2:
+                f_ref, f_c, since_best = f_c, f_new, 0
+        ak, bk = float(d @ d), float(d @ Qd)
+        if bk <= tiny * ak:
+            alpha = alpha_max
+        else:
+            alpha = ak / bk if bk_old < tiny * ak_old else (ak_old + ak) / (bk_old + bk)
+            alpha = min(max(alpha, alpha_min), alpha_max)
+        ak_old, bk_old = ak, bk
+        if np.sqrt(ak) < 10.0 * tol * np.sqrt(x @ x):
+            support = x > 1e-15
+            if not support.any():
+                if np.sqrt(ak) < 0.5 * tol * np.sqrt(x @ x):
+                    return done(x, iteration, True)
+                continue
+            mean = g[support].mean()
+            if (np.abs(g[support] - mean) <= tol).all() and (g[~support] >= mean - tol).all():
+                return done(x, iteration, True)
+    return done(x, max_iter, False)
 
 
 def _to_simplex(v):
@@ -467,6 +525,24 @@ def _to_simplex(v):
     k = np.flatnonzero(u * np.arange(1, v.size + 1) > css)[-1]
     x = np.maximum(v - css[k] / (k + 1), 0.0)
     return x / x.sum()
+
+
+def _below_simplex(v):
+    """Return the projection of `v` onto ``{x >= 0, sum(x) <= 1}``."""
+    x = np.maximum(v, 0.0)
+    return x if x.sum() <= 1.0 else _to_simplex(v)
+
+
+def _result_below(Q, b, x, iterations, converged):
+    """Like :func:`_result` on ``{x >= 0, sum(x) <= 1}``: clip and scale `x` into it, evaluate the dual."""
+    x = np.maximum(x, 0.0)
+    total = x.sum()
+    if total > 1.0:
+        x /= total
+    S = np.flatnonzero(x)
+    xs = x[S]
+    value = float(b[S] @ xs - 0.5 * xs @ Q[S[:, None], S] @ xs)
+    return SimplexQPResult(x=x, value=value, iterations=iterations, converged=converged)
 
 
 def _result(Q, b, x, iterations, converged):

@@ -24,7 +24,7 @@ from scipy.special import logsumexp, softmax, xlogy
 
 from ._params import Parametrized
 from .errors import InputError, UsageError
-from .qp import _to_simplex, shortest_step, solve_simplex_qp, solve_two_plane_qp
+from .qp import _to_simplex, solve_simplex_pg, solve_simplex_qp, solve_two_plane_qp
 
 _EPS = np.finfo(np.float64).eps
 
@@ -205,10 +205,10 @@ class Quadratic(Regularizer):
         w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
         return w, qp.value, qp.x
 
-    def shorten(self, bundle, lam, start, solution, gap):
-        """Like :meth:`solve_subproblem`, for the point of the segment from `start` to `solution` nearest
-        `start` whose duality gap is at most `gap` (:func:`prbmrm.qp.shortest_step`)."""
-        qp = shortest_step(bundle.gram / (lam * self._scale), bundle.b, _to_simplex(start), solution, gap)
+    def solve_loosely(self, bundle, lam, alpha0, tol, floor=None):
+        """Like :meth:`solve_subproblem`, to BMRM 2.1's loose tolerance `tol` (:func:`prbmrm.qp.solve_simplex_pg`),
+        with the implicit plane ``R_emp >= floor`` if a `floor` is given (the multipliers then sum to at most 1)."""
+        qp = solve_simplex_pg(bundle.gram / (lam * self._scale), bundle.b, alpha0, tol, floor)
         w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
         return w, qp.value, qp.x
 

@@ -91,19 +91,18 @@ class Bundle:
         idle = self._idle[:self.size]
         idle[:] = np.where(alpha > 0, 0, idle + 1)
 
-    def prune(self, idle_age, alpha, *others):
+    def prune(self, idle_age, alpha):
         """Drop the planes idle for `idle_age` iterations or more; return the kept multipliers.
 
         Dropped planes have zero multipliers, so the subproblem's optimum, and
-        the lower bound, are unchanged. Each of `others`, another vector of
-        multipliers of the same planes, is cut alike and returned after alpha.
+        the lower bound, are unchanged.
         """
         keep = self._idle[:self.size] < idle_age
-        if not keep.all():
-            index = np.flatnonzero(keep)
-            self._select(index, 0)
-            alpha, others = alpha[index], tuple(other[index] for other in others)
-        return (alpha, *others) if others else alpha
+        if keep.all():
+            return alpha
+        index = np.flatnonzero(keep)
+        self._select(index, 0)
+        return alpha[index]
 
     def make_room(self, alpha):
         """Make room for one more plane: if the bundle is full, aggregate all but the newest max_size - 2.
@@ -196,15 +195,12 @@ class CuttingPlaneModel:
 
     What every BMRM variant does with a risk evaluation: add its plane,
     minimize J_t through the regularizer's dual subproblem warm-started from
-    the previous multipliers, and drop planes that stayed idle.
-
-    With an accuracy ``gap`` > 0 for :meth:`minimize` and a regularizer that
-    provides ``shorten`` (the quadratic ones), the subproblem is still solved
-    to its own accuracy, but the multipliers returned, :attr:`alpha`, move
-    from the previous ones only as far towards that solution as it takes to
-    bring the duality gap down to ``gap`` (:func:`prbmrm.qp.shortest_step`);
-    the exact solutions, :attr:`exact`, warm-start the next solve and decide
-    which planes are idle.
+    the previous multipliers, and drop planes that stayed idle. Given a
+    tolerance ``gap`` > 0, :meth:`minimize` solves the subproblem only that
+    loosely where the regularizer offers ``solve_loosely`` (the quadratic
+    ones, :func:`prbmrm.qp.solve_simplex_pg`) and the bundle is unlimited;
+    then a :attr:`floor` (a lower bound of R_emp, None: none known) is an
+    implicit plane ``R_emp >= floor`` with the multiplier ``1 - sum(alpha)``.
 
     Parameters
     ----------
@@ -227,61 +223,42 @@ class CuttingPlaneModel:
         self.regularizer = regularizer
         self.idle_age = idle_age
         self.alpha = np.zeros(0)
-        self.exact = None
+        self.floor = None
 
     def minimize(self, w, r, a, gap=0.0):
         """Add the plane ``(a, r - <a, w>)`` of R_emp at `w`; return ``(w_t, lower_bound, seconds)``.
 
         ``w_t`` minimizes J_t and ``lower_bound``, the dual value, is a
-        certified lower bound of min J. With a `gap` > 0 (and no bundle
-        size limit) ``w_t`` is the primal map of the shortened multipliers
-        and ``lower_bound`` their dual value: feasible multipliers, so still
-        a lower bound of min J (weak duality).
+        certified lower bound of min J. With a `gap` > 0 the subproblem may be
+        solved only to that tolerance: ``w_t`` is then the primal map of the
+        multipliers returned and ``lower_bound`` their dual value, still a
+        lower bound of min J (weak duality: they are feasible).
         """
         started = time.perf_counter()
         self.alpha = self.bundle.make_room(self.alpha)
         self.bundle.add(a, r - float(np.dot(a, w)))
-        start = np.append(self.alpha, 0.0)
-        shorten = (gap > 0.0 and self.bundle.max_size is None and self.bundle.size > 1
-                   and hasattr(self.regularizer, "shorten"))
-        warm = np.append(self.exact, 0.0) if shorten and self.exact is not None else start
-        w_t, lower_bound, self.alpha = self.regularizer.solve_subproblem(self.bundle, self.lam, warm)
-        if shorten:
-            self.exact = self.alpha
-            w_t, lower_bound, self.alpha = self.regularizer.shorten(self.bundle, self.lam, start, self.exact, gap)
+        alpha0 = np.append(self.alpha, 0.0)
+        if gap > 0.0 and self.bundle.max_size is None and hasattr(self.regularizer, "solve_loosely"):
+            solved = self.regularizer.solve_loosely(self.bundle, self.lam, alpha0, gap, self.floor)
         else:
-            self.exact = None
+            solved = self.regularizer.solve_subproblem(self.bundle, self.lam, alpha0)
+        w_t, lower_bound, self.alpha = solved
         return w_t, lower_bound, time.perf_counter() - started
 
     def prune(self):
-        """Drop the idle planes (their multipliers are zero: J_t's minimum is unchanged).
-
-        Shortened multipliers are idle where the exact ones are; those planes
-        keep a little weight in :attr:`alpha`, which is renormalized onto the
-        simplex (any point of it gives a valid bound).
-        """
-        if self.idle_age <= 0:
-            return
-        if self.exact is None:
+        """Drop the idle planes (their multipliers are zero: J_t's minimum is unchanged)."""
+        if self.idle_age > 0:
             self.bundle.update_idle(self.alpha)
             self.alpha = self.bundle.prune(self.idle_age, self.alpha)
-        else:
-            self.bundle.update_idle(self.exact)
-            self.exact, alpha = self.bundle.prune(self.idle_age, self.exact, self.alpha)
-            self.alpha = alpha / alpha.sum() if alpha.sum() > 0.0 else self.exact.copy()
 
     def state(self):
         """Return the planes and multipliers as a dict (for a checkpoint)."""
-        state = {"bundle": self.bundle.state(), "alpha": self.alpha.copy()}
-        if self.exact is not None:
-            state["exact"] = self.exact.copy()
-        return state
+        return {"bundle": self.bundle.state(), "alpha": self.alpha.copy()}
 
     def restore(self, state):
         """Continue from :meth:`state`: the next :meth:`minimize` is warm-started as the saved one was."""
         self.bundle.restore(state["bundle"])
         self.alpha = np.asarray(state["alpha"], dtype=np.float64)
-        self.exact = np.asarray(state["exact"], dtype=np.float64) if "exact" in state else None
 
 
 def snapshot(recorder, model, **values):

@@ -31,7 +31,7 @@ class InexactSchedule:
             if self.eps < eps:
                 self.tau *= 0.2
             self.eps = eps
-            self.gap = min(0.5 * self.tau, 0.5 * eps)
+            self.gap = min(float(__import__("os").environ.get("P8F", "0.5")) * self.tau, 0.5 * eps)
         return self.gap
 
     def state(self):
@@ -112,12 +112,9 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     """
     w = np.array(w0, dtype=np.float64)
     model = CuttingPlaneModel(len(w), lam, regularizer, idle_age, bundle_size)
-    floor = getattr(regularizer, "risk_floor", None)
-    if inexact and bundle is None and floor is not None:
-        # R_emp >= floor is a plane too (BMRM 2.1's xi >= 0): it keeps the
-        # first iterates near w0 where one plane alone would send them far.
-        model.bundle.add(np.zeros(len(w)), floor)
-        model.alpha = np.ones(1)
+    # R_emp >= floor is a plane too (BMRM 2.1's xi >= 0): it keeps the first
+    # iterates near w0, where one plane alone would send them far.
+    model.floor = getattr(regularizer, "risk_floor", None)
     if bundle is not None:
         model.bundle = bundle
         model.alpha = np.zeros(bundle.size) if alpha is None else np.array(alpha, dtype=np.float64)

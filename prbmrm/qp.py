@@ -451,7 +451,7 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000):
         ``iterations`` counts the steps; ``converged`` is False if `max_iter` stopped them.
     """
     alpha_min, alpha_max, tiny = 1e-10, 1e10, 1e-20
-    project = _to_simplex if floor is None else _below_simplex
+    project = _project_simplex if floor is None else _project_below
     if floor is not None:
         b = b - floor
 
@@ -462,31 +462,37 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000):
             qp.value += floor
         return qp
 
-    x = project(np.asarray(x0, dtype=np.float64))
+    # Per step: one product with Q and a projection; f, <d, g> and the
+    # curvatures are carried as scalars (f(x + d) = f + <g, d> + <d, Qd> / 2).
+    ranks = np.arange(1.0, b.size + 1.0)
+    x = project(np.asarray(x0, dtype=np.float64), ranks)
     t = Q @ x
     g = t - b
-    step = np.abs(project(x - g) - x).max(initial=0.0)
+    step = np.abs(project(x - g, ranks) - x).max(initial=0.0)
     if step < tol * 1e-3:
         return done(x, 0, True)
     alpha = 1.0 / max(step, alpha_min)
     f_ref = alpha_max
-    f_best = f_c = float(x @ (0.5 * t - b))
-    f_start = f_best
+    f = f_best = f_c = f_start = float(x @ (0.5 * t - b))
     since_best, ak_old, bk_old = 0, 0.0, 0.0
     for iteration in range(1, max_iter + 1):
-        d = project(x - alpha * g) - x
+        d = project(x - alpha * g, ranks)
+        d -= x
         gd = float(d @ g)
         Qd = Q @ d
-        dd, dQd = float(d @ d), float(d @ Qd)
-        f_new = float((x + d) @ (0.5 * (t + Qd) - b))
-        if f_new >= (f_start if iteration == 1 else f_ref):
+        ak, bk = float(d @ d), float(d @ Qd)
+        f_new = f + gd + 0.5 * bk
+        if f_new >= (f_start if iteration == 1 else f_ref) and bk > tiny * ak and gd < 0.0:
             # The nonmonotone test failed: exact line search along d.
-            scale = -gd / dQd if dQd > tiny * dd and gd < 0.0 else 1.0
-            d, Qd = scale * d, scale * Qd
-            f_new = float((x + d) @ (0.5 * (t + Qd) - b))
-        x = x + d
-        t = t + Qd
+            scale = -gd / bk
+            d *= scale
+            Qd *= scale
+            f_new = f + scale * gd + 0.5 * scale * scale * bk
+            ak, bk = scale * scale * ak, scale * scale * bk
+        x += d
+        t += Qd
         g = t - b
+        f = f_new
         if f_new < f_best:
             f_best = f_c = f_new
             since_best = 0
@@ -495,23 +501,37 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000):
             since_best += 1
             if since_best == 2:
                 f_ref, f_c, since_best = f_c, f_new, 0
-        ak, bk = float(d @ d), float(d @ Qd)
         if bk <= tiny * ak:
             alpha = alpha_max
         else:
             alpha = ak / bk if bk_old < tiny * ak_old else (ak_old + ak) / (bk_old + bk)
             alpha = min(max(alpha, alpha_min), alpha_max)
         ak_old, bk_old = ak, bk
-        if np.sqrt(ak) < 10.0 * tol * np.sqrt(x @ x):
+        if ak < 100.0 * tol * tol * float(x @ x):
             support = x > 1e-15
             if not support.any():
-                if np.sqrt(ak) < 0.5 * tol * np.sqrt(x @ x):
+                if ak < 0.25 * tol * tol * float(x @ x):
                     return done(x, iteration, True)
                 continue
             mean = g[support].mean()
             if (np.abs(g[support] - mean) <= tol).all() and (g[~support] >= mean - tol).all():
                 return done(x, iteration, True)
     return done(x, max_iter, False)
+
+
+def _project_simplex(v, ranks):
+    """Return the projection of `v` onto the simplex; `ranks` is ``1, 2, ..., len(v)`` (sort-based)."""
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u)
+    css -= 1.0
+    k = np.count_nonzero(u * ranks > css) - 1
+    return np.maximum(v - css[k] / (k + 1.0), 0.0)
+
+
+def _project_below(v, ranks):
+    """Return the projection of `v` onto ``{x >= 0, sum(x) <= 1}``."""
+    x = np.maximum(v, 0.0)
+    return x if x.sum() <= 1.0 else _project_simplex(v, ranks)
 
 
 def _to_simplex(v):
@@ -525,12 +545,6 @@ def _to_simplex(v):
     k = np.flatnonzero(u * np.arange(1, v.size + 1) > css)[-1]
     x = np.maximum(v - css[k] / (k + 1), 0.0)
     return x / x.sum()
-
-
-def _below_simplex(v):
-    """Return the projection of `v` onto ``{x >= 0, sum(x) <= 1}``."""
-    x = np.maximum(v, 0.0)
-    return x if x.sum() <= 1.0 else _to_simplex(v)
 
 
 def _result_below(Q, b, x, iterations, converged):

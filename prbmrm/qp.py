@@ -456,8 +456,7 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000):
         b = b - floor
 
     def done(x, iterations, converged):
-        qp = _result(Q, b, x, iterations, converged) if floor is None else _result_below(Q, b, x, iterations,
-                                                                                         converged)
+        qp = _result(Q, b, x, iterations, converged, below=floor is not None)
         if floor is not None:
             qp.value += floor
         return qp
@@ -547,22 +546,12 @@ def _to_simplex(v):
     return x / x.sum()
 
 
-def _result_below(Q, b, x, iterations, converged):
-    """Like :func:`_result` on ``{x >= 0, sum(x) <= 1}``: clip and scale `x` into it, evaluate the dual."""
+def _result(Q, b, x, iterations, converged, below=False):
+    """Clip and renormalise `x` onto the simplex (`below`: into ``sum(x) <= 1``) and evaluate the dual there."""
     x = np.maximum(x, 0.0)
     total = x.sum()
-    if total > 1.0:
+    if not below or total > 1.0:
         x /= total
-    S = np.flatnonzero(x)
-    xs = x[S]
-    value = float(b[S] @ xs - 0.5 * xs @ Q[S[:, None], S] @ xs)
-    return SimplexQPResult(x=x, value=value, iterations=iterations, converged=converged)
-
-
-def _result(Q, b, x, iterations, converged):
-    """Clip and renormalise `x` onto the simplex and evaluate the dual there."""
-    x = np.maximum(x, 0.0)
-    x /= x.sum()
     S = np.flatnonzero(x)
     xs = x[S]
     value = float(b[S] @ xs - 0.5 * xs @ Q[S[:, None], S] @ xs)

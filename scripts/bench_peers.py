@@ -37,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 MPIEXEC_PEER = "/usr/bin/mpiexec.mpich"
+GNU_TIME = "/usr/bin/time"
 TIMEOUT = 3600
 
 
@@ -81,7 +82,14 @@ def peer_config(path, features, labels, lam, gap, max_iter):
 
 
 def measure(command, cwd):
-    """Run `command`; return (stdout, wall seconds, CPU seconds, peak RSS in MB) of its process tree."""
+    """Run `command`; return (stdout, wall seconds, CPU seconds, peak RSS in MB) of its process tree.
+
+    The peak RSS is GNU time's (``/usr/bin/time``: the largest process of the tree) where it exists;
+    otherwise getrusage's, which only shows a rise over the earlier children.
+    """
+    rss_file = Path(cwd) / "rss.txt"
+    if os.path.exists(GNU_TIME):
+        command = [GNU_TIME, "-f", "%M", "-o", str(rss_file), *command]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
@@ -91,8 +99,11 @@ def measure(command, cwd):
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    # ru_maxrss of the children is the largest any child reached so far: only a rise is this run's.
-    return done.stdout, wall, cpu, after.ru_maxrss / 1024.0 if after.ru_maxrss > before.ru_maxrss else None
+    if os.path.exists(GNU_TIME):
+        rss = float(rss_file.read_text().split()[-1]) / 1024.0
+    else:  # the children's ru_maxrss is the largest so far: only a rise is this run's
+        rss = after.ru_maxrss / 1024.0 if after.ru_maxrss > before.ru_maxrss else None
+    return done.stdout, wall, cpu, rss
 
 
 def run_peer(trainer, ranks, config, cwd):

@@ -83,6 +83,18 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         iterations (the paper's 10); 0 keeps every plane.
     bundle_size : int
         Keep at most this many planes (>= 2), aggregating the oldest; 0: no limit.
+    inexact : int
+        1 (default): BMRM 2.1's rule. The subproblem is solved by projected
+        gradient (:func:`prbmrm.qp.solve_simplex_pg`) warm-started from the
+        previous multipliers, only to the tolerance of
+        :class:`InexactSchedule` (loose while the gap is large), and a
+        regularizer's ``risk_floor`` (set by ``prepare``, e.g. 0 for the
+        hinge loss) is an implicit plane ``R_emp >= floor``. The early
+        iterates then move less, which on a9a cuts the iterations 2.5-4x.
+        The lower bound stays certified: it is the dual value of the
+        returned multipliers, which are feasible, and w their primal map.
+        Applies to quadratic regularizers and an unlimited bundle.
+        0: the active-set QP solved to 1e-10 relative every iteration.
     callback : callable, optional
         Called with a :class:`Progress` after every iteration; raising
         StopIteration stops the solver.

@@ -207,8 +207,14 @@ class Quadratic(Regularizer):
 
     def solve_loosely(self, bundle, lam, alpha0, tol, floor=None):
         """Like :meth:`solve_subproblem`, to BMRM 2.1's loose tolerance `tol` (:func:`prbmrm.qp.solve_simplex_pg`),
-        with the implicit plane ``R_emp >= floor`` if a `floor` is given (the multipliers then sum to at most 1)."""
-        qp = solve_simplex_pg(bundle.gram / (lam * self._scale), bundle.b, alpha0, tol, floor)
+        with the implicit plane ``R_emp >= floor`` if a `floor` is given (the multipliers then sum to at most 1).
+
+        Projected gradient is slow on ill-conditioned subproblems (least
+        squares): after 500 steps it gives up and returns None.
+        """
+        qp = solve_simplex_pg(bundle.gram / (lam * self._scale), bundle.b, alpha0, tol, floor, max_iter=500)
+        if not qp.converged:
+            return None
         w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
         return w, qp.value, qp.x
 

@@ -24,7 +24,7 @@ from scipy.special import logsumexp, softmax, xlogy
 
 from ._params import Parametrized
 from .errors import InputError, UsageError
-from .qp import _to_simplex, solve_simplex_qp, solve_two_plane_qp
+from .qp import _to_simplex, solve_simplex_pg, solve_simplex_qp, solve_two_plane_qp
 
 _EPS = np.finfo(np.float64).eps
 
@@ -135,6 +135,7 @@ class Quadratic(Regularizer):
     quadratic = True
     differentiable = True
     params = {"B": None}
+    risk_floor = None  # a lower bound of R_emp once prepared: the plane (0, floor) BMRM may add
 
     def check_params(self):
         B = 1.0 if self.B is None else self.B
@@ -170,7 +171,8 @@ class Quadratic(Regularizer):
         self._size = None if B.ndim == 0 else B.shape[0]
 
     def prepare(self, dim, risk_floor=0.0):
-        """Check that B has one row (or diagonal entry) per weight."""
+        """Check that B has one row (or diagonal entry) per weight; record `risk_floor` (BMRM's floor plane)."""
+        self.risk_floor = float(risk_floor)
         if self._size is not None and self._size != dim:
             raise UsageError(f"{self._where('B')}: the model has {dim} weights, B has {self._size} "
                              f"(expected {dim} numbers or a {dim} x {dim} matrix)")
@@ -200,6 +202,19 @@ class Quadratic(Regularizer):
             qp = solve_two_plane_qp(Q, bundle.b)
         else:
             qp = solve_simplex_qp(Q, bundle.b, x0=alpha0)
+        w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
+        return w, qp.value, qp.x
+
+    def solve_loosely(self, bundle, lam, alpha0, tol, floor=None):
+        """Like :meth:`solve_subproblem`, to BMRM 2.1's loose tolerance `tol` (:func:`prbmrm.qp.solve_simplex_pg`),
+        with the implicit plane ``R_emp >= floor`` if a `floor` is given (the multipliers then sum to at most 1).
+
+        Projected gradient is slow on ill-conditioned subproblems (least
+        squares): after 500 steps it gives up and returns None.
+        """
+        qp = solve_simplex_pg(bundle.gram / (lam * self._scale), bundle.b, alpha0, tol, floor, max_iter=500)
+        if not qp.converged:
+            return None
         w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
         return w, qp.value, qp.x
 

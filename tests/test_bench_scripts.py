@@ -61,3 +61,28 @@ def test_bench_solvers_reports_runs_cut_by_the_caps(bench_solvers):
     assert capped["nit"] == 30 and best[-1] - outcome["optimum"] > 0.01 * outcome["optimum"]
     assert capped["iterations"] is None and capped["seconds"] is None
     assert bench_solvers.cell(capped) == f">30 ({capped['seconds_total']:.2f} s)"
+
+
+def test_bench_peers_runs_bmrm21_and_prbmrm_to_the_same_gap(tmp_path, capsys):
+    import lzma
+    import shutil
+
+    peer_dir = "/work/peers/s/linear-bmrm"
+    if not os.path.exists(os.path.join(peer_dir, "linear-bmrm-train")):
+        if shutil.which("g++") is None:
+            pytest.skip("no g++ to build BMRM 2.1 and no built copy")
+        peer_dir = None  # the script builds it
+    with lzma.open(os.path.join(REPO, "..", "shared", "data", "a9a.xz"), "rt") as f:
+        lines = [next(f) for _ in range(400)]
+    with lzma.open(tmp_path / "tiny.xz", "wt") as f:
+        f.writelines(lines)
+    gap = 1e-4
+    argv = ["--sets", "tiny", "--data-dir", str(tmp_path), "--lams", "1e-2", "--ranks", "1",
+            "--solvers", "bmrm", "--gap", str(gap)]
+    load_script("bench_peers").main(argv + (["--peer-dir", peer_dir] if peer_dir else []))
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
+    assert [row[3].strip() for row in rows] == ["BMRM 2.1", "prbmrm bmrm"]
+    peer, ours = ([float(cell.replace(",", "")) for cell in row[4:9]] for row in rows)
+    # Both stopped at the absolute gap: their objectives agree to it.
+    assert abs(peer[4] - ours[4]) <= gap
+    assert float(rows[1][9]) == pytest.approx(ours[0] / peer[0], abs=0.01)

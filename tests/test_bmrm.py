@@ -152,3 +152,27 @@ def test_overflowing_planes_stop_with_a_clear_error():
     X = np.array([[1e160, 1.0], [2e160, -1.0]])
     with pytest.raises(InputError, match="not finite at iteration 1"):
         train(X, np.array([1.0, -1.0]), "hinge", 1e-4)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "logistic"])
+@pytest.mark.parametrize("lam", [1e-2, 1e-4, 1e-6])
+def test_inexact_subproblems_report_only_valid_lower_bounds(loss, lam):
+    # The default rule (inexact=1) stops the subproblem early: every lower
+    # bound it reports must still be below min J, here cvxpy's optimum (the
+    # objective of a feasible point, so at least min J), and the run must
+    # still end at that optimum.
+    from prbmrm.regularizers import get_regularizer
+
+    X, y = synthetic(loss, m=150, d=8, seed=1)
+    reference = cvxpy_optimum(X, y, loss, lam)
+    reg = get_regularizer("l2")
+    reg.prepare(X.shape[1], get_loss(loss).risk_floor)
+    eps = 1e-6
+    result = train(X, y, loss, lam, reg=reg, epsilon=eps, rel_epsilon=0, max_iter=20000)
+    bounds = result.history["lower_bound"]
+    assert result.success and result.gap <= eps
+    assert np.all(bounds <= reference + 1e-12 * abs(reference))
+    assert result.fun == pytest.approx(OBJECTIVES[loss](X, y, result.w, lam), rel=1e-12)
+    assert reference - eps <= result.fun <= reference + eps
+    exact = train(X, y, loss, lam, reg=reg, epsilon=eps, rel_epsilon=0, max_iter=20000, inexact=0)
+    assert abs(exact.fun - result.fun) <= eps

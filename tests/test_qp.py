@@ -227,3 +227,32 @@ def test_property_matches_cvxpy(case):
     assert_kkt(res, Q, b)
     ref = reference_value(G, b)
     assert res.value >= ref - 1e-8 * (1.0 + abs(res.value))
+
+
+@pytest.mark.parametrize("floor", [None, 0.0, 0.3])
+@pytest.mark.parametrize("tol", [1e-1, 1e-3, 1e-8])
+def test_projected_gradient_is_feasible_and_below_the_optimum(floor, tol):
+    # BMRM's inexact rule: however loose tol, x is feasible and its dual
+    # value is at most the optimum (with a floor, the optimum with the
+    # plane (0, floor) added explicitly); tighter tol, closer to it.
+    from prbmrm.qp import solve_simplex_pg
+
+    rng = np.random.default_rng(7)
+    A = rng.normal(size=(30, 12))
+    b = rng.normal(size=30)
+    Q = A @ A.T / 0.1
+    x0 = np.zeros(30)
+    x0[:5] = 0.2 if floor is None else 0.1
+    qp = solve_simplex_pg(Q, b, x0, tol, floor)
+    x = qp.x
+    assert np.all(x >= 0) and (abs(x.sum() - 1) <= 1e-12 if floor is None else x.sum() <= 1 + 1e-12)
+    value = b @ x - 0.5 * x @ Q @ x + (0.0 if floor is None else floor * (1 - x.sum()))
+    assert qp.value == pytest.approx(value, rel=1e-12, abs=1e-12)
+    if floor is None:
+        optimum = solve_simplex_qp(Q, b).value
+    else:
+        Qf = np.zeros((31, 31))
+        Qf[1:, 1:] = Q
+        optimum = solve_simplex_qp(Qf, np.concatenate(([floor], b))).value
+    assert qp.converged and qp.value <= optimum + 1e-12
+    assert optimum - qp.value <= 2 * tol * 10 + 1e-9

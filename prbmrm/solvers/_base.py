@@ -211,7 +211,14 @@ class CuttingPlaneModel:
 
     What every BMRM variant does with a risk evaluation: add its plane,
     minimize J_t through the regularizer's dual subproblem warm-started from
-    the previous multipliers, and drop planes that stayed idle.
+    the previous multipliers, and drop planes that stayed idle. Given a
+    tolerance ``gap`` > 0, :meth:`minimize` solves the subproblem only that
+    loosely where the regularizer offers ``solve_loosely`` (the quadratic
+    ones, :func:`prbmrm.qp.solve_simplex_pg`) and the bundle is unlimited;
+    then a :attr:`floor` (a lower bound of R_emp, None: none known) is an
+    implicit plane ``R_emp >= floor`` with the multiplier ``1 - sum(alpha)``.
+    A subproblem projected gradient cannot solve (``solve_loosely`` returns
+    None) turns :attr:`loose` off: exact QPs for the rest of the run.
 
     Parameters
     ----------
@@ -234,18 +241,30 @@ class CuttingPlaneModel:
         self.regularizer = regularizer
         self.idle_age = idle_age
         self.alpha = np.zeros(0)
+        self.floor = None
+        self.loose = True
 
-    def minimize(self, w, r, a):
+    def minimize(self, w, r, a, gap=0.0):
         """Add the plane ``(a, r - <a, w>)`` of R_emp at `w`; return ``(w_t, lower_bound, seconds)``.
 
         ``w_t`` minimizes J_t and ``lower_bound``, the dual value, is a
-        certified lower bound of min J.
+        certified lower bound of min J. With a `gap` > 0 the subproblem may be
+        solved only to that tolerance: ``w_t`` is then the primal map of the
+        multipliers returned and ``lower_bound`` their dual value, still a
+        lower bound of min J (weak duality: they are feasible).
         """
         started = time.perf_counter()
         self.alpha = self.bundle.make_room(self.alpha)
         self.bundle.add(a, r - float(np.dot(a, w)))
-        w_t, lower_bound, self.alpha = self.regularizer.solve_subproblem(self.bundle, self.lam,
-                                                                         np.append(self.alpha, 0.0))
+        alpha0 = np.append(self.alpha, 0.0)
+        solved = None
+        if gap > 0.0 and self.loose and self.bundle.max_size is None and hasattr(self.regularizer, "solve_loosely"):
+            solved = self.regularizer.solve_loosely(self.bundle, self.lam, alpha0, gap, self.floor)
+            # An ill-conditioned subproblem defeats projected gradient: exact QPs from now on.
+            self.loose = solved is not None
+        if solved is None:
+            solved = self.regularizer.solve_subproblem(self.bundle, self.lam, alpha0)
+        w_t, lower_bound, self.alpha = solved
         return w_t, lower_bound, time.perf_counter() - started
 
     def prune(self):
@@ -256,12 +275,13 @@ class CuttingPlaneModel:
 
     def state(self):
         """Return the planes and multipliers as a dict (for a checkpoint)."""
-        return {"bundle": self.bundle.state(), "alpha": self.alpha.copy()}
+        return {"bundle": self.bundle.state(), "alpha": self.alpha.copy(), "loose": int(self.loose)}
 
     def restore(self, state):
         """Continue from :meth:`state`: the next :meth:`minimize` is warm-started as the saved one was."""
         self.bundle.restore(state["bundle"])
         self.alpha = np.asarray(state["alpha"], dtype=np.float64)
+        self.loose = bool(state.get("loose", 1))
 
 
 def snapshot(recorder, model, **values):

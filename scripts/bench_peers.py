@@ -1,0 +1,209 @@
+"""prbmrm against BMRM 2.1 (the authors' C++ code), side by side, stopped at the same absolute gap.
+
+For each data set, lam and number of ranks, runs BMRM 2.1 (``linear-bmrm-train`` on one rank,
+``parallel-bmrm-train`` under ``/usr/bin/mpiexec.mpich`` on more) and prbmrm (``python -m
+prbmrm.train`` under the pip ``mpiexec``; ``bmrm`` and the default solver, i.e. no
+``--solver``) one after the other, interleaved so that the load of a busy machine hits both alike,
+hinge loss, no bias, ``--epsilon GAP --rel-epsilon 0`` (BMRM 2.1: ``BMRM.epsilonTol GAP``). Prints
+one markdown row per run: iterations, wall seconds, CPU seconds and peak RSS of the process tree
+(``getrusage`` of the children), the final objective J, and prbmrm's ratios to BMRM 2.1
+(iterations, wall seconds). Iterations are the figure load does not change.
+
+BMRM 2.1 is built from ``../shared/peers/bmrm21-*.tar.xz`` into a temporary directory when ``g++``
+exists (its parallel trainer when ``mpicxx`` does), unless ``--peer-dir`` / ``--peer-mpi-dir`` name
+existing builds. Its data files (features and labels split, examples without features dropped, as
+it rejects them) and prbmrm's shards are written to a temporary directory.
+
+Usage (from the repository root, prbmrm on PYTHONPATH)::
+
+    python scripts/bench_peers.py [--sets a9a w8a] [--lams 1e-4 1e-5 1e-6] [--ranks 1 2]
+        [--solvers bmrm default] [--gap 1e-4] [--repeat 1]
+        [--peer-dir /work/peers/s/linear-bmrm] [--peer-mpi-dir /work/peers/m/linear-bmrm]
+"""
+
+import argparse
+import json
+import lzma
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+MPIEXEC_PEER = "/usr/bin/mpiexec.mpich"
+GNU_TIME = "/usr/bin/time"
+TIMEOUT = 3600
+
+
+def build_peer(work, mpi):
+    """Build BMRM 2.1's trainer (``mpi``: the parallel one) under `work`; return its directory or None."""
+    compiler = "mpicxx" if mpi else "g++"
+    archives = sorted((SHARED / "peers").glob("bmrm21-*.tar.xz"))
+    if shutil.which(compiler) is None or not archives:
+        return None
+    target = Path(work) / ("peer-mpi" if mpi else "peer")
+    target.mkdir()
+    subprocess.run(["tar", "-xJf", str(archives[-1]), "-C", str(target)], check=True)
+    make = ["make", "-C", str(target / "linear-bmrm"), "all"]
+    if mpi:
+        make[3:3] = ["MPI_AVAILABLE=1", "CXX=mpicxx"]
+    subprocess.run(make, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   stdin=subprocess.DEVNULL, timeout=TIMEOUT)
+    return target / "linear-bmrm"
+
+
+def write_peer_data(source, out):
+    """Split the SVMlight file `source` into BMRM 2.1's feature and label files under `out`."""
+    features, labels = out / "data.feat", out / "data.lab"
+    with lzma.open(source, "rt") as lines, open(features, "w") as f, open(labels, "w") as g:
+        for line in lines:
+            parts = line.split(None, 1)
+            if len(parts) == 2 and parts[1].strip():
+                g.write(parts[0] + "\n")
+                f.write(parts[1].rstrip("\n") + "\n")
+    return features, labels
+
+
+def peer_config(path, features, labels, lam, gap, max_iter):
+    """Write BMRM 2.1's configuration for hinge loss, no bias, absolute gap `gap`."""
+    path.write_text("\n".join([
+        "string Solver.type BMRM", "int BMRM.verbosity 1", f"int BMRM.maxNumOfIter {max_iter}",
+        f"double BMRM.epsilonTol {gap}", f"double BMRM.lambda {lam}",
+        "string BMRM.innerSolverType L2N2_DaiFletcherPGM", "string Loss.lossFunctionType HINGE",
+        "bool Loss.nonNegative true", "bool Data.bias false", "string Data.format VECTOR_LABEL_VECTOR_FEATURE",
+        f"string Data.featureFile {features}", f"string Data.labelFile {labels}",
+        f"string Model.modelFile {path.with_suffix('.model')}", ""]))
+
+
+def measure(command, cwd):
+    """Run `command`; return (stdout, wall seconds, CPU seconds, peak RSS in MB) of its process tree.
+
+    The peak RSS is GNU time's (``/usr/bin/time``: the largest process of the tree) where it exists;
+    otherwise getrusage's, which only shows a rise over the earlier children.
+    """
+    rss_file = Path(cwd) / "rss.txt"
+    if os.path.exists(GNU_TIME):
+        command = [GNU_TIME, "-f", "%M", "-o", str(rss_file), *command]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=TIMEOUT)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if os.path.exists(GNU_TIME):
+        rss = float(rss_file.read_text().split()[-1]) / 1024.0
+    else:  # the children's ru_maxrss is the largest so far: only a rise is this run's
+        rss = after.ru_maxrss / 1024.0 if after.ru_maxrss > before.ru_maxrss else None
+    return done.stdout, wall, cpu, rss
+
+
+def run_peer(trainer, ranks, config, cwd):
+    """Run BMRM 2.1; return its figures."""
+    command = [str(trainer), str(config)]
+    if ranks > 1:
+        command = [MPIEXEC_PEER, "-n", str(ranks), *command]
+    out, wall, cpu, rss = measure(command, cwd)
+    iterations = int(re.search(r"No\. of iterations:\s*(\d+)", out).group(1))
+    objective = float(re.search(r"Primal obj\. val\.:\s*(\S+)", out).group(1))
+    return {"iterations": iterations, "wall": wall, "cpu": cpu, "rss": rss, "J": objective}
+
+
+def run_prbmrm(shards, ranks, lam, gap, solver, max_iter, cwd):
+    """Run ``python -m prbmrm.train`` on `ranks` ranks (`solver` None: the default); return its figures."""
+    log = Path(cwd) / "log.jsonl"
+    if log.exists():
+        log.unlink()
+    command = [sys.executable, "-m", "prbmrm.train", "--data", str(shards), "--loss", "hinge",
+               "--lam", repr(lam), "--epsilon", repr(gap), "--rel-epsilon", "0", "--max-iter", str(max_iter),
+               "--out", str(Path(cwd) / "model.h5"), "--log-json", str(log), "--quiet"]
+    if solver is not None:
+        command += ["--solver", solver]
+    if ranks > 1:
+        command = [shutil.which("mpiexec"), "-n", str(ranks), *command]
+    _, wall, cpu, rss = measure(command, cwd)
+    last = json.loads(log.read_text().splitlines()[-1])
+    return {"iterations": int(last["iteration"]), "wall": wall, "cpu": cpu, "rss": rss,
+            "J": float(last["best_objective"])}
+
+
+def row(name, lam, ranks, label, figures, peer):
+    """One markdown row; the ratios to BMRM 2.1 for prbmrm's runs."""
+    rss = "-" if figures["rss"] is None else f"{figures['rss']:.0f}"
+    cells = [name, f"{lam:.0e}", str(ranks), label, f"{figures['iterations']:,}", f"{figures['wall']:.2f}",
+             f"{figures['cpu']:.2f}", rss, f"{figures['J']:.7f}"]
+    if peer is None or figures is peer:
+        cells += ["", ""]
+    else:
+        cells += [f"{figures['iterations'] / peer['iterations']:.2f}", f"{figures['wall'] / peer['wall']:.2f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+HEADER = ("| set | lam | ranks | run | iterations | wall s | CPU s | peak RSS MB | J | iter ratio | wall ratio |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", nargs="+", default=["a9a", "w8a"], help="data sets of ../shared/data (name.xz)")
+    parser.add_argument("--lams", nargs="+", type=float, default=[1e-4, 1e-5, 1e-6])
+    parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--solvers", nargs="+", default=["bmrm", "default"],
+                        help="prbmrm solvers to run ('default': no --solver)")
+    parser.add_argument("--gap", type=float, default=1e-4, help="absolute gap both stop at (default 1e-4)")
+    parser.add_argument("--max-iter", type=int, default=100000)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each, interleaved (default 1)")
+    parser.add_argument("--peer-dir", help="directory of a built linear-bmrm-train (default: build one)")
+    parser.add_argument("--peer-mpi-dir", help="directory of a built parallel-bmrm-train (default: build one)")
+    parser.add_argument("--data-dir", default=str(SHARED / "data"))
+    args = parser.parse_args(argv)
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{env_path}" if env_path else str(REPO)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory(prefix="bench_peers_") as work:
+        work = Path(work)
+        serial = Path(args.peer_dir) if args.peer_dir else build_peer(work, mpi=False)
+        parallel = Path(args.peer_mpi_dir) if args.peer_mpi_dir else (
+            build_peer(work, mpi=True) if max(args.ranks) > 1 else None)
+        if serial is None:
+            print("BMRM 2.1 not available (no g++ or no ../shared/peers/bmrm21-*.tar.xz): prbmrm alone")
+        print(HEADER, flush=True)
+        for name in args.sets:
+            source = Path(args.data_dir) / f"{name}.xz"
+            data = work / name
+            data.mkdir()
+            features, labels = write_peer_data(source, data)
+            shards = data / "shards"
+            subprocess.run([sys.executable, "-m", "prbmrm.shard", str(source), "--parts", str(max(args.ranks)),
+                            "--out", str(shards), "--quiet"], check=True, stdin=subprocess.DEVNULL)
+            for lam in args.lams:
+                config = data / f"lam{lam:g}.cfg"
+                peer_config(config, features, labels, lam, args.gap, args.max_iter)
+                for ranks in args.ranks:
+                    trainer = None
+                    if ranks == 1 and serial is not None:
+                        trainer = serial / "linear-bmrm-train"
+                    elif ranks > 1 and parallel is not None:
+                        trainer = parallel / "parallel-bmrm-train"
+                    for _ in range(args.repeat):
+                        peer = None if trainer is None else run_peer(trainer, ranks, config, data)
+                        if peer is not None:
+                            print(row(name, lam, ranks, "BMRM 2.1", peer, peer), flush=True)
+                        for solver in args.solvers:
+                            figures = run_prbmrm(shards, ranks, lam, args.gap,
+                                                 None if solver == "default" else solver, args.max_iter, data)
+                            label = "prbmrm default" if solver == "default" else f"prbmrm {solver}"
+                            print(row(name, lam, ranks, label, figures, peer), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -58,7 +58,9 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
              "PRBMRM_SLURM_INSTALL=1 lets this script do it)" >&2
         exit 3
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+    # A fresh machine may have no package lists yet: update them once if the install finds nothing.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null 2>&1 ||
+        { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; }
 fi
 
 mkdir -p "$dir"

@@ -156,7 +156,7 @@ class _BMRMEstimator(BaseEstimator):
         """
         from threadpoolctl import threadpool_limits
 
-        from ._cli import single_blas_thread
+        from ._cli import blas_threads
         from .comm import get_comm
         from .train import fit
 
@@ -165,7 +165,7 @@ class _BMRMEstimator(BaseEstimator):
             loss_params = self.loss_params
         # One BLAS thread for the fit, as the command line runs (see prbmrm._cli.run): threads
         # gain nothing on these small products and lose many-fold on a busy machine.
-        limits = 1 if single_blas_thread(comm.size, os.environ) else None
+        limits = blas_threads(comm.size, os.environ)
         key = _fit_key(X, y, options, (loss, loss_params, self.bias, self.solver, self.reg))
         warm = _WARM_STARTS.get(key) if self.warm_start and comm.is_root else None
         try:

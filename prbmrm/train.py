@@ -646,7 +646,7 @@ def build_parser():
                         help="append each iteration's progress row to FILE as a JSON line (rank 0)")
     add_config_options(parser)
     parser.add_argument("--version", action="version", version=f"prbmrm {__version__}")
-    party = parser.add_argument_group("party mode (several data owners, one rank each; README: Party mode)")
+    party = parser.add_argument_group("party mode (several data owners, one rank each; docs/party.md)")
     party.add_argument("--parties", action="store_true",
                        help="rank r is party r: reads only its own files, every sum is securely aggregated")
     config_section(party, "privacy", {"party_data": "data"})

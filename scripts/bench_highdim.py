@@ -195,9 +195,9 @@ def peer_binary(args):
     if shutil.which("g++") is None or not os.path.exists(PEER_ARCHIVE):
         return None
     build = tempfile.mkdtemp(prefix="bmrm21-")
-    subprocess.run(["tar", "-xJf", PEER_ARCHIVE, "-C", build], check=True)
+    subprocess.run(["tar", "-xJf", PEER_ARCHIVE, "-C", build], check=True, stdin=subprocess.DEVNULL)
     subprocess.run(["make", "-C", os.path.join(build, "linear-bmrm"), "all"], check=True,
-                   capture_output=True)
+                   capture_output=True, stdin=subprocess.DEVNULL)
     return os.path.join(build, "linear-bmrm", "linear-bmrm-train")
 
 

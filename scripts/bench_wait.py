@@ -55,7 +55,7 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         shards = os.path.join(work, "shards")
         subprocess.run([sys.executable, "-m", "prbmrm.shard", DATA, "--parts", str(args.ranks), "--out", shards,
-                        "--quiet"], check=True, env=dict(os.environ, PYTHONPATH=REPO))
+                        "--quiet"], check=True, env=dict(os.environ, PYTHONPATH=REPO), stdin=subprocess.DEVNULL)
         modes = {"polled (--rank-timeout %g)" % DEFAULT_TIMEOUT: DEFAULT_TIMEOUT, "blocking (--rank-timeout 0)": 0}
         results = {name: [] for name in modes}
         print(f"a9a, {args.ranks} ranks, {args.iterations} iterations per run, runs alternating")

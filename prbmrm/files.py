@@ -138,8 +138,8 @@ class OutputClaim:
             try:
                 descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
             except OSError as error:
-                raise InputError(f"{path}: cannot create its lock file {lock}: "
-                                 f"{error.strerror or error}") from None
+                raise InputError(f"{path}: output path not writable (cannot create its lock file {lock}: "
+                                 f"{error.strerror or error})") from None
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:

@@ -157,7 +157,7 @@ def test_every_option_has_a_key_and_new_options_appear(tmp_path):
     ("print_config = true\n", ["unknown key 'print_config'"]),
     ("parties = true\n", ["unknown key 'parties' here; it belongs in the [privacy] table"]),
     ("[privacy]\nlam = 1e-3\n", ["run.toml: [privacy]: unknown key 'lam' here; it belongs in the top level"]),
-    ("[privacy]\nparty = true\n", ["[privacy]: unknown key 'party'; did you mean 'parties'?"]),
+    ("[privacy]\nparties_ = true\n", ["[privacy]: unknown key 'parties_'; did you mean 'parties'?"]),
     ("privacy = 1\n", ["run.toml: [privacy]: expected a table, got an integer 1"]),
     ('[privacy]\nmodel_to = "a,b"\n', ["[privacy]: key 'model_to'", "comma-separated party numbers"]),
     ("[privacy]\ndata = [1, 2]\n", ["[privacy]: key 'data'", "expected a string, got an integer 1"]),

@@ -102,7 +102,10 @@ class SerialComm:
             The sum, or all NaN if any partial is not finite (without `bound`).
         """
         if bound is None:
-            largest = self.allreduce_max(np.max(np.abs(partials), axis=0, initial=0.0))
+            # A NaN would not survive MPI's max alike on every rank ((a > b) ? a : b is
+            # taken in each rank's own order): send it as +inf, which always wins.
+            local = np.max(np.abs(partials), axis=0, initial=0.0)
+            largest = self.allreduce_max(np.where(np.isnan(local), np.inf, local))
         else:
             largest = np.broadcast_to(np.asarray(bound, dtype=np.float64), partials.shape[1:])
         if not np.all(np.isfinite(largest)):

@@ -49,7 +49,7 @@ def build_peer(work, mpi):
         return None
     target = Path(work) / ("peer-mpi" if mpi else "peer")
     target.mkdir()
-    subprocess.run(["tar", "-xJf", str(archives[-1]), "-C", str(target)], check=True)
+    subprocess.run(["tar", "-xJf", str(archives[-1]), "-C", str(target)], check=True, stdin=subprocess.DEVNULL)
     make = ["make", "-C", str(target / "linear-bmrm"), "all"]
     if mpi:
         make[3:3] = ["MPI_AVAILABLE=1", "CXX=mpicxx"]

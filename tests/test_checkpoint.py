@@ -288,16 +288,17 @@ def signal_rank(job, path, rank, signum):
     return end_job(job, lambda: os.kill(pids[rank], signum))
 
 
-def end_job(job, send):
-    """Call `send()` and wait for `job` to end; return (status, seconds to exit, stderr)."""
+def end_job(job, send, within=120):
+    """Call `send()` and wait for `job` to end, failing the test past the deadline `within` (seconds);
+    return (status, seconds to exit, stderr)."""
     sent = time.monotonic()
     send()
     try:
-        _, stderr = job.communicate(timeout=120)
+        _, stderr = job.communicate(timeout=within)
     except subprocess.TimeoutExpired:
         job.kill()
         job.communicate()
-        pytest.fail("the job did not end within 120 s")
+        pytest.fail(f"the job did not end within {within} s")
     return job.returncode, time.monotonic() - sent, stderr
 
 

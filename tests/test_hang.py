@@ -35,9 +35,8 @@ def stopped():
 def test_a_stopped_rank_ends_the_job_naming_it(tmp_path, stopped, rank):
     job, path = start_job(tmp_path, 3, "--rank-timeout", str(TIMEOUT))
     pids = rank_pids(path)
-    status, seconds, stderr = end_job(job, lambda: stopped(pids[rank]))
+    status, _, stderr = end_job(job, lambda: stopped(pids[rank]), within=TIMEOUT + 10)
     assert status == EXIT_SILENT_RANK, stderr
-    assert seconds < TIMEOUT + 10
     assert f"rank {rank} of 3 stopped answering" in stderr
     assert stderr.count("stopped answering") == 1  # the lowest live rank alone says it
     assert rank_pids(path) == {}  # the stopped rank is gone too
@@ -48,8 +47,8 @@ def test_sigterm_to_mpiexec_while_a_rank_is_stopped_ends_the_job(tmp_path, stopp
     job, path = start_job(tmp_path, 3, "--rank-timeout", "600")
     pids = rank_pids(path)
     stopped(pids[2])
-    status, seconds, stderr = end_job(job, lambda: job.send_signal(signal.SIGTERM))
-    assert status != 0 and seconds < PONG_SECONDS + 10, stderr
+    status, _, stderr = end_job(job, lambda: job.send_signal(signal.SIGTERM), within=PONG_SECONDS + 10)
+    assert status != 0, stderr
     assert "rank 2 of 3 stopped answering (after signal 15" in stderr
     assert rank_pids(path) == {}
 
@@ -59,8 +58,8 @@ def test_a_signal_to_one_serving_rank_stops_the_job_with_a_checkpoint(tmp_path, 
     """Rank 2 alone gets the signal: it forwards it to rank 0, which ends the run cleanly."""
     job, path = start_job(tmp_path)
     pids = rank_pids(path)
-    status, seconds, stderr = end_job(job, lambda: os.kill(pids[2], signum))
-    assert status == 128 + signum and seconds < 10, stderr
+    status, _, stderr = end_job(job, lambda: os.kill(pids[2], signum), within=10)
+    assert status == 128 + signum, stderr
     assert f"interrupted by signal {signum}" in stderr and "Abort" not in stderr
     assert not (tmp_path / "model.h5").exists()
     model = load_model(str(tmp_path / "model.interrupted.h5"))

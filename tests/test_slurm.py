@@ -136,7 +136,8 @@ def test_lambda_sweep_as_a_job_array(slurm, shards, tmp_path):
 def wait_for(predicate, what, timeout=300):
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what} ({timeout} s)")
         time.sleep(0.5)
 
 
@@ -219,11 +220,8 @@ def test_kill_9_of_a_rank_ends_the_step(slurm, shards, tmp_path):
                  "--max-iter", "100000", "--print-every", "1", wait=False, options=["--job-name=killed"])
     log = tmp_path / f"killed-{job}.out"
     wait_for(lambda: len(rows_since(log, 0)) >= 5 and len(job_ranks(job)) == 4, "the job to train")
-    killed = time.monotonic()
     os.kill(job_ranks(job)[1], signal.SIGKILL)
-    wait_for(lambda: not job_ranks(job), "the ranks to end", timeout=60)
-    seconds = time.monotonic() - killed
+    wait_for(lambda: not job_ranks(job), "the other ranks to end", timeout=10)
     wait_for(lambda: not running(slurm, job), "the job to end", timeout=60)
-    assert seconds < 10
     assert "FAILED" in sacct(slurm, "killed")
     assert not (tmp_path / "model.h5").exists()

@@ -157,7 +157,7 @@ def test_overflowing_planes_stop_with_a_clear_error():
 @pytest.mark.parametrize("loss", ["hinge", "logistic"])
 @pytest.mark.parametrize("lam", [1e-2, 1e-4, 1e-6])
 def test_inexact_subproblems_report_only_valid_lower_bounds(loss, lam):
-    # The default rule (inexact=1) stops the subproblem early: every lower
+    # The inexact rule (inexact=1) stops the subproblem early: every lower
     # bound it reports must still be below min J, here cvxpy's optimum (the
     # objective of a feasible point, so at least min J), and the run must
     # still end at that optimum.
@@ -168,7 +168,7 @@ def test_inexact_subproblems_report_only_valid_lower_bounds(loss, lam):
     reg = get_regularizer("l2")
     reg.prepare(X.shape[1], get_loss(loss).risk_floor)
     eps = 1e-6
-    result = train(X, y, loss, lam, reg=reg, epsilon=eps, rel_epsilon=0, max_iter=20000)
+    result = train(X, y, loss, lam, reg=reg, epsilon=eps, rel_epsilon=0, max_iter=20000, inexact=1)
     bounds = result.history["lower_bound"]
     assert result.success and result.gap <= eps
     assert np.all(bounds <= reference + 1e-12 * abs(reference))

@@ -126,20 +126,20 @@ class OutputClaim:
             seen[real] = option
         try:
             for option, path in self.outputs.items():
-                self._held.append((lock_name(path), self._acquire(path)))
+                self._held.append((lock_name(path), self._acquire(path, option)))
         except BaseException:
             self.__exit__()
             raise
         return self
 
-    def _acquire(self, path):
+    def _acquire(self, path, option):
         lock = lock_name(path)
         while True:
             try:
                 descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
             except OSError as error:
-                raise InputError(f"{path}: output path not writable (cannot create its lock file {lock}: "
-                                 f"{error.strerror or error})") from None
+                raise InputError(f"{path}: cannot write the {option} file: output path not writable "
+                                 f"(cannot create its lock file {lock}: {error.strerror or error})") from None
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:

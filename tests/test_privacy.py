@@ -252,10 +252,10 @@ def test_fewer_than_three_parties_are_refused(comm):
 
 def test_two_parties_are_refused_by_the_command_line(tmp_path):
     completed, _ = run_ranks(2, ["-m", "prbmrm.train", "--parties", "--data", str(tmp_path / "s-{rank}"),
-                                 "--out", str(tmp_path / "m.h5")], timeout=60)
+                                 "--out", str(tmp_path / "m-{rank}.h5")], timeout=60)
     assert completed.returncode == 2
     assert "secure aggregation needs at least 3 parties, got 2" in completed.stderr
-    assert not (tmp_path / "m.h5").exists()
+    assert not list(tmp_path.glob("m-*.h5"))
 
 
 NON_DECOMPOSABLE = sorted(name for name, cls in LOSSES.items() if not cls.decomposable)

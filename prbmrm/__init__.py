@@ -12,7 +12,7 @@ are importable from here. They are imported on first use, so ``import
 prbmrm`` stays light (no h5py, scikit-learn or MPI).
 """
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # Names served on first use: name -> module (PEP 562), to keep `import prbmrm` light and free of cycles.
 _LAZY = {"BMRMClassifier": "estimators", "BMRMRegressor": "estimators", "BMRMRanker": "estimators",

@@ -338,7 +338,7 @@ def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_
     Parameters
     ----------
     comm : prbmrm.comm.SerialComm or MPIComm
-    local : prbmrm.data.LocalData
+    local : prbmrm.io.LocalData
     options : dict
         The run's options; those of :data:`RESUME_OPTIONS` must match the checkpoint's.
     path : str, optional

@@ -122,8 +122,8 @@ class SerialComm:
 
         The rows are added left to right, ``((p_1 + p_2) + p_3) + ...``, over
         the blocks of all ranks in global order (rank r holds the blocks after
-        those of ranks < r, as :func:`prbmrm.data.load_local` and
-        :func:`prbmrm.data.split_local` assign them): the very floating-point
+        those of ranks < r, as :func:`prbmrm.io.load_local` and
+        :func:`prbmrm.io.split_local` assign them): the very floating-point
         sum one rank holding every block forms, so the result is bitwise the
         same on any number of ranks, and exact up to the rounding of each
         addition (no fixed point). It costs one vector addition per block

@@ -152,7 +152,7 @@ class _BMRMEstimator(BaseEstimator):
         """Train on (X, y) over the ranks; set coef_, intercept_ and the run's summary.
 
         `loss_params` replaces the parameter of that name when given;
-        `options` go to :func:`prbmrm.data.split_local` (qid, label_kind).
+        `options` go to :func:`prbmrm.io.split_local` (qid, label_kind).
         """
         from threadpoolctl import threadpool_limits
 

@@ -22,7 +22,7 @@ import socket
 
 import h5py
 
-from . import __version__
+from ._version import __version__
 from .errors import InputError, UsageError
 
 

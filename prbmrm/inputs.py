@@ -2,7 +2,7 @@
 
 ``train --data`` and ``predict --data`` take a shard directory, file or glob,
 or an SVMlight/LIBSVM, ``.npz`` or ``.csv`` file; a text file is read by every
-rank, which keeps its own block of rows (:func:`prbmrm.data.split_local`).
+rank, which keeps its own block of rows (:func:`prbmrm.io.split_local`).
 The label mapping of ``shard --positive`` is applied the same way to both, and
 :func:`check_for_model` compares data with the mapping and width a model was
 trained with.
@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from .data import load_local, negative_label, read_input, split_local
+from .io import load_local, negative_label, read_input, split_local
 from .errors import CollectiveError, InputError
 
 __all__ = ["is_shard_spec", "load_input", "check_for_model", "describe_mapping"]
@@ -34,8 +34,8 @@ def load_input(spec, comm, *, bias=False, positive=None, label_column=0, n_featu
     Parameters
     ----------
     spec : str, os.PathLike or list of them
-        Shards (as for :func:`prbmrm.data.load_local`) or one text file (as
-        for :func:`prbmrm.data.read_input`).
+        Shards (as for :func:`prbmrm.io.load_local`) or one text file (as
+        for :func:`prbmrm.io.read_input`).
     comm : prbmrm.comm.SerialComm or MPIComm
     bias : bool, default False
         Append a constant-1 feature column.
@@ -56,7 +56,7 @@ def load_input(spec, comm, *, bias=False, positive=None, label_column=0, n_featu
 
     Returns
     -------
-    prbmrm.data.LocalData
+    prbmrm.io.LocalData
 
     Raises
     ------

@@ -36,8 +36,9 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from .data import (LocalData, _collectively, _read_local, _spec_label, _survey,
-                   list_shards)
+from .io import LocalData, collectively, list_shards
+from .io.loader import _read_local
+from .io.shards import _spec_label, _survey
 from .errors import CollectiveError, CoordinatorError, InputError, PrbmrmError, UsageError
 from .guard import AggregateCheck, dp_noise_bound
 from .keys import load_roster, load_signing_key
@@ -82,7 +83,7 @@ def load_party(spec, comm, *, bias=False):
     ----------
     spec : str or list of str
         This party's files (a directory, a glob or a file, as for
-        :func:`prbmrm.data.list_shards`), or a list with one such entry per
+        :func:`prbmrm.io.list_shards`), or a list with one such entry per
         party, in rank order. A string may be a template with the field
         ``{rank}``, filled with this party's rank.
     comm : prbmrm.secure.SecureComm
@@ -114,13 +115,13 @@ def load_party(spec, comm, *, bias=False):
         label = _spec_label(spec, files)
         return _survey(files, label)
 
-    metas = _collectively(comm, own_set)
+    metas = collectively(comm, own_set)
     mine = {"d": int(metas[0]["d"]), "kind": metas[0]["kind"], "has_qid": bool(metas[0]["has_qid"])}
     shared = [comm.bcast_object([mine, metas[0]["classes"]], root=r, limit=_FORMAT_BYTES)
               for r in range(comm.size)]
     comm.check(_malformed(shared) or _disagreement(shared))
     kind, classes = _label_union(shared)
-    X, y, qid = _collectively(comm, _read_local, metas, bias)
+    X, y, qid = collectively(comm, _read_local, metas, bias)
     n_total = int(comm.allreduce_sum(np.array([len(y)], dtype=np.int64))[0])
     return LocalData(X=X, y=y, qid=qid, n_features=mine["d"], n_examples_total=n_total,
                      label_kind=kind, classes=classes, files=[m["path"] for m in metas],

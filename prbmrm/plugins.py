@@ -16,12 +16,25 @@ there loads the entry point of that name (importing its module), so a
 broken plug-in affects only runs that ask for it.
 """
 
-from importlib import metadata
+from importlib import import_module, metadata
 
 from .errors import UsageError
 
 GROUPS = {"loss": "prbmrm.losses", "regularizer": "prbmrm.regularizers", "solver": "prbmrm.solvers"}
 """Entry point group of each kind of plug-in."""
+
+
+BUILTIN_PLUGINS = ("prbmrm.structured",)
+"""Packages of prbmrm that extend the registries the way third-party plug-ins do: by registering
+(:func:`prbmrm.losses.register_loss`, :func:`prbmrm.io.register_layout`) when imported. The
+registries import them by name, after they are complete, the first time a name is not found: no
+module of the core imports them, so the import graph keeps its one direction."""
+
+
+def load_builtin_plugins():
+    """Import the packages of :data:`BUILTIN_PLUGINS` (once; they register their losses and layouts)."""
+    for name in BUILTIN_PLUGINS:
+        import_module(name)
 
 
 def _entry_points(kind):
@@ -50,6 +63,8 @@ def lookup(registry, kind, name):
         names), or the entry point cannot be loaded (the message names the
         entry point, its group and the error).
     """
+    if name not in registry:
+        load_builtin_plugins()
     if name in registry:
         return registry[name]
     points = _entry_points(kind)

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 from ._cli import ArgumentParser, run
-from .data import STRUCTURED, load_local
+from .io import STRUCTURED, load_local
 from .errors import CollectiveError, InputError, UsageError
 from .inputs import check_for_model, describe_mapping, load_input
 from .losses import get_loss

@@ -109,7 +109,7 @@ class DistributedRisk:
         The communicator.
     blocks : sequence of int, optional
         Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical
-        blocks (:attr:`prbmrm.data.LocalData.blocks`); one block by default.
+        blocks (:attr:`prbmrm.io.LocalData.blocks`); one block by default.
     qid : ndarray, optional
         This rank's query ids, handed to the loss with each block.
 

@@ -13,7 +13,7 @@ written as ragged shards that never split an example
 
 Runs on one process. Several inputs are concatenated. The rows are cut into
 P contiguous blocks balanced by nonzeros, never inside a query, and written
-as ``DIR/part-00000.h5`` ... (see :mod:`prbmrm.data` for the format). On any
+as ``DIR/part-00000.h5`` ... (see :mod:`prbmrm.io.shards` for the format). On any
 error it prints one line ``prbmrm.shard: error: ...`` to stderr, leaves no
 partial output and exits with status 2.
 """
@@ -22,7 +22,8 @@ import os
 import sys
 from argparse import ArgumentTypeError
 
-from . import data
+from .io import read_input, write_shards
+from .io.shards import _shard_summary
 from ._cli import EXIT_INPUT, ArgumentParser
 from .comm import launched_size
 from .errors import InputError, PrbmrmError, UsageError
@@ -109,7 +110,7 @@ def _summary(paths, out_dir):
     lines, rows, nnz, queries = [], 0, 0, 0
     info = None
     for path in paths:
-        info = data._shard_summary(path)
+        info = _shard_summary(path)
         rows += info["rows"]
         nnz += info["nnz"]
         # Ragged shards count examples and their parts (sequence positions, points).
@@ -145,10 +146,10 @@ def _main(argv):
             paths = _shard_structured(args, ragged)
         else:
             info = {}
-            X, y, qid = data.read_input(args.inputs, multilabel=args.multilabel,
+            X, y, qid = read_input(args.inputs, multilabel=args.multilabel,
                                         multioutput=args.multioutput, n_features=args.n_features,
                                         label_column=args.label_column, info=info)
-            paths = data.write_shards(X, y, args.out, args.parts, qid=qid,
+            paths = write_shards(X, y, args.out, args.parts, qid=qid,
                                       source=", ".join(args.inputs), dense=args.dense,
                                       multilabel=args.multilabel, multioutput=args.multioutput,
                                       positive=args.positive, overwrite=args.overwrite,

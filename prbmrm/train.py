@@ -19,13 +19,13 @@ import time
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from ._cli import ArgumentParser, run
 from ._config import add_config_options, config_section, parse_configured
 from ._params import parse_params
 from .checkpoint import SignalFlag, checkpointing, verify_state
 from .watch import DEFAULT_TIMEOUT
-from .data import STRUCTURED, split_local
+from .io import STRUCTURED, split_local
 from .errors import InputError, UsageError
 from .files import OutputClaim
 from .inputs import describe_mapping, load_input
@@ -126,7 +126,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         on every rank, which keeps its block of rows: see
         :func:`prbmrm.inputs.load_input`), or in-memory arrays ``(X, y)`` present on every rank
         (each rank keeps its block of rows); `options` are keywords of
-        :func:`prbmrm.data.split_local` (``qid``, ``label_kind``, ``classes``).
+        :func:`prbmrm.io.split_local` (``qid``, ``label_kind``, ``classes``).
         Structured examples (for a structured loss) come as shards of
         :func:`prbmrm.structured.data.write_structured_shards` or as a
         :class:`prbmrm.structured.RaggedExamples` present on every rank.
@@ -214,7 +214,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         parties that receive the model); None on the other ranks. ``result.w``
         is flat: reshape it to ``(n_features [+ 1 with bias], loss.n_outputs)``
         for multi-output losses.
-    local : prbmrm.data.LocalData
+    local : prbmrm.io.LocalData
         This rank's data, as loaded.
     loss : prbmrm.losses.Loss
         The loss, prepared for the data's labels.
@@ -879,7 +879,7 @@ def build_model(result, local, loss, ranks, seconds, *, lam, loss_name, loss_par
     ----------
     result : prbmrm.solvers.Result or prbmrm.solvers.path.PathResult
         Rank 0's result of :func:`fit`.
-    local : prbmrm.data.LocalData
+    local : prbmrm.io.LocalData
         The data as loaded (its label kind, classes, mapping and width are recorded).
     loss : prbmrm.losses.Loss
         The prepared loss.

@@ -3,7 +3,7 @@
 Data sets: Fashion-MNIST (Debian package dataset-fashion-mnist: 60,000 x 784,
 23.4M nonzeros, scaled to [0, 1], classes 0-4 against 5-9; a synthetic set
 of that shape and density if the package is absent), written as CSR shards
-and held dense in memory (density 0.5 >= prbmrm.data.DENSE_DENSITY), the KDD
+and held dense in memory (density 0.5 >= prbmrm.io.DENSE_DENSITY), the KDD
 Cup 99 10% set from ../shared/data (494,021 x 118, 6.2M nonzeros) and two
 synthetic sparse sets of 2M rows with 10 nonzeros per row at
 uniformly random columns (20M nonzeros; labels from a random sparse hyperplane
@@ -50,7 +50,7 @@ def make_fashion(directory, parts=2, seed=0):
     """Fashion-MNIST's training set as `parts` CSR shard files (synthetic of its shape if absent)."""
     import gzip
 
-    from prbmrm.data import write_shards
+    from prbmrm.io import write_shards
 
     images = os.path.join(FASHION, "train-images-idx3-ubyte.gz")
     if os.path.exists(images):
@@ -69,7 +69,7 @@ def make_fashion(directory, parts=2, seed=0):
 
 
 def make_kdd(directory):
-    from prbmrm.data import read_input, write_shards
+    from prbmrm.io import read_input, write_shards
 
     X, y, _ = read_input(os.path.join(DATA, "kddcup99_10pct.binary.xz"))
     write_shards(X, y, directory, 2)
@@ -77,7 +77,7 @@ def make_kdd(directory):
 
 
 def make_synthetic(directory, rows, features, per_row, seed=0):
-    from prbmrm.data import write_shards
+    from prbmrm.io import write_shards
 
     rng = np.random.default_rng(seed)
     indices = rng.integers(0, features, size=rows * per_row, dtype=np.int32)
@@ -95,7 +95,7 @@ def make_synthetic(directory, rows, features, per_row, seed=0):
 def worker(directory, iterations, lam):
     """Run under mpiexec: train and print rank 0's history and every rank's totals as JSON."""
     from prbmrm.comm import get_comm
-    from prbmrm.data import load_local
+    from prbmrm.io import load_local
     from prbmrm.losses import get_loss
     from prbmrm.risk import DistributedRisk, run_distributed
     from prbmrm.solvers import minimize

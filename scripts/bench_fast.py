@@ -8,7 +8,7 @@ Groups (``--groups``), each over ``--lams`` (default 1e-6 ... 1e-1):
 - ``multivariate``: ROC area and PRBEP on a9a, BMRM and smooth_lbfgs (Nesterov smoothing + L-BFGS).
 
 Data: the training files of ../shared/data (``PRBMRM_DATA`` overrides), read by
-:func:`prbmrm.data.read_input`, no bias. The KDD Cup 99 file (labels: normal = -1, attack = +1,
+:func:`prbmrm.io.read_input`, no bias. The KDD Cup 99 file (labels: normal = -1, attack = +1,
 already in the file) has 38 raw numeric columns up to ~1e9; its columns are divided by their largest
 absolute value (sparsity kept), as the SVM benchmarks of the papers use scaled data.
 
@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local, read_input, write_shards
+from prbmrm.io import load_local, read_input, write_shards
 from prbmrm.losses import get_loss
 from prbmrm.risk import DistributedRisk
 from prbmrm.solvers import minimize

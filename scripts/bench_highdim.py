@@ -95,7 +95,7 @@ def write_peer_files(X, y, stem, rows_per_write=20000):
 
 def prepare(workdir, exponent, nnz, mean_len, seed, parts, float32, peer):
     """Generate (once) the set of d = 2^exponent; return its shard directory and peer file stem."""
-    from prbmrm.data import write_shards
+    from prbmrm.io import write_shards
 
     base = os.path.join(workdir, f"d{exponent}-nnz{int(nnz)}-len{mean_len}-seed{seed}")
     shards = os.path.join(base, f"shards{parts}" + ("-f32" if float32 else ""))
@@ -137,7 +137,7 @@ class _CpuTimed:
 def worker(args):
     """Run under mpiexec: train, then print rank 0's history and every rank's resources as JSON."""
     from prbmrm.comm import get_comm
-    from prbmrm.data import load_local
+    from prbmrm.io import load_local
     from prbmrm.losses import get_loss
     from prbmrm.risk import DistributedRisk, run_distributed
     from prbmrm.solvers import minimize

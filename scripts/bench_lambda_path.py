@@ -36,7 +36,7 @@ def main():
     parser.add_argument("--rows", type=int, default=0, help="use only the first ROWS examples (0: all)")
     args = parser.parse_args()
 
-    from prbmrm.data import read_input
+    from prbmrm.io import read_input
     from prbmrm.train import fit
 
     X, y, _ = read_input(os.path.join(DATA, "a9a.xz"))

@@ -40,7 +40,7 @@ def main():
     args = parser.parse_args()
 
     from prbmrm.comm import get_comm
-    from prbmrm.data import read_input, write_shards
+    from prbmrm.io import read_input, write_shards
     from prbmrm.train import fit
 
     comm = get_comm()

@@ -47,7 +47,7 @@ SUM_CALLS = 500
 
 def make_sets(name, directory, parties):
     """Write DIR/site-R (one set per party) and DIR/all (P files); return the shape and the rows."""
-    from prbmrm.data import read_input, write_shards
+    from prbmrm.io import read_input, write_shards
 
     X, y, _ = read_input(os.path.join(DATA, name))
     bounds = np.linspace(0, len(y), parties + 1).astype(int)
@@ -241,7 +241,7 @@ def main():
     if args.sums:
         sums_worker(args.sums, SUM_CALLS)
         return
-    from prbmrm.data import read_input
+    from prbmrm.io import read_input
 
     counts = [int(p) for p in args.parties.split(",")]
     sets = {"a9a": ("a9a.xz", "a9a"), "kdd": ("kddcup99_10pct.binary.xz", "KDD Cup 99 10%")}

@@ -43,7 +43,7 @@ THROTTLE = {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1"}
 def worker(directory, iterations, lam, epsilon):
     """Run under mpiexec: train; rank 0 prints its history and every rank's seconds as JSON."""
     from prbmrm.comm import get_comm
-    from prbmrm.data import load_local
+    from prbmrm.io import load_local
     from prbmrm.losses import get_loss
     from prbmrm.risk import DistributedRisk, run_distributed
     from prbmrm.solvers import minimize
@@ -99,7 +99,7 @@ def fit_scaling(ranks, seconds):
 
 
 def a9a_shards(directory):
-    from prbmrm.data import read_input, write_shards
+    from prbmrm.io import read_input, write_shards
 
     X, y, _ = read_input(os.path.join(DATA, "a9a.xz"))
     write_shards(X, y, directory, 2)

@@ -73,7 +73,7 @@ def run_ranks(ranks, args, timeout=60, cwd=None, env=None):
 
 def shared_shards(comm, tmp_path, X, y, parts, **options):
     """Rank 0 writes the shards of (X, y); every rank gets the directory."""
-    from prbmrm.data import write_shards
+    from prbmrm.io import write_shards
 
     directory = str(tmp_path / "shards")
     if comm.is_root:
@@ -112,7 +112,7 @@ def check_run_against_serial(comm, tmp_path, loss, lam, rows=6000, **options):
     relative) and the same w. `options` go to ``minimize``.
     """
     from prbmrm.comm import SerialComm
-    from prbmrm.data import load_local
+    from prbmrm.io import load_local
     from prbmrm.losses import get_loss
     from prbmrm.risk import DistributedRisk, run_distributed
     from prbmrm.solvers import minimize

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import data_path, load_svmlight, run_ranks
-from prbmrm.data import write_shards
+from prbmrm.io import write_shards
 from prbmrm.model import load_model
 
 

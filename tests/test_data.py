@@ -1,4 +1,4 @@
-"""Tests of prbmrm.data (shard format, conversion, validation, loading) and prbmrm.shard."""
+"""Tests of prbmrm.io (shard format, conversion, validation, loading) and prbmrm.shard."""
 
 import os
 import subprocess
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from prbmrm import data
+from prbmrm import io as pio
+from prbmrm.io import shards
 from prbmrm.comm import SerialComm
 from prbmrm.errors import CollectiveError, InputError, PrbmrmError
 
@@ -19,22 +20,22 @@ from conftest import REPO, data_path as shared, mpiexec
 
 @pytest.fixture(scope="module")
 def dna():
-    return data.read_input(shared("dna.scale.xz"))
+    return pio.read_input(shared("dna.scale.xz"))
 
 
 @pytest.fixture(scope="module")
 def mq2008():
-    return data.read_input(shared("mq2008_subset_vali.txt.xz"))
+    return pio.read_input(shared("mq2008_subset_vali.txt.xz"))
 
 
 @pytest.fixture(scope="module")
 def yeast():
-    return data.read_input(shared("yeast_train.xz"), multilabel=True)
+    return pio.read_input(shared("yeast_train.xz"), multilabel=True)
 
 
 @pytest.fixture(scope="module")
 def housing():
-    return data.read_input(shared("housing.xz"))
+    return pio.read_input(shared("housing.xz"))
 
 
 class FakeComm(SerialComm):
@@ -86,23 +87,23 @@ def test_read_real_data(dna, mq2008, yeast, housing):
     X, y, qid = yeast
     assert X.shape == (1500, 103) and isinstance(y, list) and isinstance(y[0], tuple)
     X, y, qid = housing
-    assert X.shape == (506, 13) and data.infer_label_kind(y)[0] == "real"
+    assert X.shape == (506, 13) and pio.infer_label_kind(y)[0] == "real"
 
 
 def test_several_inputs_are_concatenated(dna):
-    X, y, qid = data.read_input([shared("dna.scale.xz"), shared("dna.scale.t.xz")])
+    X, y, qid = pio.read_input([shared("dna.scale.xz"), shared("dna.scale.t.xz")])
     assert X.shape == (2000 + 1186, 180) and y.shape == (3186,)
     assert same_matrix(X[:2000], dna[0])
 
 
 def test_one_based_and_n_features(tmp_path):
     p = write_text(tmp_path / "a.txt", "1 1:2 3:4\n-1 2:1\n")
-    X, y, _ = data.read_input(p)
+    X, y, _ = pio.read_input(p)
     assert same_matrix(X, [[2, 0, 4], [0, 1, 0]])
-    X, _, _ = data.read_input(p, n_features=5)
+    X, _, _ = pio.read_input(p, n_features=5)
     assert X.shape == (2, 5)
     with pytest.raises(InputError, match=r"a\.txt: has 3 features, more than n_features=2"):
-        data.read_input(p, n_features=2)
+        pio.read_input(p, n_features=2)
 
 
 def test_compressed_svmlight(tmp_path):
@@ -115,7 +116,7 @@ def test_compressed_svmlight(tmp_path):
         p = str(tmp_path / f"in.txt{suffix}")
         with opener(p, "wb") as f:
             f.write(text)
-        X, y, _ = data.read_input(p)
+        X, y, _ = pio.read_input(p)
         assert same_matrix(X, [[2, 0, 4], [0, 1, 0]]) and list(y) == [1, -1]
 
 
@@ -128,10 +129,10 @@ def test_compressed_svmlight(tmp_path):
 def test_round_trip(name, parts, request, tmp_path):
     X, y, qid = request.getfixturevalue(name)
     multilabel = name == "yeast"
-    paths = data.write_shards(X, y, tmp_path / "out", parts, qid=qid, source=name,
+    paths = pio.write_shards(X, y, tmp_path / "out", parts, qid=qid, source=name,
                               multilabel=multilabel)
     assert [os.path.basename(p) for p in paths] == [f"part-{i:05d}.h5" for i in range(parts)]
-    L = data.load_local(tmp_path / "out", SerialComm(), dense=False)
+    L = pio.load_local(tmp_path / "out", SerialComm(), dense=False)
     assert sp.isspmatrix_csr(L.X)
     assert L.X.data.dtype == np.float64
     assert L.X.indices.dtype == np.int32 and L.X.indptr.dtype == np.int32
@@ -152,7 +153,7 @@ def test_round_trip(name, parts, request, tmp_path):
 
 def test_shard_file_format(dna, tmp_path):
     X, y, _ = dna
-    paths = data.write_shards(X, y, tmp_path, 2, source="dna.scale.xz")
+    paths = pio.write_shards(X, y, tmp_path, 2, source="dna.scale.xz")
     with h5py.File(paths[1], "r") as f:
         a = f.attrs
         assert a["format"] == "prbmrm-shard" and a["format_version"] == 1
@@ -172,14 +173,14 @@ def test_shard_file_format(dna, tmp_path):
 
 def test_bias_column(dna, tmp_path):
     X, y, _ = dna
-    data.write_shards(X, y, tmp_path / "s", 3)
-    L = data.load_local(tmp_path / "s", SerialComm(), bias=True)
+    pio.write_shards(X, y, tmp_path / "s", 3)
+    L = pio.load_local(tmp_path / "s", SerialComm(), bias=True)
     assert L.bias and L.n_features == 180 and L.X.shape == (2000, 181)
     assert L.X.indices.dtype == np.int32 and L.X.indptr.dtype == np.int32
     L.X.check_format(full_check=True)
     assert same_matrix(L.X[:, :180], X) and np.all(L.X[:, 180].toarray() == 1)
-    data.write_shards(X, y, tmp_path / "d", 3, dense=True)
-    L = data.load_local(tmp_path / "d", SerialComm(), bias=True)
+    pio.write_shards(X, y, tmp_path / "d", 3, dense=True)
+    L = pio.load_local(tmp_path / "d", SerialComm(), bias=True)
     assert isinstance(L.X, np.ndarray) and L.X.flags.c_contiguous and L.X.shape == (2000, 181)
     assert np.array_equal(L.X[:, :180], X.toarray()) and np.all(L.X[:, 180] == 1)
 
@@ -190,8 +191,8 @@ def test_bias_column(dna, tmp_path):
 
 def test_balanced_by_nonzeros(dna, tmp_path):
     X, y, _ = dna
-    paths = data.write_shards(X, y, tmp_path, 7)
-    nnz = [data._shard_summary(p)["nnz"] for p in paths]
+    paths = pio.write_shards(X, y, tmp_path, 7)
+    nnz = [shards._shard_summary(p)["nnz"] for p in paths]
     assert sum(nnz) == X.nnz and max(nnz) / min(nnz) < 1.05
 
 
@@ -205,27 +206,27 @@ def test_balance_with_skewed_rows(tmp_path):
                        np.r_[0, np.cumsum(lengths)]), shape=(300, 200))
     y = rng.integers(0, 2, size=300).astype(float)
     parts = 6
-    paths = data.write_shards(X, y, tmp_path, parts)
+    paths = pio.write_shards(X, y, tmp_path, parts)
     cum = np.r_[0, np.cumsum(lengths + 1)]
     bounds = np.r_[0, np.cumsum(shard_rows(paths))]
     for k in range(1, parts):
         target = cum[-1] * k / parts
         best = np.min(np.abs(cum - target))
         assert abs(cum[bounds[k]] - target) == best
-    L = data.load_local(tmp_path, SerialComm())
+    L = pio.load_local(tmp_path, SerialComm())
     assert same_matrix(L.X, X)  # contiguous blocks, in order
 
 
 def test_dense_rows_split_evenly(tmp_path):
     X = np.ones((10, 3))
-    paths = data.write_shards(X, np.arange(10.0), tmp_path, 3)
+    paths = pio.write_shards(X, np.arange(10.0), tmp_path, 3)
     assert shard_rows(paths) in ([3, 4, 3], [3, 3, 4], [4, 3, 3])
 
 
 @pytest.mark.parametrize("parts", [2, 5, 69])
 def test_queries_never_split(mq2008, parts, tmp_path):
     X, y, qid = mq2008
-    paths = data.write_shards(X, y, tmp_path, parts, qid=qid)
+    paths = pio.write_shards(X, y, tmp_path, parts, qid=qid)
     owner = {}
     for i, p in enumerate(paths):
         with h5py.File(p, "r") as f:
@@ -238,7 +239,7 @@ def test_queries_never_split(mq2008, parts, tmp_path):
 def test_more_parts_than_queries(mq2008, tmp_path):
     X, y, qid = mq2008
     with pytest.raises(InputError, match="cannot split 69 queries into 70 parts"):
-        data.write_shards(X, y, tmp_path / "out", 70, qid=qid)
+        pio.write_shards(X, y, tmp_path / "out", 70, qid=qid)
     assert not os.path.exists(tmp_path / "out")
 
 
@@ -246,7 +247,7 @@ def test_query_in_two_runs(tmp_path):
     X = np.ones((5, 2))
     with pytest.raises(InputError, match=r"qid 7 appears in two separate runs of rows "
                                          r"\(rows 1-2 and 5-5\)"):
-        data.write_shards(X, np.zeros(5), tmp_path, 2, qid=[7, 7, 8, 8, 7])
+        pio.write_shards(X, np.zeros(5), tmp_path, 2, qid=[7, 7, 8, 8, 7])
 
 
 # --------------------------------------------------------------------------
@@ -255,8 +256,8 @@ def test_query_in_two_runs(tmp_path):
 
 def test_positive_class(dna, tmp_path):
     X, y, _ = dna
-    data.write_shards(X, y, tmp_path, 3, positive=3)
-    L = data.load_local(tmp_path, SerialComm())
+    pio.write_shards(X, y, tmp_path, 3, positive=3)
+    L = pio.load_local(tmp_path, SerialComm())
     assert L.label_kind == "binary"
     np.testing.assert_array_equal(L.classes, [-1.0, 1.0])
     np.testing.assert_array_equal(L.y, np.where(y == 3, 1.0, -1.0))
@@ -268,7 +269,7 @@ def test_positive_label_absent(dna, tmp_path):
     X, y, _ = dna
     with pytest.raises(InputError, match=r"the positive label 7 does not occur in the data "
                                          r"\(labels: 1, 2, 3\)"):
-        data.write_shards(X, y, tmp_path, 2, positive=7)
+        pio.write_shards(X, y, tmp_path, 2, positive=7)
 
 
 @pytest.mark.parametrize("y, kind, classes", [
@@ -280,7 +281,7 @@ def test_positive_label_absent(dna, tmp_path):
     ([24.0, 21.6], "real", None),
 ])
 def test_infer_label_kind(y, kind, classes):
-    got_kind, got_classes = data.infer_label_kind(np.array(y, dtype=float))
+    got_kind, got_classes = pio.infer_label_kind(np.array(y, dtype=float))
     assert got_kind == kind
     if classes is None:
         assert got_classes is None
@@ -290,12 +291,12 @@ def test_infer_label_kind(y, kind, classes):
 
 
 def test_infer_label_kind_multilabel():
-    kind, classes = data.infer_label_kind([(2.0, 3.0), (), (7.0,)], multilabel=True)
+    kind, classes = pio.infer_label_kind([(2.0, 3.0), (), (7.0,)], multilabel=True)
     assert kind == "multilabel" and list(classes) == [2.0, 3.0, 7.0]
-    kind, classes = data.infer_label_kind(np.array([[0, 1, 1], [1, 0, 0]]))
+    kind, classes = pio.infer_label_kind(np.array([[0, 1, 1], [1, 0, 0]]))
     assert kind == "multilabel" and list(classes) == [0.0, 1.0, 2.0]
     with pytest.raises(InputError, match="non-finite"):
-        data.infer_label_kind([1.0, np.nan])
+        pio.infer_label_kind([1.0, np.nan])
 
 
 # --------------------------------------------------------------------------
@@ -304,18 +305,18 @@ def test_infer_label_kind_multilabel():
 
 def test_dense_and_sparse_layouts(housing, tmp_path):
     X, y, _ = housing
-    data.write_shards(X, y, tmp_path / "d", 2, dense=True)
+    pio.write_shards(X, y, tmp_path / "d", 2, dense=True)
     with h5py.File(tmp_path / "d" / "part-00000.h5", "r") as f:
         assert isinstance(f["X"], h5py.Dataset) and f["X"].dtype == np.float64
-    L = data.load_local(tmp_path / "d", SerialComm())
+    L = pio.load_local(tmp_path / "d", SerialComm())
     assert isinstance(L.X, np.ndarray) and L.X.flags.c_contiguous
     assert np.array_equal(L.X, X.toarray()) and np.array_equal(L.y, y)
     # dense input -> dense by default; forced sparse
     Xd = X.toarray()
-    data.write_shards(Xd, y, tmp_path / "dd", 2)
-    assert isinstance(data.load_local(tmp_path / "dd", SerialComm()).X, np.ndarray)
-    data.write_shards(Xd, y, tmp_path / "s", 2, dense=False)
-    L = data.load_local(tmp_path / "s", SerialComm(), dense=False)
+    pio.write_shards(Xd, y, tmp_path / "dd", 2)
+    assert isinstance(pio.load_local(tmp_path / "dd", SerialComm()).X, np.ndarray)
+    pio.write_shards(Xd, y, tmp_path / "s", 2, dense=False)
+    L = pio.load_local(tmp_path / "s", SerialComm(), dense=False)
     assert sp.isspmatrix_csr(L.X) and same_matrix(L.X, X)
 
 
@@ -325,32 +326,32 @@ def test_dense_enough_csr_is_held_dense(bias, tmp_path):
     # read a slice at a time; sparser ones stay CSR unless dense=True.
     rng = np.random.default_rng(3)
     n, d = 300, 20
-    for density in (data.DENSE_DENSITY + 0.05, data.DENSE_DENSITY - 0.1):
+    for density in (pio.DENSE_DENSITY + 0.05, pio.DENSE_DENSITY - 0.1):
         X = sp.random(n, d, density=density, format="csr", random_state=rng)
         y = rng.choice([-1.0, 1.0], n)
         out = tmp_path / str(density)
-        data.write_shards(X, y, out, 3)
+        pio.write_shards(X, y, out, 3)
         expected = np.hstack([X.toarray(), np.ones((n, int(bias)))])
         for dense in (None, True, False):
-            L = data.load_local(out, SerialComm(), bias=bias, dense=dense)
-            held_dense = dense if dense is not None else density >= data.DENSE_DENSITY
+            L = pio.load_local(out, SerialComm(), bias=bias, dense=dense)
+            held_dense = dense if dense is not None else density >= pio.DENSE_DENSITY
             assert isinstance(L.X, np.ndarray) == held_dense and L.blocks[-1] == n
             got = L.X if held_dense else L.X.toarray()
             assert np.array_equal(got, expected) and np.array_equal(L.y, y)
             if held_dense:
                 assert L.X.flags.c_contiguous and L.X.dtype == np.float64
-            M = data.split_local(X, y, SerialComm(), bias=bias, dense=dense)
+            M = pio.split_local(X, y, SerialComm(), bias=bias, dense=dense)
             assert isinstance(M.X, np.ndarray) == held_dense
             assert np.array_equal(M.X if held_dense else M.X.toarray(), expected)
 
 
 def test_dense_read_of_csr_reports_the_row(tmp_path):
     X = sp.csr_matrix(np.arange(1.0, 13.0).reshape(4, 3))
-    paths = data.write_shards(X, np.array([1.0, -1.0, 1.0, -1.0]), tmp_path, 1)
+    paths = pio.write_shards(X, np.array([1.0, -1.0, 1.0, -1.0]), tmp_path, 1)
     with h5py.File(paths[0], "a") as f:
         f["X/data"][7] = np.nan  # row 3
     with pytest.raises(CollectiveError, match=r"part-00000\.h5: row 3 has a non-finite feature value"):
-        data.load_local(tmp_path, SerialComm(), dense=True)
+        pio.load_local(tmp_path, SerialComm(), dense=True)
 
 
 def test_mixed_dense_and_sparse_shards_are_refused(tmp_path):
@@ -358,11 +359,11 @@ def test_mixed_dense_and_sparse_shards_are_refused(tmp_path):
     rng = np.random.default_rng(1)
     X = rng.uniform(1, 2, size=(40, 5))  # no zeros: same balance dense or sparse
     y = rng.integers(0, 2, 40).astype(float)
-    data.write_shards(X, y, tmp_path / "s", 4, dense=False)
-    data.write_shards(X, y, tmp_path / "d", 4, dense=True)
+    pio.write_shards(X, y, tmp_path / "s", 4, dense=False)
+    pio.write_shards(X, y, tmp_path / "d", 4, dense=True)
     os.replace(tmp_path / "d" / "part-00002.h5", tmp_path / "s" / "part-00002.h5")
     with pytest.raises(CollectiveError) as info:
-        data.load_local(tmp_path / "s", SerialComm(), bias=True)
+        pio.load_local(tmp_path / "s", SerialComm(), bias=True)
     assert str(info.value) == (
         f"shards disagree on the layout of /X: {tmp_path / 's' / 'part-00000.h5'} has sparse, "
         f"{tmp_path / 's' / 'part-00002.h5'} has dense "
@@ -376,23 +377,23 @@ def test_npz_inputs(tmp_path):
     y = rng.integers(1, 4, 12).astype(float)
     qid = np.repeat([3, 1, 2], 4)
     np.savez(tmp_path / "dense.npz", X=Xd, y=y, qid=qid)
-    X, y2, q2 = data.read_input(tmp_path / "dense.npz")
+    X, y2, q2 = pio.read_input(tmp_path / "dense.npz")
     assert isinstance(X, np.ndarray) and np.array_equal(X, Xd)
     assert np.array_equal(y2, y) and np.array_equal(q2, qid)
     S = sp.csr_matrix(Xd)
     np.savez(tmp_path / "sparse.npz", data=S.data, indices=S.indices, indptr=S.indptr,
              shape=np.array(S.shape), format=np.array(b"csr"), y=y)
-    X, y2, q2 = data.read_input(tmp_path / "sparse.npz")
+    X, y2, q2 = pio.read_input(tmp_path / "sparse.npz")
     assert sp.isspmatrix_csr(X) and same_matrix(X, Xd) and q2 is None
-    paths = data.write_shards(X, y2, tmp_path / "out", 2)
-    assert same_matrix(data.load_local(paths, SerialComm()).X, Xd)
+    paths = pio.write_shards(X, y2, tmp_path / "out", 2)
+    assert same_matrix(pio.load_local(paths, SerialComm()).X, Xd)
     Y = np.array([[1, 0, 1]] * 6 + [[0, 1, 0]] * 6, dtype=np.int8)
     np.savez(tmp_path / "ml.npz", X=Xd, y=Y, classes=np.array([10.0, 20.0, 30.0]))
-    X, sets, _ = data.read_input(tmp_path / "ml.npz", multilabel=True)
+    X, sets, _ = pio.read_input(tmp_path / "ml.npz", multilabel=True)
     assert sets[0] == (10.0, 30.0) and sets[-1] == (20.0,)
     np.savez(tmp_path / "noy.npz", X=Xd)
     with pytest.raises(InputError, match=r"noy\.npz: no 'y' array"):
-        data.read_input(tmp_path / "noy.npz")
+        pio.read_input(tmp_path / "noy.npz")
 
 
 def test_csv_inputs(tmp_path):
@@ -401,27 +402,27 @@ def test_csv_inputs(tmp_path):
         1,0.5,0
         -1,0,2.5
         """)
-    X, y, qid = data.read_input(p)
+    X, y, qid = pio.read_input(p)
     assert isinstance(X, np.ndarray) and np.array_equal(X, [[0.5, 0], [0, 2.5]])
     assert list(y) == [1, -1] and qid is None
     p = write_text(tmp_path / "last.csv", "0.5,0,1\n0,2.5,-1\n")
-    X, y, _ = data.read_input(p, label_column=-1)
+    X, y, _ = pio.read_input(p, label_column=-1)
     assert np.array_equal(X, [[0.5, 0], [0, 2.5]]) and list(y) == [1, -1]
-    data.write_shards(X, y, tmp_path / "out", 2)
-    L = data.load_local(tmp_path / "out", SerialComm())
+    pio.write_shards(X, y, tmp_path / "out", 2)
+    L = pio.load_local(tmp_path / "out", SerialComm())
     assert isinstance(L.X, np.ndarray) and np.array_equal(L.X, X)
 
 
 def test_csv_errors(tmp_path):
     p = write_text(tmp_path / "bad.csv", "1,0.5,0\nyes,0,2.5\n")
     with pytest.raises(InputError, match=r"bad\.csv: line 2: non-numeric label 'yes'"):
-        data.read_input(p)
+        pio.read_input(p)
     p = write_text(tmp_path / "nan.csv", "1,0.5,0\n2,inf,2.5\n")
     with pytest.raises(InputError, match=r"nan\.csv: row 2 has a non-finite feature value"):
-        data.read_input(p)
+        pio.read_input(p)
     p = write_text(tmp_path / "ragged.csv", "1,0.5,0\n2,1\n")
     with pytest.raises(InputError, match=r"ragged\.csv: line 2 has 2 columns, expected 3"):
-        data.read_input(p)
+        pio.read_input(p)
 
 
 # --------------------------------------------------------------------------
@@ -432,33 +433,33 @@ def test_malformed_svmlight_line(tmp_path):
     lines = "".join(f"1 1:{i} 2:1\n" for i in range(5000)) + "-1 2:x\n"
     p = write_text(tmp_path / "bad.txt", lines)
     with pytest.raises(InputError) as info:
-        data.read_input(p)
+        pio.read_input(p)
     assert str(info.value) == (f"{p}: malformed SVMlight input at line 5001: "
                                "could not convert string to float: b'x'")
     p = write_text(tmp_path / "unsorted.txt", "1 1:2 3:4\n-1 3:1 2:1\n")
     with pytest.raises(InputError, match=r"unsorted\.txt: malformed SVMlight input at line 2: "
                                          r"Feature indices .* should be sorted and unique"):
-        data.read_input(p)
+        pio.read_input(p)
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_non_finite_feature(tmp_path, value):
     p = write_text(tmp_path / "nf.txt", f"# header comment\n1 1:2\n\n-1 1:1 2:{value}\n")
     with pytest.raises(InputError) as info:
-        data.read_input(p)
+        pio.read_input(p)
     assert str(info.value) == f"{p}: row 2 (line 4) has a non-finite feature value"
 
 
 def test_non_finite_label(tmp_path):
     p = write_text(tmp_path / "nl.txt", "1 1:2\nnan 2:1\n")
     with pytest.raises(InputError, match=r"nl\.txt: row 2 \(line 2\) has a non-finite label"):
-        data.read_input(p)
+        pio.read_input(p)
 
 
 def test_non_numeric_label(tmp_path):
     p = write_text(tmp_path / "lab.txt", "1 1:2\nspam 2:1\n")
     with pytest.raises(InputError) as info:
-        data.read_input(p)
+        pio.read_input(p)
     assert str(info.value) == f"{p}: line 2: non-numeric label 'spam'"
 
 
@@ -466,8 +467,8 @@ def test_multilabel_without_flag(tmp_path):
     p = write_text(tmp_path / "ml.txt", "1,2 1:2\n3 2:1\n")
     with pytest.raises(InputError, match=r"ml\.txt: line 1: label '1,2' is a label set; "
                                          r"read multilabel data with --multilabel"):
-        data.read_input(p)
-    X, y, _ = data.read_input(p, multilabel=True)
+        pio.read_input(p)
+    X, y, _ = pio.read_input(p, multilabel=True)
     assert y == [(1.0, 2.0), (3.0,)]
 
 
@@ -475,46 +476,46 @@ def test_multilabel_without_flag(tmp_path):
 def test_empty_file(tmp_path, text):
     p = write_text(tmp_path / "empty.txt", text)
     with pytest.raises(InputError) as info:
-        data.read_input(p)
+        pio.read_input(p)
     assert str(info.value) == f"{p}: empty file (no data rows)"
 
 
 def test_missing_input_and_partial_qid(tmp_path):
     with pytest.raises(InputError, match=r"nope\.txt: no such file"):
-        data.read_input(tmp_path / "nope.txt")
+        pio.read_input(tmp_path / "nope.txt")
     p = write_text(tmp_path / "q.txt", "1 qid:1 1:2\n2 1:1\n")
     with pytest.raises(InputError, match=r"q\.txt: 1 of 2 rows have a query id"):
-        data.read_input(p)
+        pio.read_input(p)
 
 
 def test_parts_more_than_rows(tmp_path):
     with pytest.raises(InputError, match="cannot split 3 rows into 4 parts"):
-        data.write_shards(np.ones((3, 2)), np.ones(3), tmp_path / "o", 4)
+        pio.write_shards(np.ones((3, 2)), np.ones(3), tmp_path / "o", 4)
     assert not os.path.exists(tmp_path / "o")
 
 
 def test_write_shards_non_finite(tmp_path):
     X = sp.csr_matrix(np.array([[1.0, 0], [0, np.inf]]))
     with pytest.raises(InputError, match="arr: row 2 has a non-finite feature value"):
-        data.write_shards(X, [1, 2], tmp_path / "o", 1, source="arr")
+        pio.write_shards(X, [1, 2], tmp_path / "o", 1, source="arr")
 
 
 def test_refuse_to_overwrite_and_stale_removal(tmp_path):
     X, y = np.eye(6), np.arange(6.0)
-    data.write_shards(X, y, tmp_path, 4)
+    pio.write_shards(X, y, tmp_path, 4)
     with pytest.raises(InputError) as info:
-        data.write_shards(X, y, tmp_path, 2)
+        pio.write_shards(X, y, tmp_path, 2)
     assert str(info.value) == (f"{tmp_path}: already holds shard files (part-00000.h5, ...); "
                                "pass --overwrite (overwrite=True) to replace them")
-    assert len(data.list_shards(tmp_path)) == 4
-    paths = data.write_shards(X, y, tmp_path, 2, overwrite=True)
-    assert data.list_shards(tmp_path) == paths and len(paths) == 2
+    assert len(pio.list_shards(tmp_path)) == 4
+    paths = pio.write_shards(X, y, tmp_path, 2, overwrite=True)
+    assert pio.list_shards(tmp_path) == paths and len(paths) == 2
     assert sorted(os.listdir(tmp_path)) == ["part-00000.h5", "part-00001.h5"]
-    assert np.array_equal(data.load_local(tmp_path, SerialComm()).X, X)
+    assert np.array_equal(pio.load_local(tmp_path, SerialComm()).X, X)
 
 
 def test_no_partial_output_on_write_failure(tmp_path, monkeypatch):
-    real = data._write_one
+    real = shards._write_one
     calls = []
 
     def failing(path, *args):
@@ -523,14 +524,14 @@ def test_no_partial_output_on_write_failure(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         return real(path, *args)
 
-    monkeypatch.setattr(data, "_write_one", failing)
+    monkeypatch.setattr(shards, "_write_one", failing)
     with pytest.raises(InputError, match="cannot write shard files: .*No space left"):
-        data.write_shards(np.eye(5), np.arange(5.0), tmp_path / "new", 4)
+        pio.write_shards(np.eye(5), np.arange(5.0), tmp_path / "new", 4)
     assert not os.path.exists(tmp_path / "new")
     os.mkdir(tmp_path / "old")
     calls.clear()
     with pytest.raises(InputError):
-        data.write_shards(np.eye(5), np.arange(5.0), tmp_path / "old", 4)
+        pio.write_shards(np.eye(5), np.arange(5.0), tmp_path / "old", 4)
     assert os.listdir(tmp_path / "old") == []
 
 
@@ -547,49 +548,49 @@ def small():
 
 def test_list_shards(small, tmp_path):
     X, y = small
-    paths = data.write_shards(X, y, tmp_path / "s", 3)
-    assert data.list_shards(tmp_path / "s") == paths
-    assert data.list_shards(str(tmp_path / "s" / "part-*.h5")) == paths
-    assert data.list_shards(paths[1]) == [paths[1]]
-    assert data.list_shards(paths[::-1]) == paths[::-1]
+    paths = pio.write_shards(X, y, tmp_path / "s", 3)
+    assert pio.list_shards(tmp_path / "s") == paths
+    assert pio.list_shards(str(tmp_path / "s" / "part-*.h5")) == paths
+    assert pio.list_shards(paths[1]) == [paths[1]]
+    assert pio.list_shards(paths[::-1]) == paths[::-1]
     os.mkdir(tmp_path / "empty")
     with pytest.raises(InputError) as info:
-        data.list_shards(tmp_path / "empty")
+        pio.list_shards(tmp_path / "empty")
     assert str(info.value) == f"{tmp_path / 'empty'}: no shard files (part-*.h5)"
     with pytest.raises(InputError, match="no shard files match this pattern"):
-        data.list_shards(str(tmp_path / "x*" / "part-*.h5"))
+        pio.list_shards(str(tmp_path / "x*" / "part-*.h5"))
 
 
 def test_missing_shard_file(small, tmp_path):
     X, y = small
-    data.write_shards(X, y, tmp_path, 4)
+    pio.write_shards(X, y, tmp_path, 4)
     os.remove(tmp_path / "part-00002.h5")
     with pytest.raises(CollectiveError) as info:
-        data.load_local(tmp_path, SerialComm())
+        pio.load_local(tmp_path, SerialComm())
     assert str(info.value) == (f"{tmp_path}: missing shard part-00002.h5 "
                                "(shard_count is 4, found 3 files)")
 
 
 def test_rows_do_not_add_up(small, tmp_path):
     X, y = small
-    paths = data.write_shards(X, y, tmp_path, 2)
+    paths = pio.write_shards(X, y, tmp_path, 2)
     with h5py.File(paths[1], "a") as f:
         f.attrs["n_examples_total"] = 61
     with pytest.raises(PrbmrmError, match="shards disagree on n_examples_total"):
-        data.load_local(tmp_path, SerialComm())
+        pio.load_local(tmp_path, SerialComm())
     with h5py.File(paths[0], "a") as f:
         f.attrs["n_examples_total"] = 61
     with pytest.raises(PrbmrmError, match="the 2 shard files hold 60 rows but "
                                           "n_examples_total is 61"):
-        data.load_local(tmp_path, SerialComm())
+        pio.load_local(tmp_path, SerialComm())
 
 
 def test_truncated_shard(dna, tmp_path):
     X, y, _ = dna
-    paths = data.write_shards(X, y, tmp_path, 3)
+    paths = pio.write_shards(X, y, tmp_path, 3)
     os.truncate(paths[1], os.path.getsize(paths[1]) // 2)
     with pytest.raises(CollectiveError) as info:
-        data.load_local(tmp_path, SerialComm())
+        pio.load_local(tmp_path, SerialComm())
     message = str(info.value)
     assert message.startswith(f"{paths[1]}: not a readable HDF5 file (truncated or corrupt): ")
     assert "\n" not in message
@@ -597,39 +598,39 @@ def test_truncated_shard(dna, tmp_path):
 
 def test_not_a_shard_file(small, tmp_path):
     X, y = small
-    paths = data.write_shards(X, y, tmp_path, 2)
+    paths = pio.write_shards(X, y, tmp_path, 2)
     with h5py.File(paths[0], "a") as f:
         f.attrs["format_version"] = 2
     with pytest.raises(CollectiveError, match=r"part-00000\.h5: shard format version 2 is "
                                               r"not supported"):
-        data.load_local(tmp_path, SerialComm())
+        pio.load_local(tmp_path, SerialComm())
     with open(paths[0], "wb") as f:
         f.write(b"this is not HDF5 at all" * 10)
     with pytest.raises(CollectiveError, match=r"part-00000\.h5: not a readable HDF5 file"):
-        data.load_local(tmp_path, SerialComm())
+        pio.load_local(tmp_path, SerialComm())
 
 
 @pytest.mark.parametrize("dense", [False, True])
 def test_shard_with_bad_index(small, tmp_path, dense):
     X, y = small
-    paths = data.write_shards(X, y, tmp_path, 2)
+    paths = pio.write_shards(X, y, tmp_path, 2)
     with h5py.File(paths[1], "a") as f:
         idx = f["X/indices"][()]
         idx[0] = 8
         f["X/indices"][...] = idx
     with pytest.raises(CollectiveError, match=r"part-00001\.h5: /X/indices has a feature "
                                               r"index out of range \[0, 8\)"):
-        data.load_local(tmp_path, SerialComm(), dense=dense)
+        pio.load_local(tmp_path, SerialComm(), dense=dense)
 
 
 def test_shards_with_different_feature_counts(small, tmp_path):
     X, y = small
-    data.write_shards(X, y, tmp_path / "set1", 2)
-    data.write_shards(X[:, :5], y, tmp_path / "set2", 2)
+    pio.write_shards(X, y, tmp_path / "set1", 2)
+    pio.write_shards(X[:, :5], y, tmp_path / "set2", 2)
     os.remove(tmp_path / "set1" / "part-00001.h5")
     os.remove(tmp_path / "set2" / "part-00000.h5")
     with pytest.raises(CollectiveError) as info:
-        data.load_local(str(tmp_path / "set*" / "part-*.h5"), SerialComm())
+        pio.load_local(str(tmp_path / "set*" / "part-*.h5"), SerialComm())
     assert str(info.value) == (
         "shards disagree on the number of features: "
         f"{tmp_path / 'set1' / 'part-00000.h5'} has 8, "
@@ -638,26 +639,26 @@ def test_shards_with_different_feature_counts(small, tmp_path):
 
 def test_shards_with_different_classes(small, tmp_path):
     X, y = small
-    data.write_shards(X, y, tmp_path / "a", 2)
-    data.write_shards(X, np.where(y == 3, 4.0, y), tmp_path / "b", 2)
+    pio.write_shards(X, y, tmp_path / "a", 2)
+    pio.write_shards(X, np.where(y == 3, 4.0, y), tmp_path / "b", 2)
     with pytest.raises(CollectiveError, match=r"shards disagree on the label classes: "
                                               r".*a/part-00000\.h5 has \[1, 2, 3\], "
                                               r".*b/part-00001\.h5 has \[1, 2, 4\]"):
-        data.load_local([tmp_path / "a" / "part-00000.h5", tmp_path / "b" / "part-00001.h5"],
+        pio.load_local([tmp_path / "a" / "part-00000.h5", tmp_path / "b" / "part-00001.h5"],
                         SerialComm())
 
 
 def test_fewer_shard_files_than_ranks(small, tmp_path):
     """Ranks read row ranges: 2 files serve 3 ranks; only fewer rows (or whole queries) than ranks fail."""
     X, y = small
-    data.write_shards(X, y, tmp_path / "two", 2)
-    local = data.load_local(tmp_path / "two", FakeComm(rank=0, size=3))
+    pio.write_shards(X, y, tmp_path / "two", 2)
+    local = pio.load_local(tmp_path / "two", FakeComm(rank=0, size=3))
     n = local.n_local  # a third of the canonical blocks, which cut the first file's rows evenly
     assert 15 <= n <= 25 and local.row_offset == 0 and local.files == [str(tmp_path / "two" / "part-00000.h5")]
     assert same_matrix(local.X, X[:n]) and np.array_equal(local.y, y[:n])
-    data.write_shards(X[:2], y[:2], tmp_path / "tiny", 1)
+    pio.write_shards(X[:2], y[:2], tmp_path / "tiny", 1)
     with pytest.raises(CollectiveError) as info:
-        data.load_local(tmp_path / "tiny", FakeComm(rank=0, size=3))
+        pio.load_local(tmp_path / "tiny", FakeComm(rank=0, size=3))
     assert str(info.value) == f"{tmp_path / 'tiny'}: 2 rows for 3 ranks: need at least one row per rank"
 
 
@@ -667,7 +668,7 @@ def test_fewer_shard_files_than_ranks(small, tmp_path):
 
 def test_split_local_blocks(mq2008):
     X, y, qid = mq2008
-    blocks = [data.split_local(X, y, FakeComm(r, 3), qid=qid, bias=True, dense=False) for r in range(3)]
+    blocks = [pio.split_local(X, y, FakeComm(r, 3), qid=qid, bias=True, dense=False) for r in range(3)]
     assert [b.row_offset for b in blocks] == [0, blocks[0].n_local,
                                               blocks[0].n_local + blocks[1].n_local]
     assert same_matrix(sp.vstack([b.X[:, :46] for b in blocks]), X)
@@ -682,15 +683,15 @@ def test_split_local_blocks(mq2008):
 
 def test_blocks_are_the_same_on_any_number_of_ranks(dna, tmp_path):
     X, y, _ = dna
-    paths = data.write_shards(X, y, tmp_path, 5)
-    L = data.load_local(tmp_path, SerialComm())
+    paths = pio.write_shards(X, y, tmp_path, 5)
+    L = pio.load_local(tmp_path, SerialComm())
     # Shards are cut into canonical blocks (4 per file here, 16 / 5 rounded up) that refine the files.
     assert set(np.r_[0, np.cumsum(shard_rows(paths))].tolist()) <= set(L.blocks) and len(L.blocks) == 21
 
     def global_blocks(size):
         out = set()
         for r in range(size):
-            b = data.split_local(X, y, FakeComm(r, size))
+            b = pio.split_local(X, y, FakeComm(r, size))
             assert b.blocks[0] == 0 and b.blocks[-1] == b.n_local
             out |= {b.row_offset + k for k in b.blocks}
         return sorted(out)
@@ -705,13 +706,13 @@ def test_blocks_are_the_same_on_any_number_of_ranks(dna, tmp_path):
 def test_split_local_errors_and_overrides():
     X = np.ones((2, 3))
     with pytest.raises(CollectiveError, match="demo: cannot split 2 rows into 3 ranks"):
-        data.split_local(X, [1.0, 2.0], FakeComm(0, 3), source="demo")
+        pio.split_local(X, [1.0, 2.0], FakeComm(0, 3), source="demo")
     X[1, 2] = np.nan
     with pytest.raises(CollectiveError, match="demo: row 2 has a non-finite feature value"):
-        data.split_local(X, [1.0, 2.0], SerialComm(), source="demo")
-    L = data.split_local(np.eye(3), [1.0, 2.0, 3.0], SerialComm(), label_kind="real")
+        pio.split_local(X, [1.0, 2.0], SerialComm(), source="demo")
+    L = pio.split_local(np.eye(3), [1.0, 2.0, 3.0], SerialComm(), label_kind="real")
     assert L.label_kind == "real" and L.classes is None
-    L = data.split_local(np.eye(3), np.array([[1, 0], [0, 1], [1, 1]]), SerialComm())
+    L = pio.split_local(np.eye(3), np.array([[1, 0], [0, 1], [1, 1]]), SerialComm())
     assert L.label_kind == "multilabel" and L.y.dtype == np.int8 and L.y.shape == (3, 2)
 
 
@@ -746,7 +747,7 @@ def test_cli_success(tmp_path):
     r = run_cli(shared("dna.scale.xz"), "-p", 2, "-o", tmp_path / "dna", "--positive", 3,
                 "--dense", "--quiet")
     assert r.returncode == 0 and r.stdout == ""
-    L = data.load_local(tmp_path / "dna", SerialComm())
+    L = pio.load_local(tmp_path / "dna", SerialComm())
     assert isinstance(L.X, np.ndarray) and L.label_kind == "binary"
 
 
@@ -824,7 +825,7 @@ MPI_SCRIPT = textwrap.dedent("""
 
     comm = get_comm()
     d = sys.argv[1]
-    L = data.load_local(d + "/ok", comm, bias=True)
+    L = pio.load_local(d + "/ok", comm, bias=True)
     f = L.X[:, :-1] @ np.arange(1.0, L.n_features + 1)
     full = comm.gather_scalars(f)
     qids = comm.gather_scalars(L.qid.astype(float))
@@ -834,7 +835,7 @@ MPI_SCRIPT = textwrap.dedent("""
     out = dict(files=len(L.files), rows=L.n_local, offset=L.row_offset, errors=[])
     for spec in ("/miss", "/mix*/part-*.h5", "/cls*/part-*.h5"):
         try:
-            data.load_local(d + spec, comm)
+            pio.load_local(d + spec, comm)
         except CollectiveError as e:
             out["errors"].append(str(e))
     with open(f"{d}/rank{comm.rank}.json", "w") as fh:
@@ -846,16 +847,16 @@ def test_load_local_under_mpi(mq2008, tmp_path):
     import json
 
     X, y, qid = mq2008
-    data.write_shards(X, y, tmp_path / "ok", 5, qid=qid)
-    data.write_shards(X, y, tmp_path / "miss", 4, qid=qid)
+    pio.write_shards(X, y, tmp_path / "ok", 5, qid=qid)
+    pio.write_shards(X, y, tmp_path / "miss", 4, qid=qid)
     os.remove(tmp_path / "miss" / "part-00003.h5")
-    data.write_shards(X, y, tmp_path / "mix1", 3, qid=qid)
-    data.write_shards(X[:, :40], y, tmp_path / "mix2", 3, qid=qid)
+    pio.write_shards(X, y, tmp_path / "mix1", 3, qid=qid)
+    pio.write_shards(X[:, :40], y, tmp_path / "mix2", 3, qid=qid)
     os.remove(tmp_path / "mix1" / "part-00001.h5")
     os.remove(tmp_path / "mix1" / "part-00002.h5")
     os.remove(tmp_path / "mix2" / "part-00000.h5")
-    data.write_shards(X, y, tmp_path / "cls1", 3, qid=qid)
-    data.write_shards(X, np.where(y == 2, 4.0, y), tmp_path / "cls2", 3, qid=qid)
+    pio.write_shards(X, y, tmp_path / "cls1", 3, qid=qid)
+    pio.write_shards(X, np.where(y == 2, 4.0, y), tmp_path / "cls2", 3, qid=qid)
     os.remove(tmp_path / "cls1" / "part-00001.h5")
     os.remove(tmp_path / "cls1" / "part-00002.h5")
     os.remove(tmp_path / "cls2" / "part-00000.h5")
@@ -897,7 +898,7 @@ def test_fewer_shard_files_than_ranks_train_bitwise_equal(comm, mpi_tmp_path, pa
     X, y = load_svmlight("a9a.xz")
     X, y = X[:4000], y[:4000]
     directory = shared_shards(comm, mpi_tmp_path, X, y, parts=parts)
-    local = data.load_local(directory, comm, bias=True)
+    local = pio.load_local(directory, comm, bias=True)
     # Every row is held by exactly one rank, in order.
     gathered = comm.gather_scalars(local.y)
     if comm.is_root:
@@ -909,7 +910,7 @@ def test_fewer_shard_files_than_ranks_train_bitwise_equal(comm, mpi_tmp_path, pa
 
     result = run(local, comm)
     if comm.is_root:
-        expected = run(data.load_local(directory, SerialComm(), bias=True), SerialComm())
+        expected = run(pio.load_local(directory, SerialComm(), bias=True), SerialComm())
         assert result.nit == expected.nit
         np.testing.assert_array_equal(result.w, expected.w)
         np.testing.assert_array_equal(result.history["lower_bound"], expected.history["lower_bound"])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import check_against_serial, check_run_against_serial, load_svmlight, shared_shards
-from prbmrm.data import load_local
+from prbmrm.io import load_local
 from prbmrm.losses import get_loss
 from prbmrm.risk import DistributedRisk, run_distributed
 

@@ -13,7 +13,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from conftest import data_path, hinge_objective, load_svmlight
 from prbmrm.comm import SerialComm
-from prbmrm.data import read_input
+from prbmrm.io import read_input
 from prbmrm.estimators import (BMRMClassifier, BMRMMultilabelClassifier, BMRMRanker, BMRMRegressor,
                                expected_failed_checks, query_pairs)
 from prbmrm.train import fit

@@ -239,7 +239,7 @@ def test_an_intact_checkpoint_resumes(saved, tmp_path):
 def test_duplicate_csr_indices_are_refused(tmp_path):
     """A shard written by another tool (write_shards sums duplicates) had them summed silently by X @ w."""
     from prbmrm.comm import SerialComm
-    from prbmrm.data import load_local, write_shards
+    from prbmrm.io import load_local, write_shards
 
     X = sp.random(40, 12, density=0.5, format="csr", random_state=0)
     y = np.where(np.arange(40) % 2, 1.0, -1.0)

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from conftest import shared_shards
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local, write_shards
+from prbmrm.io import load_local, write_shards
 from prbmrm.errors import InputError, UsageError
 from prbmrm.losses import get_loss
 from prbmrm.risk import DistributedRisk, run_distributed

@@ -12,7 +12,7 @@ from scipy.optimize import minimize_scalar
 
 from conftest import OBJECTIVES, load_svmlight, run_ranks, shared_shards
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local
+from prbmrm.io import load_local
 from prbmrm.errors import CollectiveError, UsageError
 from prbmrm.losses import get_loss
 from prbmrm.losses.scalar import SCALAR_LOSSES, Hinge

@@ -40,7 +40,7 @@ from sklearn.metrics import average_precision_score, fbeta_score, roc_auc_score
 
 from conftest import data_path, load_svmlight, run_ranks
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local, read_input, write_shards
+from prbmrm.io import load_local, read_input, write_shards
 from prbmrm.errors import InputError, UsageError
 from prbmrm.losses import LOSSES, get_loss
 from prbmrm.losses.multivariate import MULTIVARIATE_LOSSES

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from conftest import load_svmlight, run_ranks, shared_shards
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local
+from prbmrm.io import load_local
 from prbmrm.dual import DistributedProjection, project_box_equality
 from prbmrm.errors import CollectiveError, UsageError
 from prbmrm.losses import get_loss

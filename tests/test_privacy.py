@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, load_svmlight, run_ranks
-from prbmrm.data import write_shards
+from prbmrm.io import write_shards
 from prbmrm.errors import CollectiveError, CoordinatorError, UsageError
 from prbmrm.losses import LOSSES, get_loss
 from prbmrm.model import load_model

@@ -41,7 +41,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import check_against_serial, load_svmlight, run_ranks, shared_shards
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local, write_shards
+from prbmrm.io import load_local, write_shards
 from prbmrm.errors import InputError, UsageError
 from prbmrm.losses import LOSSES, get_loss
 from prbmrm.losses.scalar import SCALAR_LOSSES
@@ -437,7 +437,7 @@ def test_bmrm_reaches_cvxpy_optimum(name, case, lam):
 
 
 def _classes_and_kind(y):
-    from prbmrm.data import infer_label_kind
+    from prbmrm.io import infer_label_kind
 
     kind, classes = infer_label_kind(y)
     return classes, kind

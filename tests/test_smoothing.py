@@ -11,7 +11,7 @@ import pytest
 
 from conftest import check_against_serial, check_run_against_serial, load_svmlight, shared_shards
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local
+from prbmrm.io import load_local
 from prbmrm.errors import UsageError
 from prbmrm.losses import get_loss
 from prbmrm.losses.smoothing import SMOOTHED_LOSSES, SmoothedPrbep, SmoothedRocArea

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import load_svmlight, shared_shards
-from prbmrm.data import load_local
+from prbmrm.io import load_local
 from prbmrm.losses import get_loss
 from prbmrm.regularizers import get_regularizer
 from prbmrm.risk import DistributedRisk, run_distributed

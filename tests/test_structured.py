@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO, load_svmlight, run_ranks
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local
+from prbmrm.io import load_local
 from prbmrm.errors import CollectiveError, InputError, UsageError
 from prbmrm.losses import get_loss
 from prbmrm.risk import DistributedRisk, run_distributed

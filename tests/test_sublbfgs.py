@@ -7,7 +7,7 @@ import scipy.sparse as sp
 
 from conftest import check_run_against_serial, load_svmlight, run_ranks
 from prbmrm.comm import SerialComm
-from prbmrm.data import write_shards
+from prbmrm.io import write_shards
 from prbmrm.errors import UsageError
 from prbmrm.losses import get_loss
 from prbmrm.model import load_model

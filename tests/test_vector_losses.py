@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import data_path, load_svmlight, run_ranks
 from prbmrm.comm import SerialComm
-from prbmrm.data import load_local, write_shards
+from prbmrm.io import load_local, write_shards
 from prbmrm.errors import UsageError
 from prbmrm.losses import LOSSES, get_loss
 from prbmrm.losses.vector import VECTOR_LOSSES

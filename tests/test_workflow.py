@@ -10,7 +10,7 @@ from sklearn.datasets import dump_svmlight_file
 
 import prbmrm
 from conftest import REPO, data_path, load_svmlight, run_ranks
-from prbmrm.data import write_shards
+from prbmrm.io import write_shards
 from prbmrm.model import load_model
 
 ROWS = 3000

@@ -76,7 +76,7 @@ class Loss(Parametrized):
             Sorted distinct label values over the whole data set (None for
             real-valued labels).
         label_kind : str
-            One of :data:`prbmrm.data.LABEL_KINDS`; ``"multioutput"`` reaches
+            One of :data:`prbmrm.io.LABEL_KINDS`; ``"multioutput"`` reaches
             only losses whose :attr:`multioutput` is True.
 
         Returns

@@ -20,7 +20,8 @@ first axis with offsets, which slices by example like the rows of a matrix.
 import numpy as np
 
 from .._params import Parametrized
-from ..data import STRUCTURED
+from ..errors import UsageError
+from ..io.arrays import STRUCTURED
 from ..losses._base import Loss
 
 
@@ -135,6 +136,21 @@ class StructuredModel(Parametrized):
     decomposable = True  # and its loss is a sum over examples
     name = None
     rescalings = ("margin",)
+
+    @classmethod
+    def make_loss(cls, name, **params):
+        """Return the :class:`StructuredLoss` named `name` on a model of this class (what
+        :func:`prbmrm.losses.get_loss` calls for a model class in the registry).
+
+        The parameter ``form`` (``margin``, ``slack`` or ``logistic``; default
+        ``margin``) chooses the loss, the others go to the model.
+        """
+        params = dict(params)
+        form = params.pop("form", "margin")
+        try:
+            return StructuredLoss(cls(**params), form, name=name)
+        except ValueError as error:  # a model's own check of its parameters, or an unsupported form
+            raise UsageError(f"loss {name!r}: {error}") from None
 
     def size_joint_feature(self, n_features):
         """Return the length of phi(x, y) for parts of x with `n_features` features."""

@@ -2,7 +2,7 @@
 
 Shard file format (ragged layout)
 ---------------------------------
-The root attributes of :mod:`prbmrm.data`'s shards (``format`` =
+The root attributes of :mod:`prbmrm.io.shards`' shards (``format`` =
 ``"prbmrm-shard"``, ``format_version``, ``n_features``, ``n_examples``,
 ``n_examples_total``, ``shard_index``, ``shard_count``, ``source``) with
 ``label_kind`` = ``"structured"``, which marks the ragged layout, and no
@@ -18,16 +18,19 @@ was written for (informational). Datasets:
 ``/y_values``, ``/y_offsets``
     The labels' parts (any numeric type, first axis ragged) and their offsets, alike.
 
-:func:`prbmrm.data.load_local` reads them into a :class:`RaggedExamples`;
+:func:`prbmrm.io.load_local` reads them (this module registers the layout
+with :func:`prbmrm.io.register_layout`) into a :class:`RaggedExamples`;
 ``python -m prbmrm.shard`` converts an ``.npz`` file with the four arrays.
+
+Imports: h5py, numpy, :mod:`prbmrm.io` (its public hook) and :mod:`prbmrm.structured._base`.
 """
 
 import h5py
 import numpy as np
 
-from .. import data
 from ..errors import InputError
-from ..data import STRUCTURED
+from ..io import (STRUCTURED, LocalData, check_finite, collectively, open_shard, parts_count,
+                   rank_blocks, register_layout, row_bounds, shard_attrs, write_all)
 from ._base import RaggedExamples
 
 _UNIT = ("example", "examples")  # what messages call the units a shard holds
@@ -52,9 +55,9 @@ def check_examples(examples, where):
         _check_offsets(offsets, len(values), where, name)
     if not (np.issubdtype(examples.y_values.dtype, np.number) or examples.y_values.dtype == bool):
         raise InputError(f"{where}: y_values must be numeric, got {examples.y_values.dtype}")
-    data._check_finite(examples.x_values, where, indptr=examples.x_offsets)
+    check_finite(examples.x_values, where, indptr=examples.x_offsets)
     if np.issubdtype(examples.y_values.dtype, np.floating):
-        data._check_finite(examples.y_values.reshape(len(examples.y_values), -1), where, "label",
+        check_finite(examples.y_values.reshape(len(examples.y_values), -1), where, "label",
                            indptr=examples.y_offsets)
     return examples
 
@@ -108,9 +111,9 @@ def write_structured_shards(examples, out_dir, parts, *, source="", model=None, 
     n, d = examples.shape
     if n == 0:
         raise InputError(f"{where}: no examples to write")
-    parts = data._parts_count(parts, where)
-    bounds = data._row_bounds(_costs(examples), None, parts, where, unit=_UNIT)
-    attrs = dict(data._shard_attrs(n, d, parts, STRUCTURED, source), **({} if model is None else {"model": str(model)}))
+    parts = parts_count(parts, where)
+    bounds = row_bounds(_costs(examples), None, parts, where, unit=_UNIT)
+    attrs = dict(shard_attrs(n, d, parts, STRUCTURED, source), **({} if model is None else {"model": str(model)}))
 
     def write(i, path):
         block = examples[bounds[i]:bounds[i + 1]]
@@ -119,7 +122,7 @@ def write_structured_shards(examples, out_dir, parts, *, source="", model=None, 
             for name in RAGGED:
                 f.create_dataset(name, data=getattr(block, name))
 
-    return data._write_all(out_dir, parts, write, overwrite)
+    return write_all(out_dir, parts, write, overwrite)
 
 
 def shard_meta(f, meta):
@@ -158,12 +161,12 @@ def read_local(metas):
     x_at = y_at = 0
     for m in metas:
         x_parts, y_parts = int(m["x_offsets"][-1]), int(m["y_offsets"][-1])
-        with data._open_shard(m["path"]) as f:
+        with open_shard(m["path"]) as f:
             if x_parts and d:
                 f["x_values"].read_direct(x_values, dest_sel=np.s_[x_at:x_at + x_parts])
             if y_parts:
                 f["y_values"].read_direct(y_values, dest_sel=np.s_[y_at:y_at + y_parts])
-        data._check_finite(x_values[x_at:x_at + x_parts], m["path"], indptr=m["x_offsets"])
+        check_finite(x_values[x_at:x_at + x_parts], m["path"], indptr=m["x_offsets"])
         x_offsets.append(m["x_offsets"][1:] + x_at)
         y_offsets.append(m["y_offsets"][1:] + y_at)
         x_at, y_at = x_at + x_parts, y_at + y_parts
@@ -173,7 +176,7 @@ def read_local(metas):
 def split_examples(examples, comm, *, source=""):
     """Keep this rank's canonical blocks of ragged examples present on every rank.
 
-    As :func:`prbmrm.data.split_local` does for matrices: the examples are cut
+    As :func:`prbmrm.io.split_local` does for matrices: the examples are cut
     as if sharded into K = max(P, min(n, 64, max(8, c / 2**14))) files (c: the
     x values, label parts and examples), so results do not depend on the
     number of ranks P up to K.
@@ -187,7 +190,7 @@ def split_examples(examples, comm, *, source=""):
 
     Returns
     -------
-    prbmrm.data.LocalData
+    prbmrm.io.LocalData
         ``X`` holds this rank's examples (views), ``y`` is None, ``label_kind``
         is ``"structured"``.
     """
@@ -198,12 +201,12 @@ def split_examples(examples, comm, *, source=""):
         n, d = checked.shape
         if n == 0:
             raise InputError(f"{where}: no examples")
-        blocks = data._rank_blocks(_costs(checked), None, comm, where, unit=_UNIT)
+        blocks = rank_blocks(_costs(checked), None, comm, where, unit=_UNIT)
         a = blocks[0]
-        return data.LocalData(X=checked[a:blocks[-1]], y=None, qid=None, n_features=d, n_examples_total=n,
+        return LocalData(X=checked[a:blocks[-1]], y=None, qid=None, n_features=d, n_examples_total=n,
                               label_kind=STRUCTURED, classes=None, row_offset=a, blocks=[j - a for j in blocks])
 
-    return data._collectively(comm, keep_mine)
+    return collectively(comm, keep_mine)
 
 
 def read_npz(path):
@@ -235,3 +238,14 @@ def is_structured_npz(path):
             return "x_values" in z.files
     except (OSError, ValueError, EOFError):
         return False  # the reader of matrices reports what is wrong with it
+
+
+def _read_layout(metas, bias):
+    """:func:`read_local`, for the loader: refuses a bias column, which ragged examples have no place for."""
+    if bias:
+        raise InputError(f"{metas[0]['path']}: --bias (bias=True) does not apply to structured "
+                         "examples: give the joint feature map a constant feature instead")
+    return read_local(metas)
+
+
+register_layout(STRUCTURED, shard_meta, _read_layout)

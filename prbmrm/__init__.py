@@ -31,7 +31,7 @@ def fit(data=None, **options):
         ``.csv`` file, or in-memory arrays ``(X, y)``; None: the embedded
         demo data.
     **options
-        Keywords of :func:`prbmrm.train.fit`: ``loss``, ``lam``, ``bias``,
+        Keywords of :func:`prbmrm.training.fit`: ``loss``, ``lam``, ``bias``,
         ``solver``, ``reg``, ``epsilon``, ``rel_epsilon``, ``max_iter``,
         ``positive`` (one-vs-rest: this label is +1, the others -1),
         ``label_column`` (CSV), ...
@@ -49,8 +49,8 @@ def fit(data=None, **options):
     import time
 
     from .comm import get_comm
-    from .train import DEMO_NAME, build_model
-    from .train import fit as train
+    from .training import DEMO_NAME, build_model
+    from .training import fit as train
 
     comm = options.pop("comm", None) or get_comm()
     started = time.perf_counter()

@@ -1,7 +1,7 @@
 """scikit-learn estimators trained with BMRM: classifier, regressor, ranker, multilabel classifier.
 
 Each minimizes ``J(w) = lam * Omega(w) + (1/m) sum_i l(x_i, y_i, w)`` with
-:func:`prbmrm.train.fit` on in-memory arrays. Run plainly they train on one
+:func:`prbmrm.training.fit` on in-memory arrays. Run plainly they train on one
 process; started under ``mpiexec``, every rank calls ``fit`` with the same
 arrays, keeps its block of rows, and all ranks end with the same ``coef_``
 (rank 0 solves and broadcasts it), so ``predict`` works on every rank.
@@ -50,7 +50,7 @@ def _losses_of_task(task):
 
 
 class _BMRMEstimator(BaseEstimator):
-    """What the estimators share: the parameters, one call of :func:`prbmrm.train.fit`, the scores.
+    """What the estimators share: the parameters, one call of :func:`prbmrm.training.fit`, the scores.
 
     Parameters
     ----------
@@ -158,7 +158,7 @@ class _BMRMEstimator(BaseEstimator):
 
         from ._cli import blas_threads
         from .comm import get_comm
-        from .train import fit
+        from .training import fit
 
         comm = get_comm()
         if loss_params is None:

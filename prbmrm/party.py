@@ -488,7 +488,7 @@ class _Stopped(Exception):
 
 
 class Party:
-    """Party mode: its options, then its state during :func:`prbmrm.train.fit`.
+    """Party mode: its options, then its state during :func:`prbmrm.training.fit`.
 
     Parameters
     ----------

@@ -3,17 +3,18 @@
 Run plainly for one process, or under ``mpiexec -n P`` (or ``python -m mpi4py
 -m prbmrm.train``) for P ranks, each reading its own block of shard files.
 Without ``--data`` it trains on a small real data set shipped in the package.
+
+The command-line layer only: argument parsing, the progress table, the JSON
+log and what is printed; the training itself is :mod:`prbmrm.training`.
+Imports: the library modules of prbmrm (training, checkpoint, party, ...).
 """
 
 import argparse
 import contextlib
 import errno
-import inspect
 import json
 import math
-import numbers
 import os
-import re
 import sys
 import time
 
@@ -23,335 +24,20 @@ from ._version import __version__
 from ._cli import ArgumentParser, run
 from ._config import add_config_options, config_section, parse_configured
 from ._params import parse_params
-from .checkpoint import SignalFlag, checkpointing, verify_state
+from .checkpoint import SignalFlag
 from .watch import DEFAULT_TIMEOUT
-from .io import STRUCTURED, split_local
 from .errors import InputError, UsageError
 from .files import OutputClaim
-from .inputs import describe_mapping, load_input
 from .losses import LOSSES, get_loss
-from .model import Model, check_writable
-from .party import Party, load_party, party_path
+from .model import check_writable
+from .party import Party, party_path
 from .plugins import plugin_names
 from .regularizers import REGULARIZERS, get_regularizer
 from .shard import add_label_column_option
-from .risk import DistributedRisk, run_distributed
-from .solvers import SOLVERS, get_solver, minimize, solver_options
-from .solvers._base import planes_within
-from .solvers.lsbmrm import check_theta
-from .solvers.path import LamPath, PathProgress, PathResult, minimize_path
-from .structured import RaggedExamples
-from .structured.data import split_examples
-
-DEMO_NAME = "embedded demo: Wisconsin breast cancer (569 x 30, standardized)"
-
-
-def load_demo():
-    """Return ``(X, y)`` of the embedded demo data set.
-
-    The Wisconsin diagnostic breast cancer data (UCI, CC BY 4.0; 569 examples,
-    30 features standardized to zero mean and unit variance, labels +1
-    malignant / -1 benign), as shipped with scikit-learn.
-    """
-    from importlib.resources import files
-
-    with files("prbmrm").joinpath("_data/breast_cancer.npz").open("rb") as f:
-        archive = np.load(f)
-        return archive["X"], archive["y"]
-
-
-LAM_MIN = 1e-150
-"""The smallest lambda accepted: w grows like 1/lam, so below about 1e-154 its squared norm
-overflows float64 (and lam * Omega(w) loses every digit) long before the run ends."""
-
-DEFAULT_REL_EPSILON = 1e-3
-
-STOPPING_RULE = ("Stopping: --epsilon alone stops on the absolute gap; --rel-epsilon alone (or neither: "
-                 f"{DEFAULT_REL_EPSILON:g}) on the gap relative to the best objective; both given: whichever "
-                 "is met first.")
-
-
-def stopping_tolerances(epsilon=None, rel_epsilon=None):
-    """Return ``(epsilon, rel_epsilon)`` as the solvers take them (0 disables a test).
-
-    `epsilon` alone stops on the absolute gap only; `rel_epsilon` alone, or
-    neither, on the relative gap (default :data:`DEFAULT_REL_EPSILON`); both
-    given: on whichever is met first. None means "not given".
-    """
-    if rel_epsilon is None:
-        rel_epsilon = 0.0 if epsilon is not None else DEFAULT_REL_EPSILON
-    return (0.0 if epsilon is None else epsilon), rel_epsilon
-
-
-def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, solver="bmrm", theta=None):
-    """Raise UsageError for option values no run can use (`lam` as for :func:`fit`)."""
-    lams = [lam.smallest] if isinstance(lam, LamPath) else np.ravel(lam).tolist()
-    for value in lams:
-        if not (math.isfinite(value) and value > 0):
-            raise UsageError(f"--lam must be a positive number, got {value:g}")
-        if value < LAM_MIN:
-            raise UsageError(f"--lam {value:g} is too small to be meaningful (below {LAM_MIN:g}, the "
-                             "weights, which grow like 1/lam, overflow float64)")
-    if len(set(lams)) != len(lams):
-        raise UsageError("--lam: the lambdas of a path must differ")
-    for name, value in (("--epsilon", epsilon), ("--rel-epsilon", rel_epsilon)):
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise UsageError(f"{name} must be >= 0, got {value:g}")
-    if max_iter < 1:
-        raise UsageError(f"--max-iter must be >= 1, got {max_iter}")
-    if idle_age < 0:
-        raise UsageError(f"--idle-age must be >= 0 (0 keeps every plane), got {idle_age}")
-    if bundle_size < 0 or bundle_size == 1:
-        raise UsageError(f"--bundle-size must be 0 (no limit) or >= 2, got {bundle_size}")
-    if theta is not None:
-        if solver != "lsbmrm":
-            raise UsageError(f"--theta is an option of --solver lsbmrm, not of {solver!r}")
-        check_theta(theta)
-
-
-def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
-        reg_params=None, epsilon=None, rel_epsilon=None, max_iter=10000, idle_age=10, bundle_size=0,
-        bundle_memory=0, theta=None, solver_params=None, callback=None, comm=None, checkpoint=None,
-        checkpoint_every=0, resume=None, stop=None, party=None, positive=None, label_column=0, report=None,
-        warm=None):
-    """Train a linear model with a bundle method on this process's share of the data.
-
-    Call it on every rank with the same arguments.
-
-    Parameters
-    ----------
-    data : str, list of str, tuple (X, y) or (X, y, options), RaggedExamples, or None
-        A shard directory, glob or list of shard files (each rank opens only
-        its own block), an SVMlight/LIBSVM, ``.npz`` or ``.csv`` file (read
-        on every rank, which keeps its block of rows: see
-        :func:`prbmrm.inputs.load_input`), or in-memory arrays ``(X, y)`` present on every rank
-        (each rank keeps its block of rows); `options` are keywords of
-        :func:`prbmrm.io.split_local` (``qid``, ``label_kind``, ``classes``).
-        Structured examples (for a structured loss) come as shards of
-        :func:`prbmrm.structured.data.write_structured_shards` or as a
-        :class:`prbmrm.structured.RaggedExamples` present on every rank.
-        None: the embedded demo data.
-    loss : str or prbmrm.losses.Loss
-        A key of :data:`prbmrm.losses.LOSSES` or the name of a loss plug-in
-        (:mod:`prbmrm.plugins`), or a loss object (then `loss_params` is
-        ignored), e.g. a :class:`prbmrm.structured.StructuredLoss`.
-    loss_params : dict, optional
-        The loss's parameters (``--loss-param NAME=VALUE``).
-    lam : float, sequence of float or prbmrm.solvers.path.LamPath
-        Regularization constant, > 0. Several (a sequence, or a LamPath's
-        geometric grid) train a regularization path from the largest to the
-        smallest, each run starting from the previous one's w (and bundle,
-        for BMRM): see :func:`prbmrm.solvers.path.minimize_path`.
-    bias : bool
-        Append a constant feature whose weight is the (regularized) offset.
-    solver : str
-        A key of :data:`prbmrm.solvers.SOLVERS` or a solver plug-in's name.
-    reg : str or prbmrm.regularizers.Regularizer
-        A key of :data:`prbmrm.regularizers.REGULARIZERS`, or a regularizer
-        object (then `reg_params` is ignored).
-    reg_params : dict, optional
-        The regularizer's parameters (``--reg-param NAME=VALUE``).
-    epsilon, rel_epsilon : float or None
-        Stop when the gap is at most `epsilon`, or at most `rel_epsilon` times
-        the best objective: `epsilon` alone stops on the absolute gap only,
-        `rel_epsilon` alone or neither on the relative one (default 1e-3), both
-        on whichever is met first (see :func:`stopping_tolerances`). Ignored under differential
-        privacy, where the gap is noisy: the run takes `max_iter` iterations.
-    max_iter : int
-    idle_age : int
-        Drop planes idle this many iterations (0: never).
-    bundle_size : int
-        Keep at most this many planes, aggregating the oldest (0: no limit;
-        solvers with a bundle only).
-    bundle_memory : int or str
-        A budget in bytes for the bundle's planes, e.g. ``"2GB"`` (see
-        :func:`memory_bytes`): the bundle size is then the number of planes
-        of the model's dimension that fit in it (at least 2; at most
-        `bundle_size` if that is given too). 0: no budget.
-    theta : float, optional
-        ``lsbmrm`` only: where the next plane is taken between the line
-        search's point and the model's minimizer (None: the solver's 0.9).
-    solver_params : dict, optional
-        The solver's own parameters (``--solver-param NAME=VALUE``, see
-        :func:`prbmrm.solvers.solver_options`).
-    callback : callable, optional
-        Called on rank 0 with a :class:`prbmrm.solvers.Progress` per iteration.
-    comm : prbmrm.comm.SerialComm or MPIComm, optional
-        Defaults to :func:`prbmrm.comm.get_comm`.
-    checkpoint : str, optional
-        Rank 0 writes the solver's state to this file every `checkpoint_every`
-        iterations, at `max_iter` and on `stop` (see :mod:`prbmrm.checkpoint`).
-    checkpoint_every : int
-    resume : str, optional
-        Continue from this checkpoint; UsageError on every rank if its options
-        or data differ.
-    stop : callable, optional
-        ``stop() -> bool``, checked on rank 0 between iterations: True ends the
-        run (status 5 with a final checkpoint; status 3 for a solver without
-        checkpoints).
-    party : prbmrm.party.Party, optional
-        Party mode: rank r is party r, `data` names each party's own files
-        (a template with ``{rank}``, or a list with one entry per party) and
-        every sum is a secure aggregation (see :mod:`prbmrm.party`).
-    positive : float, optional
-        One-vs-rest: map this label to +1 and every other to -1 (as
-        ``prbmrm.shard --positive``); recorded in the model.
-    label_column : int, str or list, default 0
-        CSV input: the label column (number or header name).
-    report : callable, optional
-        Called on rank 0 with each line that describes the input (a CSV's
-        header and label column, the label mapping), before training.
-    warm : prbmrm.solvers.Result, optional
-        Rank 0: a result of an earlier run on the same data and loss (any
-        lam): start from its w and, for a solver that keeps a bundle, its
-        planes and multipliers, which bound R_emp whatever lam (as on a
-        lambda path). One lam only.
-
-    Returns
-    -------
-    result : prbmrm.solvers.Result, prbmrm.solvers.path.PathResult or None
-        On rank 0 (a PathResult for several lambdas; in party mode also on the
-        parties that receive the model); None on the other ranks. ``result.w``
-        is flat: reshape it to ``(n_features [+ 1 with bias], loss.n_outputs)``
-        for multi-output losses.
-    local : prbmrm.io.LocalData
-        This rank's data, as loaded.
-    loss : prbmrm.losses.Loss
-        The loss, prepared for the data's labels.
-    """
-    from .comm import get_comm
-
-    comm = get_comm() if comm is None else comm
-    check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size, solver, theta)
-    epsilon, rel_epsilon = stopping_tolerances(epsilon, rel_epsilon)
-    if isinstance(bundle_memory, str):
-        try:
-            bundle_memory = memory_bytes(bundle_memory)
-        except argparse.ArgumentTypeError as error:
-            raise UsageError(f"--bundle-memory: {error}") from None
-    if party is not None:
-        if not isinstance(lam, numbers.Real) or checkpoint or resume:
-            raise UsageError("party mode trains one lambda and takes no --checkpoint or --resume")
-        comm = party.start(comm, solver=solver, max_iter=max_iter)
-        if party.private:
-            # A noisy gap certifies nothing (it even goes negative): use the whole budget.
-            epsilon = rel_epsilon = -math.inf
-    loss_object = get_loss(loss, **(loss_params or {})) if isinstance(loss, str) else loss
-    # A bundle size is a parameter of the solvers that keep a bundle; others refuse it.
-    limited = bundle_size or (2 if bundle_memory else 0)  # the size a budget gives is known with the data
-    own = dict(solver_params or {}, **({"bundle_size": limited} if limited else {}),
-               **({} if theta is None else {"theta": theta}))
-    options = solver_options(solver, own)
-    regularizer = get_regularizer(reg, **(reg_params or {})) if isinstance(reg, str) else reg
-    notes = []
-    if data is None:
-        X, y = load_demo()
-        local = split_local(X, y, comm, bias=bias, source=DEMO_NAME)
-    elif party is not None:
-        local = load_party(data, comm, bias=bias)
-    elif isinstance(data, RaggedExamples):
-        local = split_examples(data, comm, source="examples")
-    elif isinstance(data, tuple):
-        X, y, *data_options = data
-        local = split_local(X, y, comm, bias=bias, source="arrays", positive=positive,
-                            **(data_options[0] if data_options else {}))
-    else:
-        local = load_input(data, comm, bias=bias, positive=positive, label_column=label_column, notes=notes)
-    if report is not None and comm.is_root:
-        for line in notes + [describe_mapping(local)] * (local.positive is not None):
-            report(line)
-    where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
-    structured = loss_object.structured
-    if bias and structured:
-        raise UsageError("--bias does not apply to a structured loss: give the joint feature map a "
-                         "constant feature instead")
-    if local.label_kind == STRUCTURED and not structured:
-        problem = (f"loss {loss_object.name!r} needs rows of features and labels, the data holds structured "
-                   "examples (train them with a structured loss)")
-    elif local.label_kind == "multioutput" and not loss_object.multioutput:
-        problem = (f"loss {loss_object.name!r} needs one label per example, the data has "
-                   f"{len(local.classes)} real targets per example (multioutput; "
-                   "multivariate_regression fits them)")
-    else:
-        problem = loss_object.check_labels(local.classes, local.label_kind)
-    if problem is None and loss_object.needs_qid and local.qid is None:
-        problem = f"loss {loss_object.name!r} needs query ids (qid:) and the data has none"
-    if problem is not None:
-        raise UsageError(f"{where}: {problem}")
-    if structured:
-        problem = loss_object.check_examples(local.X, local.row_offset)
-        comm.check(None if problem is None else InputError(f"{where}: {problem}"))
-    loss_object.prepare(local.classes, local.label_kind)
-    evaluated = loss_object if party is None else party.check_loss(loss_object)
-    oracle = DistributedRisk(evaluated, local.X, local.y, local.n_examples_total, comm, local.blocks,
-                             local.qid)
-    regularizer.prepare(oracle.dim, loss_object.risk_floor)
-    w0 = regularizer.initial_point(oracle.dim)
-    if bundle_memory:
-        planes = planes_within(bundle_memory, oracle.dim)
-        bundle_size = options["bundle_size"] = min(bundle_size, planes) if bundle_size else planes
-    path = not isinstance(lam, numbers.Real)
-    if path and (checkpoint or resume):
-        raise UsageError("--checkpoint and --resume do not apply to a lambda path")
-    callback, options = _checkpoint_options(comm, local, callback, options, checkpoint, checkpoint_every, resume,
-                                            stop, loss_object, regularizer, lam=lam, solver=solver, bias=bias,
-                                            idle_age=idle_age, bundle_size=bundle_size, max_iter=max_iter)
-
-    if warm is not None:
-        if path:
-            raise UsageError("a warm start applies to one lambda, not to a path")
-        w0 = warm.w
-        if warm.bundle is not None and "bundle" in inspect.signature(get_solver(solver)).parameters:
-            options = dict(options, bundle=warm.bundle, alpha=warm.alpha)
-
-    def solve(risk):
-        if "state" in options:  # a resumed run: check the checkpoint's claims before trusting them
-            verify_state(options["state"], risk, lam, regularizer, resume)
-        return (minimize_path if path else minimize)(
-            risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
-            max_iter=max_iter, idle_age=idle_age, callback=callback, **options)
-
-    if party is None:
-        return run_distributed(oracle, solve), local, loss_object
-    party.attach(oracle, local, lam, regularizer, loss_object)
-    return party.run(oracle, solve), local, loss_object
-
-
-def _checkpoint_options(comm, local, callback, options, path, every, resume, stop, loss, regularizer, **run):
-    """Return the callback and solver options with checkpoint, resume and stop added (collective).
-
-    A solver without checkpoints (no ``checkpoint`` keyword) refuses `path`
-    and `resume`, and honours `stop` through its callback (StopIteration).
-    """
-    if not _checkpoints(run["solver"]):
-        if path is not None or resume is not None:
-            raise UsageError(f"solver {run['solver']!r} does not support --checkpoint and --resume "
-                             f"(those that do: {', '.join(s for s in SOLVERS if _checkpoints(s))})")
-        if stop is None or not comm.is_root:
-            return callback, options
-        return _stopping_callback(callback, stop), options
-    # A structured loss's model has parameters of its own (--loss-param too).
-    model = getattr(loss, "model", None)
-    loss_params = {k: getattr(owner, k) for owner in (loss, model) if owner is not None for k in owner.params}
-    described = dict(run, loss=loss.name, loss_params=loss_params,
-                     reg=regularizer.name, reg_params={k: getattr(regularizer, k) for k in regularizer.params},
-                     solver_params=options)
-    keywords = checkpointing(comm, local, described, path=path, every=every, resume=resume,
-                             max_iter=run["max_iter"], stop=stop)
-    return callback, dict(options, **keywords)
-
-
-def _checkpoints(solver):
-    return "checkpoint" in inspect.signature(get_solver(solver)).parameters
-
-
-def _stopping_callback(callback, stop):
-    def stopping(row):
-        if callback is not None:
-            callback(row)
-        if stop():
-            raise StopIteration
-    return stopping
+from .solvers import SOLVERS, solver_options
+from .solvers.path import LamPath, PathProgress, PathResult
+from .training import (DEFAULT_REL_EPSILON, DEMO_NAME, STOPPING_RULE, build_model, check_options, fit,
+                       memory_bytes, training_mean_delta)
 
 
 class ProgressTable:
@@ -516,26 +202,6 @@ def _callbacks(*functions):
     return callback
 
 
-_MEMORY_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-                 "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
-
-
-def memory_bytes(text):
-    """Type of ``--bundle-memory``: bytes, e.g. ``2000000``, ``2GB``, ``1.5G``, ``512MiB``.
-
-    K, M, G, T are powers of 1000, Ki, Mi, Gi, Ti powers of 1024; a final B is optional.
-
-    Raises
-    ------
-    argparse.ArgumentTypeError
-        If `text` is not a size >= 0.
-    """
-    match = re.fullmatch(r"\s*(\d+\.?\d*(?:e[+-]?\d+)?)\s*([kmgt]i?)?b?\s*", str(text), re.IGNORECASE)
-    if match is None:
-        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 2GB or 512MiB, got {text!r}")
-    return int(float(match[1]) * _MEMORY_UNITS[(match[2] or "").upper()])
-
-
 def lam_values(text):
     """Type of ``--lam``: a number, or a comma-separated list of them (a path) as a tuple."""
     try:
@@ -555,31 +221,6 @@ def lam_option(args):
     if not isinstance(args.lam, float):
         raise UsageError("--lam-path takes one --lam, the smallest lambda of the path")
     return LamPath(args.lam_path, args.lam, args.lam_max)
-
-
-def split_weights(w, loss, has_bias):
-    """Return ``(w, bias)`` of a solver's flat `w`: (d,) or (d, k) weights, and the offset(s)."""
-    W = w.reshape(-1, loss.n_outputs) if loss.n_outputs > 1 else w
-    return (W[:-1], W[-1]) if has_bias else (W, np.zeros(W.shape[1:]))
-
-
-def path_tables(path, loss, has_bias):
-    """Return ``(history, groups)`` of a lambda path's model file.
-
-    `history` concatenates the runs' histories with the columns ``step``
-    and ``lam``; ``groups["path"]`` holds per lambda ``lam``, ``w`` (n, d[, k]),
-    ``bias``, ``objective``, ``lower_bound``, ``gap``, ``iterations`` and ``status``.
-    """
-    histories = [dict(result.history, step=np.full(result.nit, step), lam=np.full(result.nit, lam))
-                 for step, (lam, result) in enumerate(zip(path.lams, path.results))]
-    history = {name: np.concatenate([h[name] for h in histories]) for name in histories[0]}
-    weights = [split_weights(result.w, loss, has_bias) for result in path.results]
-    table = {"lam": path.lams, "w": np.stack([w for w, _ in weights]),
-             "bias": np.stack([np.asarray(b, dtype=np.float64) for _, b in weights])}
-    for name, attribute in (("objective", "fun"), ("lower_bound", "lower_bound"), ("gap", "gap"),
-                            ("iterations", "nit"), ("status", "status")):
-        table[name] = np.array([getattr(result, attribute) for result in path.results])
-    return history, {"path": table}
 
 
 def print_path(path):
@@ -761,12 +402,6 @@ def party_from_args(args):
                  signing_key=args.party_key, roster=args.roster)
 
 
-def _absolute_files(params):
-    """`params` with file names made absolute, so `prbmrm.predict` finds them from any directory."""
-    return {name: os.path.abspath(value) if isinstance(value, str) and os.path.isfile(value) else value
-            for name, value in params.items()}
-
-
 def main(argv, comm):
     """Entry point of ``python -m prbmrm.train``; returns the exit status."""
     with contextlib.ExitStack() as held:
@@ -869,58 +504,6 @@ def _main(argv, comm, held):
               f"{f'; checkpoint written to {args.checkpoint}' if args.checkpoint else ''}; the best "
               f"iterate so far written to {written}, not to {out}", file=sys.stderr, flush=True)
     return status
-
-
-def build_model(result, local, loss, ranks, seconds, *, lam, loss_name, loss_params, solver, reg, reg_params,
-                bias, data, options):
-    """Return the :class:`prbmrm.model.Model` of a run: weights, training summary and label mapping.
-
-    Parameters
-    ----------
-    result : prbmrm.solvers.Result or prbmrm.solvers.path.PathResult
-        Rank 0's result of :func:`fit`.
-    local : prbmrm.io.LocalData
-        The data as loaded (its label kind, classes, mapping and width are recorded).
-    loss : prbmrm.losses.Loss
-        The prepared loss.
-    ranks : int
-    seconds : float
-        Wall seconds of the run.
-    lam, loss_name, loss_params, solver, reg, reg_params, bias, data, options
-        The run's settings as given (``lam`` as for :func:`fit`, `loss_name`
-        the name :func:`prbmrm.losses.get_loss` takes, `data` the data's name).
-    """
-    path = result if isinstance(result, PathResult) else None
-    last = result if path is None else path.last
-    w, offset = split_weights(last.w, loss, bias)
-    history, groups = (last.history, None) if path is None else path_tables(path, loss, bias)
-    attrs = {"objective": last.fun, "lower_bound": last.lower_bound, "gap": last.gap,
-             "iterations": last.nit, "status": last.status, "message": last.message,
-             "lam": lam if path is None else path.lams[-1],
-             "loss": loss_name, "loss_params": json.dumps(_absolute_files(loss_params or {})),
-             "solver": solver, "reg": reg if isinstance(reg, str) else reg.name,
-             "reg_params": json.dumps(_absolute_files(reg_params or {})),
-             "nonzeros": int(np.count_nonzero(w)), "has_bias": bool(bias), "n_features": local.n_features,
-             "n_examples": local.n_examples_total, "ranks": ranks, "data": data,
-             "label_kind": local.label_kind, "options": json.dumps(options), "seconds": seconds}
-    if local.classes is not None:
-        attrs["classes"] = np.asarray(local.classes, dtype=np.float64)
-    if local.positive is not None:
-        attrs["positive"] = float(local.positive)
-    if local.negative is not None:
-        attrs["negative"] = float(local.negative)
-    return Model(w=w, bias=offset, attrs=attrs, history=history, path=None if groups is None else groups["path"])
-
-
-def training_mean_delta(result, local, loss, comm):
-    """Return the mean Delta(y, predict(x)) of the final w over all training examples (collective).
-
-    For a structured loss; `result` is rank 0's (a Result or PathResult).
-    """
-    last = result.last if isinstance(result, PathResult) else result
-    w = comm.bcast_object(None if last is None else last.w)
-    local_sum = loss.metrics_examples(local.X, w)["mean_delta"] * len(local.X) if len(local.X) else 0.0
-    return float(comm.allreduce_sum(np.array([local_sum]))[0]) / local.n_examples_total
 
 
 def party_summary(party):

@@ -37,7 +37,7 @@ def main():
     args = parser.parse_args()
 
     from prbmrm.io import read_input
-    from prbmrm.train import fit
+    from prbmrm.training import fit
 
     X, y, _ = read_input(os.path.join(DATA, "a9a.xz"))
     if args.rows:

@@ -41,7 +41,7 @@ def main():
 
     from prbmrm.comm import get_comm
     from prbmrm.io import read_input, write_shards
-    from prbmrm.train import fit
+    from prbmrm.training import fit
 
     comm = get_comm()
     # One directory for every rank (each would otherwise make its own).

@@ -138,7 +138,7 @@ def worker(directory, mode, iterations, lam, dp, solver):
     """Run under mpiexec: train once; rank 0 prints its history, w and the start-up seconds as JSON."""
     from prbmrm.comm import get_comm
     from prbmrm.party import Party
-    from prbmrm.train import fit
+    from prbmrm.training import fit
 
     comm = get_comm()
     party = None

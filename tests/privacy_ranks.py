@@ -52,7 +52,7 @@ class RecordingComm:
 def compare(directory, out):
     from prbmrm.comm import get_comm
     from prbmrm.party import Party
-    from prbmrm.train import fit
+    from prbmrm.training import fit
 
     comm = get_comm()
     saved = {}
@@ -77,7 +77,7 @@ def transcript(directory, prefix, solver="bmrm"):
     from prbmrm.comm import get_comm
     from prbmrm.party import Party
     from prbmrm.secure import SecureComm
-    from prbmrm.train import fit
+    from prbmrm.training import fit
 
     comm = RecordingComm(get_comm())
     truths, sums = [], []

@@ -19,7 +19,7 @@ from conftest import REPO, load_svmlight, mpiexec, run_ranks
 from prbmrm.checkpoint import load_checkpoint, save_checkpoint
 from prbmrm.errors import CollectiveError, InputError, UsageError
 from prbmrm.model import load_model
-from prbmrm.train import fit
+from prbmrm.training import fit
 
 # Hinge on the demo data: about 70 iterations, planes pruned on the way.
 OPTIONS = dict(lam=1e-3, rel_epsilon=1e-5)

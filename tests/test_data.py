@@ -819,7 +819,7 @@ MPI_SCRIPT = textwrap.dedent("""
     import json
     import sys
     import numpy as np
-    from prbmrm import data
+    from prbmrm import io as pio
     from prbmrm.comm import get_comm
     from prbmrm.errors import CollectiveError
 

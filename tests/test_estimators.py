@@ -1,4 +1,4 @@
-"""The scikit-learn estimators: scikit-learn's own checks, model selection, and agreement with prbmrm.train.fit."""
+"""The scikit-learn estimators: scikit-learn's own checks, model selection, and agreement with prbmrm.training.fit."""
 
 import itertools
 
@@ -16,7 +16,7 @@ from prbmrm.comm import SerialComm
 from prbmrm.io import read_input
 from prbmrm.estimators import (BMRMClassifier, BMRMMultilabelClassifier, BMRMRanker, BMRMRegressor,
                                expected_failed_checks, query_pairs)
-from prbmrm.train import fit
+from prbmrm.training import fit
 
 pytestmark = pytest.mark.slow  # scikit-learn's estimator checks, about 50 s each for some estimators
 

@@ -22,7 +22,7 @@ from prbmrm.checkpoint import load_checkpoint, save_checkpoint
 from prbmrm.errors import CollectiveError, InputError, UsageError
 from prbmrm.files import OutputClaim, lock_name
 from prbmrm.model import load_model, save_model
-from prbmrm.train import fit
+from prbmrm.training import fit
 
 TRAIN = ["-m", "prbmrm.train", "--quiet"]
 LONG = ["--lam", "1e-7", "--rel-epsilon", "0", "--max-iter", "400"]  # the demo never converges in 400

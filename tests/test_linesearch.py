@@ -21,7 +21,7 @@ from prbmrm.risk import DistributedRisk, run_distributed
 from prbmrm.solvers import minimize
 from prbmrm.solvers.linesearch import open_line, search_line
 from prbmrm.solvers.lsbmrm import minimize_lsbmrm
-from prbmrm.train import check_options
+from prbmrm.training import check_options
 
 
 def multiclass_loss(y, name="multiclass_hinge"):

@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from prbmrm import data
+from prbmrm import io as pio
 from prbmrm.comm import SerialComm
 from prbmrm.errors import InputError
 
@@ -34,11 +34,11 @@ def abalone_csv(tmp_path_factory):
 def test_real_2d_targets_round_trip_through_shards(tmp_path):
     rng = np.random.default_rng(0)
     X, Y = rng.normal(size=(40, 5)), rng.normal(size=(40, 3))
-    paths = data.write_shards(X, Y, tmp_path, 3)
+    paths = pio.write_shards(X, Y, tmp_path, 3)
     with h5py.File(paths[0]) as f:
         assert f.attrs["label_kind"] == "multioutput"
         assert f["y"].dtype == np.float64 and f["y"].shape[1] == 3
-    local = data.load_local(str(tmp_path), SerialComm())
+    local = pio.load_local(str(tmp_path), SerialComm())
     assert local.label_kind == "multioutput"
     np.testing.assert_array_equal(local.classes, [0.0, 1.0, 2.0])
     np.testing.assert_array_equal(local.y, Y)
@@ -46,29 +46,29 @@ def test_real_2d_targets_round_trip_through_shards(tmp_path):
 
 def test_a_0_1_array_is_multilabel_unless_multioutput_is_asked(tmp_path):
     X, Y = np.ones((6, 2)), np.eye(6, 3)
-    assert data.infer_label_kind(Y)[0] == "multilabel"
-    data.write_shards(X, Y, tmp_path / "labels", 2)
-    data.write_shards(X, Y, tmp_path / "targets", 2, multioutput=True)
-    assert data.load_local(str(tmp_path / "labels"), SerialComm()).y.dtype == np.int8
-    targets = data.load_local(str(tmp_path / "targets"), SerialComm())
+    assert pio.infer_label_kind(Y)[0] == "multilabel"
+    pio.write_shards(X, Y, tmp_path / "labels", 2)
+    pio.write_shards(X, Y, tmp_path / "targets", 2, multioutput=True)
+    assert pio.load_local(str(tmp_path / "labels"), SerialComm()).y.dtype == np.int8
+    targets = pio.load_local(str(tmp_path / "targets"), SerialComm())
     assert targets.label_kind == "multioutput" and targets.y.dtype == np.float64
 
 
 def test_npz_targets_and_nonfinite_target(tmp_path):
     X, Y = np.ones((4, 2)), np.array([[0.5, 1], [2, 3], [4, 5], [6, 7.0]])
     np.savez(tmp_path / "ok.npz", X=X, y=Y)
-    assert data.read_input(tmp_path / "ok.npz")[1].shape == (4, 2)
+    assert pio.read_input(tmp_path / "ok.npz")[1].shape == (4, 2)
     Y[2, 1] = np.nan
     np.savez(tmp_path / "bad.npz", X=X, y=Y)
     with pytest.raises(InputError, match=r"bad.npz: row 3 has a non-finite target"):
-        data.read_input(tmp_path / "bad.npz")
+        pio.read_input(tmp_path / "bad.npz")
 
 
 def test_csv_label_columns_must_leave_features(tmp_path):
     path = tmp_path / "two.csv"
     path.write_text("1,2\n3,4\n")
     with pytest.raises(InputError, match="must be distinct and leave at least one"):
-        data.read_input(path, label_column=[0, 1])
+        pio.read_input(path, label_column=[0, 1])
 
 
 def primal_optimum(X, Y, lam):
@@ -112,7 +112,7 @@ def test_train_and_predict_multioutput_on_1_and_2_ranks(tmp_path, abalone_csv):
 
 def test_scalar_loss_refuses_multioutput_data(tmp_path):
     rng = np.random.default_rng(1)
-    data.write_shards(rng.normal(size=(10, 3)), rng.normal(size=(10, 2)), tmp_path / "s", 1)
+    pio.write_shards(rng.normal(size=(10, 3)), rng.normal(size=(10, 2)), tmp_path / "s", 1)
     done, _ = run_ranks(1, ["-m", "prbmrm.train", "--data", str(tmp_path / "s"), "--loss",
                             "least_squares", "--out", str(tmp_path / "m.h5")])
     assert done.returncode != 0

@@ -247,7 +247,7 @@ def test_command_line_trains_on_two_ranks(tmp_path, method):
     assert model.attrs["lower_bound"] <= model.attrs["objective"]
     assert model.attrs["gap"] <= 1e-3 * model.attrs["objective"]
     # The stored objective is J of the stored model (offset unregularized for pragam_b).
-    from prbmrm.train import load_demo
+    from prbmrm.training import load_demo
 
     X, y = load_demo()
     hinge = np.mean(np.maximum(0.0, 1.0 - y * (X @ model.w + model.bias)))

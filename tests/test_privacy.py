@@ -636,7 +636,7 @@ def test_differential_privacy_trains_and_saves_the_budget_spent(tmp_path, partie
     from dp_accounting.rdp import RdpAccountant
 
     from prbmrm.comm import SerialComm
-    from prbmrm.train import fit
+    from prbmrm.training import fit
 
     max_iter, epsilon, delta = 40, 1.0, 1e-5
     X, y = load_svmlight("a9a.xz", 123)

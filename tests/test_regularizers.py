@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import load_svmlight, run_ranks
-from prbmrm import train as prbmrm_train
+from prbmrm import training as prbmrm_train
 from prbmrm._cli import run
 from prbmrm.errors import PrbmrmError
 from prbmrm.model import load_model

@@ -94,7 +94,7 @@ def sacct(slurm, name):
 
 def serial_w(shards, **options):
     from prbmrm.comm import SerialComm
-    from prbmrm.train import fit
+    from prbmrm.training import fit
 
     result, _, _ = fit(str(shards), comm=SerialComm(), **options)
     return result

@@ -24,7 +24,7 @@ from prbmrm.losses import get_loss
 from prbmrm.risk import DistributedRisk, run_distributed
 from prbmrm.structured import RaggedExamples, StructuredLoss
 from prbmrm.structured.data import split_examples, write_structured_shards
-from prbmrm.train import fit
+from prbmrm.training import fit
 
 PLUGIN_DIR = os.path.join(REPO, "tests", "plugin_example")
 _spec = importlib.util.spec_from_file_location("plugin_example_module",

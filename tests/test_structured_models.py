@@ -247,7 +247,7 @@ def test_built_in_models_train_from_the_command_line_on_two_ranks(tmp_path, loss
     from conftest import run_ranks
     from prbmrm.model import load_model
     from prbmrm.structured.data import write_structured_shards
-    from prbmrm.train import fit
+    from prbmrm.training import fit
 
     examples = make()
     write_structured_shards(examples, tmp_path / "s", 3)

@@ -20,7 +20,8 @@ from prbmrm.io import write_shards
 from prbmrm.errors import CollectiveError, CoordinatorError, UsageError
 from prbmrm.losses import LOSSES, get_loss
 from prbmrm.model import load_model
-from prbmrm.party import PARTY_SOLVERS, AuditLog, ClippedLoss, Party, load_party, party_path
+from prbmrm.party import PARTY_SOLVERS, AuditLog, Party, load_party, party_path
+from prbmrm.privacy import ClippedLoss
 from prbmrm.regularizers import get_regularizer
 from prbmrm.secure import MIN_PARTIES, RESCALE_BITS, SecureComm, gaussian_noise, keystream
 
@@ -605,7 +606,7 @@ def test_the_noise_shares_hold_the_target_against_any_coalition(parties):
     dp_accounting = pytest.importorskip("dp_accounting")
     from dp_accounting.rdp import RdpAccountant
 
-    from prbmrm.party import PrivacyBudget
+    from prbmrm.privacy import PrivacyBudget
 
     epsilon, delta, evaluations, clip = 1.0, 1e-5, 40, 4.0
     budget = PrivacyBudget(epsilon, delta, evaluations)

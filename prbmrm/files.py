@@ -1,6 +1,7 @@
 """Output files a job can trust: atomic HDF5 writes that fail cleanly, and claims on output names.
 
-:func:`write_hdf5` builds the file in memory and writes the bytes itself, so a
+:func:`write_hdf5` builds the file in memory and writes the bytes itself
+(:func:`hdf5_image`, :func:`write_image`; shard files go the same way), so a
 full disk or an exhausted quota is one :class:`~prbmrm.errors.InputError`
 naming the file, never a crash: HDF5 writing to a full disk fails in its
 flush and then crashes the process when the file is closed (SIGSEGV in
@@ -11,6 +12,8 @@ of the file in memory while it is written.
 each output a job writes (model, checkpoint, JSON log), so a second job
 given the same name stops at once, naming the file and the job that holds
 it, instead of both writing it.
+
+Imports: h5py and :mod:`prbmrm.errors` only.
 """
 
 import contextlib
@@ -53,21 +56,15 @@ def write_hdf5(path, file_format, fill, what):
         I/O error); the temporary file is removed and a previous `path` is
         left as it was.
     """
-    image = io.BytesIO()
-    with h5py.File(image, "w") as f:
+    def fill_format(f):
         f.attrs["format"] = file_format
         f.attrs["version"] = __version__
         fill(f)
+
+    image = hdf5_image(fill_format)
     temporary = temporary_name(path)
     try:
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-        try:
-            view = image.getbuffer()
-            while len(view):
-                view = view[os.write(descriptor, view):]
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+        write_image(temporary, image)
         os.replace(temporary, path)
     except BaseException as error:
         with contextlib.suppress(OSError):
@@ -76,6 +73,33 @@ def write_hdf5(path, file_format, fill, what):
             raise InputError(f"{path}: cannot write the {what}: {error.strerror or error} "
                              "(nothing written; a previous file of that name is unchanged)") from None
         raise
+
+
+def hdf5_image(fill):
+    """Return the bytes (an io.BytesIO) of an HDF5 file built in memory by ``fill(f)``."""
+    image = io.BytesIO()
+    with h5py.File(image, "w") as f:
+        fill(f)
+    return image
+
+
+def write_image(path, image):
+    """Write the bytes of `image` (an io.BytesIO) to a new file `path` and fsync it.
+
+    Raises
+    ------
+    OSError
+        If they cannot all be written (disk full, quota, file size limit);
+        the caller removes `path`.
+    """
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        view = image.getbuffer()
+        while len(view):
+            view = view[os.write(descriptor, view):]
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def lock_name(path):

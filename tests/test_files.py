@@ -258,3 +258,49 @@ def test_duplicate_csr_indices_are_refused(tmp_path):
         f["X/indices"][:] = indices
     with pytest.raises(CollectiveError, match=f"part-00001.h5: row 7 gives column {indices[a]} twice"):
         load_local(str(tmp_path), SerialComm())
+
+
+SHARD_LIMITED = """import resource, runpy, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (16384, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+sys.argv[0] = "prbmrm.shard"
+runpy.run_module("prbmrm.shard", run_name="__main__")
+"""
+
+
+def shard_input(tmp_path, kind):
+    """An input of about 100 KB: SVMlight rows, or ragged examples (a structured ``.npz``)."""
+    rng = np.random.default_rng(0)
+    if kind == "svmlight":
+        path = tmp_path / "in.svm"
+        path.write_text("".join(f"{rng.choice([-1, 1])} " + " ".join(f"{j + 1}:{rng.normal():.17g}" for j in range(20))
+                                + "\n" for _ in range(300)))
+        return path
+    path = tmp_path / "in.npz"
+    np.savez(path, x_values=rng.normal(size=(3000, 5)), x_offsets=np.arange(0, 3001, 10),
+             y_values=rng.integers(0, 3, 3000), y_offsets=np.arange(0, 3001, 10))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["svmlight", "structured"])
+@pytest.mark.parametrize("existing", [False, True])
+def test_shards_past_a_file_size_limit_are_one_error(tmp_path, kind, existing):
+    """Shards were written by HDF5 straight to disk: past the limit, h5py tracebacks and exit 0."""
+    source, out = shard_input(tmp_path, kind), tmp_path / "out"
+    before = {}
+    if existing:  # a previous set, small enough: replacing it must leave it as it was
+        subprocess.run([sys.executable, "-m", "prbmrm.shard", str(source), "--parts", "40", "--out", str(out),
+                        "--quiet"], check=True, capture_output=True, stdin=subprocess.DEVNULL,
+                       env=dict(os.environ, PYTHONPATH=REPO), timeout=120)
+        before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    command = [sys.executable, "-c", SHARD_LIMITED, str(source), "--parts", "2", "--out", str(out), "--overwrite"]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                               stdin=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=REPO))
+    assert completed.returncode == 2, completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("prbmrm.shard: error: "), completed.stderr
+    assert f"{out}: cannot write shard files: File too large" in lines[0], lines[0]
+    if existing:
+        assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+    else:
+        assert not os.path.exists(out)
+    assert leftovers(tmp_path) == [] and leftovers(out) == []

@@ -52,6 +52,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
+from ..files import hdf5_image, write_image
 from ..plugins import load_builtin_plugins
 from .arrays import (_as_matrix, _as_qid, check_finite, _fmt_values, _INDEX_LIMIT, LABEL_KINDS,
     _prepare_labels, _raw_negative, row_bounds, _row_costs, _rows, STRUCTURED)
@@ -255,7 +256,8 @@ def write_all(out_dir, parts, write, overwrite):
             with contextlib.suppress(OSError):
                 os.rmdir(out_dir)
         if isinstance(exc, OSError):
-            raise InputError(f"{out_dir}: cannot write shard files: {exc}") from None
+            raise InputError(f"{out_dir}: cannot write shard files: {exc.strerror or exc} "
+                             "(nothing written)") from None
         raise
     for stale in set(existing) - set(finals):
         os.remove(stale)
@@ -263,22 +265,27 @@ def write_all(out_dir, parts, write, overwrite):
 
 
 def _write_one(path, X, dense_out, y, qid, attrs, values=np.float64):
-    with h5py.File(path, "w") as f:
-        f.attrs.update(attrs)
-        if dense_out:
-            f.create_dataset("X", data=X.toarray() if sp.issparse(X) else X, dtype=values)
-        else:
-            X = sp.csr_matrix(X)
-            g = f.create_group("X")
-            g.attrs.update({"encoding-type": "csr_matrix", "encoding-version": "0.1.0",
-                            "shape": np.array(X.shape, dtype=np.int64)})
-            g.create_dataset("data", data=X.data, dtype=values)
-            g.create_dataset("indices", data=np.asarray(
-                X.indices, np.int32 if X.shape[1] < _INDEX_LIMIT else np.int64))
-            g.create_dataset("indptr", data=np.asarray(X.indptr, np.int64))
-        f.create_dataset("y", data=y)
-        if qid is not None:
-            f.create_dataset("qid", data=qid)
+    """Write one shard file, built in memory (a full disk or a file-size limit is then an OSError)."""
+    write_image(path, hdf5_image(lambda f: _fill_shard(f, X, dense_out, y, qid, attrs, values)))
+
+
+def _fill_shard(f, X, dense_out, y, qid, attrs, values):
+    """Fill the open h5py file `f` with one shard's attributes and datasets."""
+    f.attrs.update(attrs)
+    if dense_out:
+        f.create_dataset("X", data=X.toarray() if sp.issparse(X) else X, dtype=values)
+    else:
+        X = sp.csr_matrix(X)
+        g = f.create_group("X")
+        g.attrs.update({"encoding-type": "csr_matrix", "encoding-version": "0.1.0",
+                        "shape": np.array(X.shape, dtype=np.int64)})
+        g.create_dataset("data", data=X.data, dtype=values)
+        g.create_dataset("indices", data=np.asarray(
+            X.indices, np.int32 if X.shape[1] < _INDEX_LIMIT else np.int64))
+        g.create_dataset("indptr", data=np.asarray(X.indptr, np.int64))
+    f.create_dataset("y", data=y)
+    if qid is not None:
+        f.create_dataset("qid", data=qid)
 
 
 def _shard_summary(path):

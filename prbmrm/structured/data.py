@@ -25,10 +25,10 @@ with :func:`prbmrm.io.register_layout`) into a :class:`RaggedExamples`;
 Imports: h5py, numpy, :mod:`prbmrm.io` (its public hook) and :mod:`prbmrm.structured._base`.
 """
 
-import h5py
 import numpy as np
 
 from ..errors import InputError
+from ..files import hdf5_image, write_image
 from ..io import (STRUCTURED, LocalData, check_finite, collectively, open_shard, parts_count,
                    rank_blocks, register_layout, row_bounds, shard_attrs, write_all)
 from ._base import RaggedExamples
@@ -117,10 +117,13 @@ def write_structured_shards(examples, out_dir, parts, *, source="", model=None, 
 
     def write(i, path):
         block = examples[bounds[i]:bounds[i + 1]]
-        with h5py.File(path, "w") as f:
+
+        def fill(f):
             f.attrs.update(dict(attrs, n_examples=np.int64(len(block)), shard_index=np.int64(i)))
             for name in RAGGED:
                 f.create_dataset(name, data=getattr(block, name))
+
+        write_image(path, hdf5_image(fill))  # built in memory: a full disk is an OSError, not a crash
 
     return write_all(out_dir, parts, write, overwrite)
 

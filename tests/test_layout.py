@@ -1,0 +1,214 @@
+"""The package's layout: no import cycle, every module importable alone, small modules, one command,
+and a loss added from outside in two functions and a registration line."""
+
+import ast
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+from scipy.special import expit
+
+from conftest import REPO
+
+PACKAGE = os.path.join(REPO, "prbmrm")
+MAX_LINES = 700
+
+
+def modules():
+    """Every module of the package: its dotted name -> (path, the package its relative imports start from)."""
+    found = {}
+    for directory, _, files in os.walk(PACKAGE):
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(directory, name)
+            dotted = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+            if dotted.endswith(".__init__"):
+                dotted = dotted[:-len(".__init__")]
+                found[dotted] = (path, dotted)
+            else:
+                found[dotted] = (path, dotted.rsplit(".", 1)[0])
+    return found
+
+
+def imports(dotted, path, package, known):
+    """The modules of the package that `path` imports, at any depth (function-level imports too)."""
+    edges = set()
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:  # `from . import x` imports the submodule x; else the module itself
+                edges.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+        elif isinstance(node, ast.Import):
+            edges.update(alias.name for alias in node.names)
+    return {edge for edge in edges if edge in known and edge != dotted}
+
+
+def import_graph():
+    known = modules()
+    return {name: imports(name, path, package, known) for name, (path, package) in known.items()}
+
+
+def find_cycle(graph):
+    """A list of modules that import each other in a circle, or None (depth-first search)."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                return stack[stack.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = import_graph()
+    assert len(graph) > 40 and graph["prbmrm.training"] >= {"prbmrm.io", "prbmrm.losses", "prbmrm.risk"}
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_core_never_imports_the_layers_above_it():
+    """Data in/out and the losses know nothing of structured models, solvers, MPI or the command lines."""
+    graph = import_graph()
+    above = ("prbmrm.structured", "prbmrm.solvers", "prbmrm.comm", "prbmrm.train", "prbmrm.training",
+             "prbmrm.risk", "prbmrm.party")
+    for name, targets in graph.items():
+        if name.startswith(("prbmrm.io", "prbmrm.losses")):
+            wrong = sorted(t for t in targets if t.startswith(above))
+            assert not wrong, f"{name} imports {wrong}"
+
+
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    names = sorted(name for name in modules() if not name.endswith("__main__"))
+    failed = {}
+    for name in names:
+        done = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=REPO))
+        if done.returncode:
+            failed[name] = done.stderr.strip().splitlines()[-1]
+    assert not failed, failed
+
+
+def test_no_module_is_over_700_lines():
+    long = {name: n for name, (path, _) in modules().items() if (n := sum(1 for _ in open(path))) > MAX_LINES}
+    assert not long, long
+
+
+def run_command(*args):
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=REPO))
+
+
+def test_python_m_prbmrm_lists_the_subcommands():
+    done = run_command("prbmrm")
+    assert done.returncode == 0, done.stderr
+    for name in ("shard", "train", "predict", "plot", "party"):
+        assert f"\n  {name} " in done.stdout, done.stdout
+    unknown = run_command("prbmrm", "nope")
+    assert unknown.returncode == 2 and "unknown subcommand 'nope'" in unknown.stderr
+
+
+def test_the_console_script_is_declared():
+    import tomllib
+
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    assert scripts == {"prbmrm": "prbmrm.__main__:main"}
+
+
+@pytest.mark.parametrize("name, module", [("shard", "prbmrm.shard"), ("train", "prbmrm.train"),
+                                          ("predict", "prbmrm.predict"), ("plot", "prbmrm.plot"),
+                                          ("party", "prbmrm.keys")])
+def test_a_subcommand_is_its_module(name, module):
+    through, direct = run_command("prbmrm", name, "--help"), run_command(module, "--help")
+    assert through.returncode == direct.returncode == 0, through.stderr + direct.stderr
+    assert through.stdout == direct.stdout and "usage:" in through.stdout
+
+
+def test_prbmrm_train_trains_like_python_m_prbmrm_train(tmp_path):
+    for prefix, out in ((["prbmrm", "train"], "a.h5"), (["prbmrm.train"], "b.h5")):
+        done = run_command(*prefix, "--max-iter", "20", "--quiet", "--out", str(tmp_path / out))
+        assert done.returncode == 0, done.stderr
+    import h5py
+
+    with h5py.File(tmp_path / "a.h5", "r") as a, h5py.File(tmp_path / "b.h5", "r") as b:
+        assert a["w"][()].tobytes() == b["w"][()].tobytes()
+
+
+# ---- A scalar loss from outside the package -------------------------------
+
+from prbmrm.losses import LOSSES, BinaryLoss, register_loss  # noqa: E402
+
+
+class SoftHinge(BinaryLoss):
+    """log(1 + exp(1 - y f)): a smooth hinge, not one of the package's losses."""
+
+    name = "soft_hinge_outside"
+
+    def value(self, f, y):
+        return np.logaddexp(0.0, 1.0 - y * f)
+
+    def derivative(self, f, y):
+        return -y * expit(1.0 - y * f)
+
+
+@pytest.fixture
+def soft_hinge():
+    register_loss(SoftHinge)
+    yield SoftHinge.name
+    del LOSSES[SoftHinge.name]
+
+
+def test_a_scalar_loss_registered_from_outside_trains_to_scipys_optimum(soft_hinge):
+    from prbmrm.training import fit, load_demo
+
+    X, y = load_demo()
+    lam = 1e-2
+    result, _, loss = fit(None, loss=soft_hinge, lam=lam, rel_epsilon=0.0, epsilon=1e-9)
+    assert isinstance(loss, SoftHinge) and result.success
+
+    def objective(w):
+        margins = 1.0 - y * (X @ w)
+        return (0.5 * lam * w @ w + np.mean(np.logaddexp(0.0, margins)),
+                lam * w - X.T @ (y * expit(margins)) / len(y))
+
+    reference = minimize(objective, np.zeros(X.shape[1]), jac=True, method="L-BFGS-B",
+                         options={"gtol": 1e-12, "ftol": 1e-15, "maxiter": 10000}).fun
+    assert result.lower_bound <= reference + 1e-12  # a valid bound on the true optimum
+    assert result.fun - reference <= 1e-8 + 1e-12
+    assert result.fun == pytest.approx(objective(result.w)[0], rel=1e-12)
+
+
+def test_an_unregistered_name_lists_the_registered_ones(soft_hinge):
+    from prbmrm.errors import UsageError
+    from prbmrm.losses import get_loss
+
+    with pytest.raises(UsageError, match="soft_hinge_outside.*|.*soft_hinge_outside"):
+        get_loss("no_such_loss")

@@ -39,6 +39,7 @@ from .errors import PrbmrmError
 from .losses import LOSSES
 from .losses.multivariate import _query_rows
 from .losses.vector import MulticlassLoss
+from .options import BundleOptions, Stopping
 
 __all__ = ["EXPECTED_FAILED_CHECKS", "BMRMClassifier", "BMRMMultilabelClassifier", "BMRMRanker",
            "BMRMRegressor", "expected_failed_checks", "query_pairs"]
@@ -113,8 +114,9 @@ class _BMRMEstimator(BaseEstimator):
     _default_losses = ()  # (the default loss, the one for more classes or 2-D targets)
     _losses = ()  # the names of the losses this estimator trains
 
-    def __init__(self, *, lam=1e-4, loss=None, loss_params=None, solver="bmrm", reg="l2", epsilon=None,
-                 rel_epsilon=None, max_iter=10000, bias=True, idle_age=10, warm_start=False):
+    def __init__(self, *, lam=1e-4, loss=None, loss_params=None, solver="bmrm", reg="l2", epsilon=Stopping.epsilon,
+                 rel_epsilon=Stopping.rel_epsilon, max_iter=Stopping.max_iter, bias=True,
+                 idle_age=BundleOptions.idle_age, warm_start=False):
         self.lam = lam
         self.loss = loss
         self.loss_params = loss_params

@@ -27,6 +27,7 @@ party checks each aggregated plane (:mod:`prbmrm.guard`), and only masked
 sums carry data (:data:`PARTY_SOLVERS`).
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -44,6 +45,7 @@ from .keys import load_roster, load_signing_key
 from .losses import ScalarLoss
 from .losses.vector import VectorLoss
 from .messages import ProtocolError, expect_array
+from .options import PartySettings
 from .privacy import ClippedLoss, PrivacyBudget
 from .risk import run_distributed
 from .secure import SecureComm
@@ -454,17 +456,7 @@ class Party:
         return self.dp_epsilon is not None
 
     def _check_options(self):
-        if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
-            raise UsageError(f"the coordinator check's tolerance must be >= 0, got {self.tolerance:g}")
-        if (self.dp_epsilon is None) != (self.dp_delta is None):
-            raise UsageError("differential privacy needs both --dp-epsilon and --dp-delta")
-        if self.private:
-            if not (math.isfinite(self.dp_epsilon) and self.dp_epsilon > 0):
-                raise UsageError(f"--dp-epsilon must be > 0, got {self.dp_epsilon:g}")
-            if not 0 < self.dp_delta < 1:
-                raise UsageError(f"--dp-delta must be in (0, 1), got {self.dp_delta:g}")
-            if not (math.isfinite(self.dp_clip) and self.dp_clip > 0):
-                raise UsageError(f"--dp-clip must be > 0, got {self.dp_clip:g}")
+        PartySettings(**{field.name: getattr(self, field.name) for field in dataclasses.fields(PartySettings)})
 
     def start(self, comm, *, solver, max_iter):
         """Check the run's options against party mode and agree on the keys (collective)."""

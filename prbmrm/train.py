@@ -11,6 +11,7 @@ Imports: the library modules of prbmrm (training, checkpoint, party, ...).
 
 import argparse
 import contextlib
+import dataclasses
 import errno
 import json
 import math
@@ -36,8 +37,8 @@ from .regularizers import REGULARIZERS, get_regularizer
 from .shard import add_label_column_option
 from .solvers import SOLVERS, solver_options
 from .solvers.path import LamPath, PathProgress, PathResult
-from .training import (DEFAULT_REL_EPSILON, DEMO_NAME, STOPPING_RULE, build_model, check_options, fit,
-                       memory_bytes, training_mean_delta)
+from .options import BundleOptions, Checkpointing, PartySettings, Stopping, add_arguments, from_namespace
+from .training import DEMO_NAME, build_model, check_options, fit, training_mean_delta
 
 
 class ProgressTable:
@@ -259,20 +260,8 @@ def build_parser():
                         "(default l2)")
     parser.add_argument("--reg-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the regularizer, e.g. p=1.5 for lp (repeatable)")
-    parser.add_argument("--epsilon", type=float,
-                        help="stop when the gap (best objective - lower bound) <= this; given alone, "
-                        "the only gap test (the default --rel-epsilon no longer applies)")
-    parser.add_argument("--rel-epsilon", type=float,
-                        help="stop when the gap <= this times the best objective (default "
-                        f"{DEFAULT_REL_EPSILON:g} unless --epsilon alone is given). {STOPPING_RULE}")
-    parser.add_argument("--max-iter", type=int, default=10000, help="maximum iterations (default 10000)")
-    parser.add_argument("--idle-age", type=int, default=10,
-                        help="drop planes whose multiplier stayed 0 this many iterations (default 10; 0: never)")
-    parser.add_argument("--bundle-size", type=int, default=0,
-                        help="keep at most this many planes (>= 2), aggregating the oldest (default 0: no limit)")
-    parser.add_argument("--bundle-memory", type=memory_bytes, default=0, metavar="SIZE",
-                        help="a budget for the bundle's planes, e.g. 2GB or 512MiB: the bundle size follows "
-                             "from it and the number of weights (default 0: none)")
+    add_arguments(parser, Stopping)
+    add_arguments(parser, BundleOptions)
     parser.add_argument("--bias", action="store_true", help="learn an offset (a constant feature, regularized)")
     parser.add_argument("--positive", type=float, metavar="LABEL",
                         help="one-vs-rest: map LABEL to +1 and every other label to -1 (as prbmrm.shard "
@@ -294,60 +283,27 @@ def build_parser():
     party.add_argument("--party-data", action="append", metavar="PATH",
                        help="the files of one party, once per party in rank order, or once a template "
                             "such as 'site-{rank}.h5' (instead of --data)")
-    party.add_argument("--model-to", metavar="RANKS", type=party_numbers,
-                       help="comma-separated parties that receive and write the model (default: all)")
-    party.add_argument("--allow-score-sharing", action="store_true",
-                       help="accept a non-decomposable loss, whose per-example scores go to rank 0 unmasked")
-    party.add_argument("--verify-coordinator", action="store_true",
-                       help="every party replays the solver and stops if a w of rank 0 differs")
-    party.add_argument("--audit-log", default="audit-{rank}.jsonl",
-                       help="each party's log of every w it evaluated (default audit-{rank}.jsonl)")
+    add_arguments(party, PartySettings)
     party.add_argument("--no-audit-log", action="store_true", help="write no audit log")
-    party.add_argument("--dp-epsilon", type=float, help="differential privacy: epsilon over the whole run")
-    party.add_argument("--dp-delta", type=float, help="differential privacy: delta over the whole run")
-    party.add_argument("--dp-clip", type=float, default=1.0,
-                       help="norm each example's (loss, gradient) is clipped to (default 1)")
-    party.add_argument("--dp-coalition", type=int, metavar="T",
-                       help="the privacy target holds against any T colluding parties (default parties - 2)")
-    party.add_argument("--party-key", metavar="PATH",
-                       help="this party's signing key file, a template such as 'site-{rank}.key' "
-                            "(python -m prbmrm.keys keygen makes it)")
-    party.add_argument("--roster", metavar="PATH",
-                       help="the parties' expected public keys (python -m prbmrm.keys roster): a "
-                            "substituted key stops the run")
     return parser
 
 
 def add_checkpoint_arguments(parser):
-    """Add ``--checkpoint``, ``--checkpoint-every``, ``--resume``, ``--resume-if-exists`` and ``--rank-timeout``."""
-    parser.add_argument("--checkpoint", metavar="PATH",
-                        help="rank 0 writes the solver state here (atomically) every --checkpoint-every "
-                        "iterations, at --max-iter and on SIGINT/SIGTERM")
-    parser.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
-                        help="checkpoint every N iterations (default 0: only at the end and on a signal)")
-    parser.add_argument("--resume", metavar="PATH", help="continue from this checkpoint (same options and data)")
-    parser.add_argument("--resume-if-exists", action="store_true",
-                        help="continue from the --checkpoint file if it exists, else start afresh: the same "
-                        "command starts or continues a run (a requeued batch job)")
+    """Add the options of :class:`prbmrm.options.Checkpointing` and ``--rank-timeout``."""
+    add_arguments(parser, Checkpointing)
     parser.add_argument("--rank-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="a rank waiting this long in a collective checks that the others still answer; "
                         f"one that does not ends the job, named (default {DEFAULT_TIMEOUT:g}; 0: wait forever)")
 
 
 def _check_checkpoint_arguments(args, comm):
-    """Raise UsageError for bad checkpoint options; check the checkpoint path is writable (collective).
-
-    Returns the checkpoint to resume from: ``--resume``, or with
-    ``--resume-if-exists`` the ``--checkpoint`` file if rank 0 sees it.
+    """Check the checkpoint options (:class:`prbmrm.options.Checkpointing`) and that the checkpoint
+    path is writable (collective); return the options with the checkpoint to resume from: ``--resume``,
+    or with ``--resume-if-exists`` the ``--checkpoint`` file if rank 0 sees it.
     """
     if not (math.isfinite(args.rank_timeout) and args.rank_timeout >= 0):
         raise UsageError(f"--rank-timeout must be >= 0 seconds, got {args.rank_timeout:g}")
-    if args.resume_if_exists and (args.checkpoint is None or args.resume is not None):
-        raise UsageError("--resume-if-exists needs --checkpoint PATH (and no --resume)")
-    if args.checkpoint_every < 0:
-        raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
-    if args.checkpoint_every and args.checkpoint is None:
-        raise UsageError("--checkpoint-every needs --checkpoint PATH")
+    checkpointing = from_namespace(Checkpointing, args)
     error = None
     if comm.is_root and args.checkpoint is not None:
         try:
@@ -356,23 +312,15 @@ def _check_checkpoint_arguments(args, comm):
             error = problem
     comm.check(error)
     if not args.resume_if_exists:
-        return args.resume
+        return checkpointing
     # Rank 0 alone reads the checkpoint: its view decides for every rank.
     found = comm.allreduce_max([comm.is_root and os.path.exists(args.checkpoint)])[0]
-    return args.checkpoint if found else None
+    return dataclasses.replace(checkpointing, resume=args.checkpoint if found else None, resume_if_exists=False)
 
 
-_PARTY_ONLY = ("party_data", "model_to", "allow_score_sharing", "verify_coordinator", "dp_epsilon",
-               "dp_delta", "dp_coalition", "party_key", "roster")
-
-
-def party_numbers(text):
-    """Type of ``--model-to``: comma-separated party numbers, as a list."""
-    try:
-        return [int(r) for r in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--model-to expects comma-separated party numbers, "
-                                         f"got {text!r}") from None
+# The options that mean nothing without --parties: those of PartySettings that are off by default.
+_PARTY_ONLY = ("party_data", *(field.metadata.get("dest") or field.name for field in dataclasses.fields(PartySettings)
+                               if field.metadata.get("flag") and field.default in (None, False)))
 
 
 def party_data(args):
@@ -395,11 +343,8 @@ def party_from_args(args):
         raise UsageError("give either --data (a template with {rank}) or --party-data, not both")
     if args.data is None and not args.party_data:
         raise UsageError("--parties needs each party's data: --data 'site-{rank}.h5' or --party-data")
-    return Party(model_to=args.model_to, allow_score_sharing=args.allow_score_sharing,
-                 verify_coordinator=args.verify_coordinator,
-                 audit_log=None if args.no_audit_log else args.audit_log, dp_epsilon=args.dp_epsilon,
-                 dp_delta=args.dp_delta, dp_clip=args.dp_clip, dp_coalition=args.dp_coalition,
-                 signing_key=args.party_key, roster=args.roster)
+    settings = from_namespace(PartySettings, args, **({"audit_log": None} if args.no_audit_log else {}))
+    return Party(**dataclasses.asdict(settings))
 
 
 def main(argv, comm):
@@ -438,7 +383,7 @@ def _main(argv, comm, held):
         except Exception as problem:
             error = problem
     comm.check(error)
-    resume = _check_checkpoint_arguments(args, comm)
+    checkpointing = _check_checkpoint_arguments(args, comm)
     verbose = comm.is_root and not args.quiet
     note = ("note: differential privacy adds noise to every risk and subgradient: the objective, "
             "lower bound and gap below are noisy, the lower bound is NOT certified, and the run "
@@ -449,12 +394,10 @@ def _main(argv, comm, held):
     with SignalFlag(comm) as interrupted:
         result, local, loss = fit(party_data(args), loss=args.loss, loss_params=loss_params,
                                   lam=lam, bias=args.bias, solver=args.solver, reg=regularizer,
-                                  epsilon=args.epsilon, rel_epsilon=args.rel_epsilon, max_iter=args.max_iter,
-                                  idle_age=args.idle_age, bundle_size=args.bundle_size,
-                                  bundle_memory=args.bundle_memory, theta=args.theta,
+                                  stopping=from_namespace(Stopping, args), bundle=from_namespace(BundleOptions, args),
+                                  checkpointing=checkpointing, theta=args.theta,
                                   solver_params=solver_params, callback=_callbacks(table, log, phases), comm=comm,
-                                  checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                                  resume=resume, stop=interrupted, party=party, positive=args.positive,
+                                  stop=interrupted, party=party, positive=args.positive,
                                   label_column=args.label_column, report=print if verbose else None)
     status = comm.bcast_object(interrupted.exit_status)
     mean_delta = training_mean_delta(result, local, loss, comm) if loss.structured else None

@@ -11,13 +11,12 @@ Imports: numpy and the library modules of prbmrm (io, losses, regularizers,
 solvers, risk, checkpoint, party, model, structured); never the CLI modules.
 """
 
-import argparse
+import dataclasses
 import inspect
 import json
 import math
 import numbers
 import os
-import re
 
 import numpy as np
 
@@ -27,6 +26,7 @@ from .errors import InputError, UsageError
 from .inputs import describe_mapping, load_input
 from .losses import get_loss
 from .model import Model
+from .options import BundleOptions, Checkpointing, Stopping, split_keywords
 from .party import load_party
 from .regularizers import get_regularizer
 from .risk import DistributedRisk, run_distributed
@@ -59,26 +59,6 @@ LAM_MIN = 1e-150
 overflows float64 (and lam * Omega(w) loses every digit) long before the run ends."""
 
 
-DEFAULT_REL_EPSILON = 1e-3
-
-
-STOPPING_RULE = ("Stopping: --epsilon alone stops on the absolute gap; --rel-epsilon alone (or neither: "
-                 f"{DEFAULT_REL_EPSILON:g}) on the gap relative to the best objective; both given: whichever "
-                 "is met first.")
-
-
-def stopping_tolerances(epsilon=None, rel_epsilon=None):
-    """Return ``(epsilon, rel_epsilon)`` as the solvers take them (0 disables a test).
-
-    `epsilon` alone stops on the absolute gap only; `rel_epsilon` alone, or
-    neither, on the relative gap (default :data:`DEFAULT_REL_EPSILON`); both
-    given: on whichever is met first. None means "not given".
-    """
-    if rel_epsilon is None:
-        rel_epsilon = 0.0 if epsilon is not None else DEFAULT_REL_EPSILON
-    return (0.0 if epsilon is None else epsilon), rel_epsilon
-
-
 def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, solver="bmrm", theta=None):
     """Raise UsageError for option values no run can use (`lam` as for :func:`fit`)."""
     lams = [lam.smallest] if isinstance(lam, LamPath) else np.ravel(lam).tolist()
@@ -90,15 +70,8 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
                              "weights, which grow like 1/lam, overflow float64)")
     if len(set(lams)) != len(lams):
         raise UsageError("--lam: the lambdas of a path must differ")
-    for name, value in (("--epsilon", epsilon), ("--rel-epsilon", rel_epsilon)):
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise UsageError(f"{name} must be >= 0, got {value:g}")
-    if max_iter < 1:
-        raise UsageError(f"--max-iter must be >= 1, got {max_iter}")
-    if idle_age < 0:
-        raise UsageError(f"--idle-age must be >= 0 (0 keeps every plane), got {idle_age}")
-    if bundle_size < 0 or bundle_size == 1:
-        raise UsageError(f"--bundle-size must be 0 (no limit) or >= 2, got {bundle_size}")
+    Stopping(epsilon, rel_epsilon, max_iter)
+    BundleOptions(idle_age, bundle_size)
     if theta is not None:
         if solver != "lsbmrm":
             raise UsageError(f"--theta is an option of --solver lsbmrm, not of {solver!r}")
@@ -106,10 +79,9 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
 
 
 def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
-        reg_params=None, epsilon=None, rel_epsilon=None, max_iter=10000, idle_age=10, bundle_size=0,
-        bundle_memory=0, theta=None, solver_params=None, callback=None, comm=None, checkpoint=None,
-        checkpoint_every=0, resume=None, stop=None, party=None, positive=None, label_column=0, report=None,
-        warm=None):
+        reg_params=None, stopping=None, bundle=None, checkpointing=None, theta=None, solver_params=None,
+        callback=None, comm=None, stop=None, party=None, positive=None, label_column=0, report=None,
+        warm=None, **fields):
     """Train a linear model with a bundle method on this process's share of the data.
 
     Call it on every rank with the same arguments.
@@ -147,23 +119,28 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         object (then `reg_params` is ignored).
     reg_params : dict, optional
         The regularizer's parameters (``--reg-param NAME=VALUE``).
-    epsilon, rel_epsilon : float or None
-        Stop when the gap is at most `epsilon`, or at most `rel_epsilon` times
-        the best objective: `epsilon` alone stops on the absolute gap only,
-        `rel_epsilon` alone or neither on the relative one (default 1e-3), both
-        on whichever is met first (see :func:`stopping_tolerances`). Ignored under differential
-        privacy, where the gap is noisy: the run takes `max_iter` iterations.
-    max_iter : int
-    idle_age : int
-        Drop planes idle this many iterations (0: never).
-    bundle_size : int
-        Keep at most this many planes, aggregating the oldest (0: no limit;
-        solvers with a bundle only).
-    bundle_memory : int or str
-        A budget in bytes for the bundle's planes, e.g. ``"2GB"`` (see
-        :func:`memory_bytes`): the bundle size is then the number of planes
-        of the model's dimension that fit in it (at least 2; at most
-        `bundle_size` if that is given too). 0: no budget.
+    stopping : prbmrm.options.Stopping, optional
+        The stopping rule: ``epsilon``, ``rel_epsilon`` (stop when the gap
+        is at most `epsilon`, or at most `rel_epsilon` times the best
+        objective: `epsilon` alone stops on the absolute gap only,
+        `rel_epsilon` alone or neither on the relative one, default 1e-3,
+        both on whichever is met first) and ``max_iter``. Under
+        differential privacy, where the gap is noisy, the run takes
+        `max_iter` iterations.
+    bundle : prbmrm.options.BundleOptions, optional
+        ``idle_age`` (drop planes idle this many iterations; 0: never),
+        ``bundle_size`` (keep at most this many planes, aggregating the
+        oldest; 0: no limit) and ``bundle_memory`` (a budget in bytes for the
+        planes, e.g. ``"2GB"``: the bundle size is then the number of planes
+        of the model's dimension that fit, at least 2; 0: none).
+    checkpointing : prbmrm.options.Checkpointing, optional
+        ``checkpoint`` (rank 0 writes the solver's state to this file every
+        ``checkpoint_every`` iterations, at `max_iter` and on `stop`; see
+        :mod:`prbmrm.checkpoint`) and ``resume`` (continue from this
+        checkpoint; UsageError on every rank if its options or data differ).
+    **fields
+        Fields of those three by name (``epsilon=1e-4``, ``max_iter=50``,
+        ``checkpoint="ck.h5"``, ...), over the objects given or the defaults.
     theta : float, optional
         ``lsbmrm`` only: where the next plane is taken between the line
         search's point and the model's minimizer (None: the solver's 0.9).
@@ -174,13 +151,6 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         Called on rank 0 with a :class:`prbmrm.solvers.Progress` per iteration.
     comm : prbmrm.comm.SerialComm or MPIComm, optional
         Defaults to :func:`prbmrm.comm.get_comm`.
-    checkpoint : str, optional
-        Rank 0 writes the solver's state to this file every `checkpoint_every`
-        iterations, at `max_iter` and on `stop` (see :mod:`prbmrm.checkpoint`).
-    checkpoint_every : int
-    resume : str, optional
-        Continue from this checkpoint; UsageError on every rank if its options
-        or data differ.
     stop : callable, optional
         ``stop() -> bool``, checked on rank 0 between iterations: True ends the
         run (status 5 with a final checkpoint; status 3 for a solver without
@@ -218,27 +188,85 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     from .comm import get_comm
 
     comm = get_comm() if comm is None else comm
-    check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size, solver, theta)
-    epsilon, rel_epsilon = stopping_tolerances(epsilon, rel_epsilon)
-    if isinstance(bundle_memory, str):
-        try:
-            bundle_memory = memory_bytes(bundle_memory)
-        except argparse.ArgumentTypeError as error:
-            raise UsageError(f"--bundle-memory: {error}") from None
+    stopping, bundle, checkpointing = option_groups(stopping, bundle, checkpointing, fields)
+    check_options(lam, stopping.epsilon, stopping.rel_epsilon, stopping.max_iter, bundle.idle_age,
+                  bundle.bundle_size, solver, theta)
+    epsilon, rel_epsilon = stopping.tolerances
     if party is not None:
-        if not isinstance(lam, numbers.Real) or checkpoint or resume:
+        if not isinstance(lam, numbers.Real) or checkpointing.checkpoint or checkpointing.resume:
             raise UsageError("party mode trains one lambda and takes no --checkpoint or --resume")
-        comm = party.start(comm, solver=solver, max_iter=max_iter)
+        comm = party.start(comm, solver=solver, max_iter=stopping.max_iter)
         if party.private:
             # A noisy gap certifies nothing (it even goes negative): use the whole budget.
             epsilon = rel_epsilon = -math.inf
     loss_object = get_loss(loss, **(loss_params or {})) if isinstance(loss, str) else loss
     # A bundle size is a parameter of the solvers that keep a bundle; others refuse it.
-    limited = bundle_size or (2 if bundle_memory else 0)  # the size a budget gives is known with the data
+    bundle_size = bundle.bundle_size
+    limited = bundle_size or (2 if bundle.bundle_memory else 0)  # the size a budget gives is known with the data
     own = dict(solver_params or {}, **({"bundle_size": limited} if limited else {}),
                **({} if theta is None else {"theta": theta}))
     options = solver_options(solver, own)
     regularizer = get_regularizer(reg, **(reg_params or {})) if isinstance(reg, str) else reg
+    local = _load(data, comm, party, bias, positive, label_column, report)
+    _check_task(loss_object, local, data, bias, comm)
+    loss_object.prepare(local.classes, local.label_kind)
+    evaluated = loss_object if party is None else party.check_loss(loss_object)
+    oracle = DistributedRisk(evaluated, local.X, local.y, local.n_examples_total, comm, local.blocks,
+                             local.qid)
+    regularizer.prepare(oracle.dim, loss_object.risk_floor)
+    w0 = regularizer.initial_point(oracle.dim)
+    if bundle.bundle_memory:
+        planes = planes_within(bundle.bundle_memory, oracle.dim)
+        bundle_size = options["bundle_size"] = min(bundle_size, planes) if bundle_size else planes
+    path = not isinstance(lam, numbers.Real)
+    if path and (checkpointing.checkpoint or checkpointing.resume):
+        raise UsageError("--checkpoint and --resume do not apply to a lambda path")
+    callback, options = _checkpoint_options(comm, local, callback, options, checkpointing.checkpoint,
+                                            checkpointing.checkpoint_every, checkpointing.resume, stop,
+                                            loss_object, regularizer, lam=lam, solver=solver, bias=bias,
+                                            idle_age=bundle.idle_age, bundle_size=bundle_size,
+                                            max_iter=stopping.max_iter)
+    if warm is not None:
+        if path:
+            raise UsageError("a warm start applies to one lambda, not to a path")
+        w0 = warm.w
+        if warm.bundle is not None and "bundle" in inspect.signature(get_solver(solver)).parameters:
+            options = dict(options, bundle=warm.bundle, alpha=warm.alpha)
+
+    def solve(risk):
+        if "state" in options:  # a resumed run: check the checkpoint's claims before trusting them
+            verify_state(options["state"], risk, lam, regularizer, checkpointing.resume)
+        return (minimize_path if path else minimize)(
+            risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
+            max_iter=stopping.max_iter, idle_age=bundle.idle_age, callback=callback, **options)
+
+    if party is None:
+        return run_distributed(oracle, solve), local, loss_object
+    party.attach(oracle, local, lam, regularizer, loss_object)
+    return party.run(oracle, solve), local, loss_object
+
+
+def option_groups(stopping, bundle, checkpointing, fields):
+    """The three option objects of :func:`fit`: those given (or the defaults) with `fields` over them.
+
+    Raises
+    ------
+    TypeError
+        For a keyword that is no field of theirs.
+    UsageError
+        For a value the groups refuse (each validates itself when built).
+    """
+    grouped, unknown = split_keywords(fields)
+    if unknown:
+        raise TypeError(f"fit() got an unexpected keyword argument {next(iter(unknown))!r}")
+    given = {Stopping: stopping, BundleOptions: bundle, Checkpointing: checkpointing}
+    return tuple(dataclasses.replace(given[group] or group(), **grouped[group]) if grouped[group]
+                 else given[group] or group() for group in (Stopping, BundleOptions, Checkpointing))
+
+
+def _load(data, comm, party, bias, positive, label_column, report):
+    """This rank's :class:`prbmrm.io.LocalData` of `data` as :func:`fit` takes it (collective);
+    rank 0 reports what describes the input."""
     notes = []
     if data is None:
         X, y = load_demo()
@@ -256,6 +284,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     if report is not None and comm.is_root:
         for line in notes + [describe_mapping(local)] * (local.positive is not None):
             report(line)
+    return local
+
+
+def _check_task(loss_object, local, data, bias, comm):
+    """Raise UsageError (InputError for structured examples, collectively) unless the loss suits the data."""
     where = data if isinstance(data, str) else DEMO_NAME if data is None else "data"
     structured = loss_object.structured
     if bias and structured:
@@ -277,40 +310,6 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     if structured:
         problem = loss_object.check_examples(local.X, local.row_offset)
         comm.check(None if problem is None else InputError(f"{where}: {problem}"))
-    loss_object.prepare(local.classes, local.label_kind)
-    evaluated = loss_object if party is None else party.check_loss(loss_object)
-    oracle = DistributedRisk(evaluated, local.X, local.y, local.n_examples_total, comm, local.blocks,
-                             local.qid)
-    regularizer.prepare(oracle.dim, loss_object.risk_floor)
-    w0 = regularizer.initial_point(oracle.dim)
-    if bundle_memory:
-        planes = planes_within(bundle_memory, oracle.dim)
-        bundle_size = options["bundle_size"] = min(bundle_size, planes) if bundle_size else planes
-    path = not isinstance(lam, numbers.Real)
-    if path and (checkpoint or resume):
-        raise UsageError("--checkpoint and --resume do not apply to a lambda path")
-    callback, options = _checkpoint_options(comm, local, callback, options, checkpoint, checkpoint_every, resume,
-                                            stop, loss_object, regularizer, lam=lam, solver=solver, bias=bias,
-                                            idle_age=idle_age, bundle_size=bundle_size, max_iter=max_iter)
-
-    if warm is not None:
-        if path:
-            raise UsageError("a warm start applies to one lambda, not to a path")
-        w0 = warm.w
-        if warm.bundle is not None and "bundle" in inspect.signature(get_solver(solver)).parameters:
-            options = dict(options, bundle=warm.bundle, alpha=warm.alpha)
-
-    def solve(risk):
-        if "state" in options:  # a resumed run: check the checkpoint's claims before trusting them
-            verify_state(options["state"], risk, lam, regularizer, resume)
-        return (minimize_path if path else minimize)(
-            risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
-            max_iter=max_iter, idle_age=idle_age, callback=callback, **options)
-
-    if party is None:
-        return run_distributed(oracle, solve), local, loss_object
-    party.attach(oracle, local, lam, regularizer, loss_object)
-    return party.run(oracle, solve), local, loss_object
 
 
 def _checkpoint_options(comm, local, callback, options, path, every, resume, stop, loss, regularizer, **run):
@@ -348,26 +347,6 @@ def _stopping_callback(callback, stop):
         if stop():
             raise StopIteration
     return stopping
-
-
-_MEMORY_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-                 "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
-
-
-def memory_bytes(text):
-    """Type of ``--bundle-memory``: bytes, e.g. ``2000000``, ``2GB``, ``1.5G``, ``512MiB``.
-
-    K, M, G, T are powers of 1000, Ki, Mi, Gi, Ti powers of 1024; a final B is optional.
-
-    Raises
-    ------
-    argparse.ArgumentTypeError
-        If `text` is not a size >= 0.
-    """
-    match = re.fullmatch(r"\s*(\d+\.?\d*(?:e[+-]?\d+)?)\s*([kmgt]i?)?b?\s*", str(text), re.IGNORECASE)
-    if match is None:
-        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 2GB or 512MiB, got {text!r}")
-    return int(float(match[1]) * _MEMORY_UNITS[(match[2] or "").upper()])
 
 
 def split_weights(w, loss, has_bias):

@@ -142,7 +142,7 @@ def worker(args):
     from prbmrm.risk import DistributedRisk, run_distributed
     from prbmrm.solvers import minimize
     from prbmrm.solvers._base import planes_within
-    from prbmrm.training import memory_bytes
+    from prbmrm.options import memory_bytes
 
     comm = get_comm()
     started, cpu = time.perf_counter(), time.process_time()

@@ -17,7 +17,8 @@ from prbmrm.losses import get_loss
 from prbmrm.risk import DistributedRisk, run_distributed
 from prbmrm.solvers import minimize
 from prbmrm.solvers._base import Bundle, planes_within
-from prbmrm.training import fit, memory_bytes
+from prbmrm.options import memory_bytes
+from prbmrm.training import fit
 
 
 def text_like(rows=3000, d=2**16, per_row=20, seed=0):

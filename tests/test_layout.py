@@ -105,6 +105,7 @@ def test_the_core_never_imports_the_layers_above_it():
             assert not wrong, f"{name} imports {wrong}"
 
 
+@pytest.mark.slow  # one interpreter per module: about 3 minutes on a loaded 2-core machine
 def test_every_module_imports_alone_in_a_fresh_interpreter():
     names = sorted(name for name in modules() if not name.endswith("__main__"))
     failed = {}

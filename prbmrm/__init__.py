@@ -10,6 +10,9 @@ From Python: :func:`fit` trains and returns a :class:`prbmrm.model.Model`
 a model file, and the scikit-learn estimators (:class:`BMRMClassifier`, ...)
 are importable from here. They are imported on first use, so ``import
 prbmrm`` stays light (no h5py, scikit-learn or MPI).
+
+Imports: of prbmrm: :mod:`prbmrm._version`, :mod:`prbmrm.comm`, :mod:`prbmrm.model`,
+:mod:`prbmrm.training`.
 """
 
 from ._version import __version__

@@ -7,6 +7,8 @@ unexpected exception on one rank aborts the whole job (MPI_Abort) instead of
 leaving the others blocked in a collective call. Before anything else, the
 ranks check that the launcher started as many of them as MPI connected
 (:func:`prbmrm.comm.check_launch`).
+
+Imports: threadpoolctl; of prbmrm: :mod:`prbmrm.comm`, :mod:`prbmrm.errors`, :mod:`prbmrm.messages`.
 """
 
 import argparse

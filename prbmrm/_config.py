@@ -12,6 +12,8 @@ given on the command line override them.
 
 Rank 0 reads the file and broadcasts its text; every rank then checks it the
 same way, so a bad file stops every rank with the same message.
+
+Imports: tomli_w; of prbmrm: :mod:`prbmrm.errors`.
 """
 
 import argparse

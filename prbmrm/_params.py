@@ -2,6 +2,8 @@
 
 Both kinds of objects declare their parameters with defaults in a ``params``
 dict and validate them the same way, so their messages read alike.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`.
 """
 
 import numpy as np

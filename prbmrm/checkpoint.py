@@ -16,6 +16,9 @@ Files are written as model files are (:func:`prbmrm.files.write_hdf5`): built
 in memory, written to ``.NAME.tmp-PID`` in the same directory, fsync'ed and
 renamed over NAME, so a crash while writing leaves the previous checkpoint
 intact, and a full disk or quota is one clear error that removes the temporary.
+
+Imports: h5py, numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.files`,
+:mod:`prbmrm.model`, :mod:`prbmrm.solvers._base`.
 """
 
 import hashlib

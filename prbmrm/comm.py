@@ -11,6 +11,9 @@ gather/scatter of per-example scalars) uses mpi4py's upper-case, buffer-based
 calls on contiguous float64 arrays: no pickling. The rare control
 messages (an error text, a configuration) travel as typed, size-limited
 UTF-8 JSON (:mod:`prbmrm.messages`): no rank ever unpickles another's bytes.
+
+Imports: mpi4py, numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.messages`,
+:mod:`prbmrm.watch`.
 """
 
 import os

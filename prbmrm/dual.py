@@ -33,6 +33,8 @@ over the examples of every rank.
 Every method here is collective: all ranks call it in the same order, with the same scalar
 arguments. :mod:`prbmrm.solvers.pragam` runs them as a service of the risk oracle
 (:meth:`prbmrm.risk.DistributedRisk.attach`).
+
+Imports: numpy, scipy; of prbmrm: nothing of prbmrm.
 """
 
 import time

@@ -2,6 +2,8 @@
 
 Every message names the thing that is wrong (a file, an option, a label set)
 and the problem, in one line.
+
+Imports: the standard library only.
 """
 
 

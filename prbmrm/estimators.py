@@ -16,6 +16,10 @@ StandardScaler) when that matters.
 
 Checks of :func:`sklearn.utils.estimator_checks.check_estimator` that do not
 apply are listed per class in :data:`EXPECTED_FAILED_CHECKS`, with reasons.
+
+Imports: numpy, scipy, sklearn, threadpoolctl; of prbmrm: :mod:`prbmrm._cli`, :mod:`prbmrm.comm`,
+:mod:`prbmrm.errors`, :mod:`prbmrm.losses`, :mod:`prbmrm.losses.multivariate`,
+:mod:`prbmrm.losses.vector`, :mod:`prbmrm.options`, :mod:`prbmrm.training`.
 """
 
 import hashlib

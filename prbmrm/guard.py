@@ -26,6 +26,8 @@ evaluation on (a party reporting a scaled or shifted copy of its own risk
 within the bounds) cannot be told from honest data without zero-knowledge
 proofs of each party's computation, and secure aggregation hides which
 party lied: the message names the check, not the party.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`.
 """
 
 import math

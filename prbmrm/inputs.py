@@ -6,6 +6,8 @@ rank, which keeps its own block of rows (:func:`prbmrm.io.split_local`).
 The label mapping of ``shard --positive`` is applied the same way to both, and
 :func:`check_for_model` compares data with the mapping and width a model was
 trained with.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.io`.
 """
 
 import glob

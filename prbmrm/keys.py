@@ -11,6 +11,8 @@ agreement against, so a substituted key stops the run naming the party::
 A key file holds the 32-byte private key in hex; a ``.pub`` file and the
 roster hold public keys in hex, the roster as ``{"parties": [{"party": r,
 "public_key": hex, "fingerprint": hex}, ...]}`` in rank order.
+
+Imports: cryptography; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.secure`.
 """
 
 import argparse

@@ -10,6 +10,8 @@ str, list and dict with str keys, and two tagged types: bytes
 (``{"__array__": [dtype, shape, base64 bytes]}``) whose byte count must
 match its shape. Nothing in a message names code to
 run: a crafted pickle is just bytes that do not parse.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`.
 """
 
 import base64

@@ -4,6 +4,8 @@ Written atomically (:func:`prbmrm.files.write_hdf5`: built in memory, written
 to a temporary file in the same directory, fsync, rename), so a failed or
 interrupted run never leaves a partial model behind, and a full disk is one
 clear error.
+
+Imports: h5py, numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.files`, :mod:`prbmrm.losses`.
 """
 
 import contextlib

@@ -25,6 +25,11 @@ Against hostile parties: every message is typed (:mod:`prbmrm.messages`),
 keys are signed and checked against a roster (:mod:`prbmrm.keys`), every
 party checks each aggregated plane (:mod:`prbmrm.guard`), and only masked
 sums carry data (:data:`PARTY_SOLVERS`).
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.guard`, :mod:`prbmrm.io`,
+:mod:`prbmrm.io.loader`, :mod:`prbmrm.io.shards`, :mod:`prbmrm.keys`, :mod:`prbmrm.losses`,
+:mod:`prbmrm.losses.vector`, :mod:`prbmrm.messages`, :mod:`prbmrm.options`, :mod:`prbmrm.privacy`,
+:mod:`prbmrm.risk`, :mod:`prbmrm.secure`, :mod:`prbmrm.solvers`.
 """
 
 import dataclasses

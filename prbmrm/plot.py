@@ -6,6 +6,9 @@ the iteration on a log scale, and ``PREFIX-objective.png``, the best
 objective against the elapsed seconds. Each run is labelled by its solver,
 loss and lam. Needs matplotlib (``pip install 'prbmrm[plot]'``); it is
 imported only here, with the Agg backend, so no display is needed.
+
+Imports: matplotlib, numpy; of prbmrm: :mod:`prbmrm._cli`, :mod:`prbmrm.errors`,
+:mod:`prbmrm.model`.
 """
 
 import os

@@ -14,6 +14,8 @@ form=margin|slack|logistic``), ``prbmrm.regularizers`` (a
 A name is looked up in the built-in registry first; only a name that is not
 there loads the entry point of that name (importing its module), so a
 broken plug-in affects only runs that ask for it.
+
+Imports: of prbmrm: :mod:`prbmrm.errors`.
 """
 
 from importlib import import_module, metadata

@@ -4,6 +4,9 @@ Writes one decision value per example (in data order) and prints the loss's
 natural measures (accuracy and error rate for classification, RMSE and MAE for
 regression). Under ``mpiexec`` each rank scores its own shards and rank 0
 gathers the scores: only scalars cross rank boundaries.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm._cli`, :mod:`prbmrm.errors`, :mod:`prbmrm.inputs`,
+:mod:`prbmrm.io`, :mod:`prbmrm.losses`, :mod:`prbmrm.model`, :mod:`prbmrm.shard`.
 """
 
 import json

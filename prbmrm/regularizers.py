@@ -13,6 +13,9 @@ Three inner solvers cover the regularizers: the simplex QP of
 program of paper 000's App. C for ``l1`` (HiGHS, warm-started), and an
 accelerated projected gradient method on the smooth dual for the others.
 Found by name in :data:`REGULARIZERS`.
+
+Imports: highspy, numpy, scipy; of prbmrm: :mod:`prbmrm._params`, :mod:`prbmrm.errors`,
+:mod:`prbmrm.plugins`, :mod:`prbmrm.qp`.
 """
 
 import math

@@ -46,6 +46,8 @@ flag must be one of the closed table of kinds above; a service is named by
 its entry in :data:`SERVICES` and built with JSON arguments. An unknown kind
 or service stops every serving rank with a
 :class:`~prbmrm.messages.ProtocolError` naming rank 0.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.kernels`, :mod:`prbmrm.messages`.
 """
 
 import time

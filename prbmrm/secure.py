@@ -54,6 +54,8 @@ seen so far, so the decoded sum is the exact sum rounded to float64 (within
 about one unit in the last place): more accurate than the per-component
 fixed point of the plain :meth:`prbmrm.comm.SerialComm.reproducible_sum`,
 from which it differs only by that method's own rounding.
+
+Imports: cryptography, numpy; of prbmrm: :mod:`prbmrm.errors`.
 """
 
 import hashlib

@@ -16,6 +16,9 @@ P contiguous blocks balanced by nonzeros, never inside a query, and written
 as ``DIR/part-00000.h5`` ... (see :mod:`prbmrm.io.shards` for the format). On any
 error it prints one line ``prbmrm.shard: error: ...`` to stderr, leaves no
 partial output and exits with status 2.
+
+Imports: of prbmrm: :mod:`prbmrm._cli`, :mod:`prbmrm.comm`, :mod:`prbmrm.errors`, :mod:`prbmrm.io`,
+:mod:`prbmrm.io.shards`, :mod:`prbmrm.structured`, :mod:`prbmrm.structured.data`.
 """
 
 import os

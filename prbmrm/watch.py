@@ -21,6 +21,8 @@ so a signal during a stall ends the job within seconds.
 
 This module receives the ``mpi4py.MPI`` module from :mod:`prbmrm.comm`,
 which alone imports mpi4py.
+
+Imports: numpy; of prbmrm: nothing of prbmrm.
 """
 
 import atexit

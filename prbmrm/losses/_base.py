@@ -1,4 +1,7 @@
-"""Base classes of the losses and the shared skeleton of scalar losses."""
+"""Base classes of the losses and the shared skeleton of scalar losses.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm._params`, :mod:`prbmrm.losses._line`.
+"""
 
 import numpy as np
 

@@ -19,6 +19,8 @@ piece by comparing eta with the same stored breakpoints. A trial placed
 exactly on a breakpoint therefore sees the slopes of both neighbouring pieces,
 and the search can stop where ``0 in [phi'_-(eta), phi'_+(eta)]`` holds
 exactly.
+
+Imports: numpy; of prbmrm: nothing of prbmrm.
 """
 
 import numpy as np

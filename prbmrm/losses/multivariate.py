@@ -30,6 +30,8 @@ ROC area and ordinal regression run in O(m log m) with NumPy sorts and
 prefix sums, with no Python loop over examples; F-beta and PRBEP in
 O(m log m) (better than the O(m^2) of Alg. 11: the inner maximization over
 tables is concave in the number of false positives and found by bisection).
+
+Imports: numpy, scipy, sklearn; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses._base`.
 """
 
 import math

@@ -10,6 +10,8 @@ rather than ``np.where`` (two to three times faster on large arrays).
 Losses with an exponential (``exponential``, ``poisson``) overflow to +inf
 for scores beyond about 709 (float64); the risk then is not finite and the
 solver stops with its "not finite" error instead of carrying on with NaN.
+
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.losses._base`.
 """
 
 import numpy as np

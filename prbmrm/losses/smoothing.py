@@ -47,6 +47,8 @@ Both return ``m R_mu`` and ``m dR_mu/df`` like every
 :class:`~prbmrm.losses.MultivariateLoss`, and also record the nonsmooth risk
 of the same scores (:attr:`SmoothedLoss.exact_risk`) at no extra
 communication: ``smooth_lbfgs`` steps on ``R_mu`` and reports the true J.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.losses._base`, :mod:`prbmrm.losses.multivariate`.
 """
 
 import math

@@ -15,6 +15,9 @@ single-label data (values in ``classes``), ``multilabel_hinge`` the (n, k)
 Parameters given as files (``--loss-param cost=FILE`` and so on) are read
 when the loss is made, so a bad file fails before any data is loaded; their
 shape is checked against the classes in :meth:`prepare`.
+
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses._base`,
+:mod:`prbmrm.losses._line`.
 """
 
 import math

@@ -7,6 +7,11 @@ Dispatch by name, as scipy.optimize.minimize does::
 Solvers that work in the dual (``pragam``, ``pragam_b``) need the examples, not only
 ``risk(w)``: they take the :class:`prbmrm.risk.DistributedRisk` itself as `risk` and run
 their per-rank steps through its :meth:`~prbmrm.risk.DistributedRisk.attach` service.
+
+Imports: of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.plugins`, :mod:`prbmrm.regularizers`,
+:mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.bmrm`, :mod:`prbmrm.solvers.lbfgs`,
+:mod:`prbmrm.solvers.lsbmrm`, :mod:`prbmrm.solvers.pragam`, :mod:`prbmrm.solvers.proximal`,
+:mod:`prbmrm.solvers.smooth_lbfgs`, :mod:`prbmrm.solvers.sublbfgs`.
 """
 
 import inspect

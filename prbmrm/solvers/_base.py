@@ -1,4 +1,7 @@
-"""What every solver shares: the bundle of cutting planes and the result type."""
+"""What every solver shares: the bundle of cutting planes and the result type.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`.
+"""
 
 import time
 from dataclasses import dataclass, field

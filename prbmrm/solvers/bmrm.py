@@ -1,4 +1,7 @@
-"""BMRM, the bundle method for regularized risk minimization (paper 000, Alg. 2 and 5)."""
+"""BMRM, the bundle method for regularized risk minimization (paper 000, Alg. 2 and 5).
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.solvers._base`.
+"""
 
 import functools
 import time

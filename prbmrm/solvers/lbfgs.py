@@ -8,6 +8,8 @@ best J give the same certified gap as BMRM's, and the run stops on it
 (``epsilon`` / ``rel_epsilon``) through scipy's callback. On a nonsmooth loss
 L-BFGS is a heuristic (it usually stops when its line search fails, status 4);
 the gap then still says how far it got.
+
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.solvers._base`.
 """
 
 import hashlib

@@ -24,6 +24,8 @@ other losses) the same bracketing is a safeguarded secant search that stops
 when the best value found is within ``ftol`` (relative) of the lower bound of
 min phi given by the tangents at the bracket's ends, or the bracket is
 shorter than ``xtol`` relative.
+
+Imports: numpy; of prbmrm: nothing of prbmrm.
 """
 
 import math

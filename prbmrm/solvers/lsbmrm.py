@@ -1,4 +1,8 @@
-"""BMRM with line search (paper 000, Alg. 3), the generalization of OCAS (Franc and Sonnenburg, 2008)."""
+"""BMRM with line search (paper 000, Alg. 3), the generalization of OCAS (Franc and Sonnenburg, 2008).
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.solvers._base`,
+:mod:`prbmrm.solvers.linesearch`.
+"""
 
 import functools
 import math

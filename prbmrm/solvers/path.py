@@ -6,6 +6,9 @@ empirical risk, whatever lambda, so they stay valid lower models of every
 ``J = lam * Omega + R_emp`` and the next run's first lower bound is already
 informed by all earlier evaluations. Solvers whose function takes no
 ``bundle`` argument only warm-start.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.regularizers`, :mod:`prbmrm.solvers`,
+:mod:`prbmrm.solvers._base`.
 """
 
 import inspect

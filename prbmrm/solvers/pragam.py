@@ -19,6 +19,9 @@ of its own examples. The solver therefore takes the :class:`prbmrm.risk.Distribu
 iteration is one request that every rank runs: two passes over the local data (``X^T`` of two
 vectors, X times two vectors), one reproducible Allreduce of 2 d + 2 values and two
 projections.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.dual`, :mod:`prbmrm.errors`, :mod:`prbmrm.risk`,
+:mod:`prbmrm.solvers._base`.
 """
 
 import time

@@ -1,4 +1,7 @@
-"""The proximal bundle method (paper 000, Alg. 1) with Kiwiel's (1990) proximity control."""
+"""The proximal bundle method (paper 000, Alg. 1) with Kiwiel's (1990) proximity control.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.qp`, :mod:`prbmrm.solvers._base`.
+"""
 
 import math
 import time

@@ -23,6 +23,9 @@ which over-estimates min J: when L-BFGS has converged on J_mu without
 certifying the gap, mu is lowered to match the best J found and L-BFGS
 restarts from its last iterate (all planes are kept), until eps / 2 no
 longer halves the deviation (status 4). A given ``mu`` is used as is.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses.smoothing`,
+:mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.lbfgs`.
 """
 
 import math

@@ -31,6 +31,9 @@ None of these methods has a lower bound of its own: every risk evaluation
 (iterates, argsup calls, trial steps of the backtracking) is a plane of
 R_emp and feeds a :class:`~prbmrm.solvers._base.CuttingPlaneBound`, whose
 bound gives the certified gap the run stops on.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.risk`, :mod:`prbmrm.solvers._base`,
+:mod:`prbmrm.solvers.linesearch`.
 """
 
 import math

@@ -15,6 +15,9 @@ forms of the loss are
 Examples are variable-size (sequences, point sets): a block of them is a
 :class:`RaggedExamples`, the x and y of all its examples stacked along the
 first axis with offsets, which slices by example like the rows of a matrix.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm._params`, :mod:`prbmrm.errors`, :mod:`prbmrm.io.arrays`,
+:mod:`prbmrm.losses._base`.
 """
 
 import numpy as np

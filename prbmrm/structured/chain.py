@@ -11,6 +11,8 @@ so <w, phi(x, y)> = sum_t U[t, y_t] + sum_{t>0} A[y_{t-1}, y_t] + s[y_0] with
 node scores U = x W^T, and Delta is the Hamming loss *not* normalized by T
 (the number of wrong positions), which adds to the node scores and keeps
 the loss-augmented argmax a Viterbi pass.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.structured._base`.
 """
 
 import numpy as np

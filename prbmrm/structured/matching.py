@@ -16,6 +16,8 @@ assignment problems on the n x n score matrix ``S[i, j] = <w, psi(x, i, j)>``
 :func:`scipy.optimize.linear_sum_assignment`. Only margin rescaling is
 offered: slack rescaling is no longer an assignment problem, and the
 logistic form needs the permanent of an n x n matrix (#P-hard).
+
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.structured._base`.
 """
 
 import math

@@ -1,4 +1,7 @@
-"""Seeded synthetic data for the built-in structured models: HMM sequences and point-set matchings."""
+"""Seeded synthetic data for the built-in structured models: HMM sequences and point-set matchings.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.structured._base`, :mod:`prbmrm.structured.matching`.
+"""
 
 import numpy as np
 

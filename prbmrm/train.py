@@ -394,7 +394,8 @@ def _main(argv, comm, held):
     with SignalFlag(comm) as interrupted:
         result, local, loss = fit(party_data(args), loss=args.loss, loss_params=loss_params,
                                   lam=lam, bias=args.bias, solver=args.solver, reg=regularizer,
-                                  stopping=from_namespace(Stopping, args), bundle=from_namespace(BundleOptions, args),
+                                  stopping=from_namespace(Stopping, args),
+                                  bundle=from_namespace(BundleOptions, args),
                                   checkpointing=checkpointing, theta=args.theta,
                                   solver_params=solver_params, callback=_callbacks(table, log, phases), comm=comm,
                                   stop=interrupted, party=party, positive=args.positive,

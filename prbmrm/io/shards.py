@@ -172,9 +172,7 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
     where = source or "input arrays"
     X = _as_matrix(X, where)
     n, d = X.shape
-    if n == 0:
-        raise InputError(f"{where}: no rows to write")
-    parts = parts_count(parts, where)
+    parts = parts_count(parts, where, n)
     Y, label_kind, classes = _prepare_labels(y, n, where, multilabel=multilabel,
                                              multioutput=multioutput, positive=positive)
     qid = _as_qid(qid, n, where)
@@ -205,8 +203,10 @@ def write_shards(X, y, out_dir, parts, *, qid=None, source="", dense=None,
     return write_all(out_dir, parts, write, overwrite)
 
 
-def parts_count(parts, where):
-    """`parts` as an int, or InputError if it is not an integer."""
+def parts_count(parts, where, n, unit="rows"):
+    """`parts` as an int, or InputError if it is not an integer or there are no `unit` (`n` = 0) to write."""
+    if n == 0:
+        raise InputError(f"{where}: no {unit} to write")
     if isinstance(parts, bool) or int(parts) != parts:
         raise InputError(f"{where}: the number of parts must be an integer, got {parts!r}")
     return int(parts)
@@ -256,8 +256,7 @@ def write_all(out_dir, parts, write, overwrite):
             with contextlib.suppress(OSError):
                 os.rmdir(out_dir)
         if isinstance(exc, OSError):
-            raise InputError(f"{out_dir}: cannot write shard files: {exc.strerror or exc} "
-                             "(nothing written)") from None
+            raise InputError(f"{out_dir}: cannot write shard files: {exc.strerror or exc} (nothing written)") from None
         raise
     for stale in set(existing) - set(finals):
         os.remove(stale)

@@ -109,9 +109,7 @@ def write_structured_shards(examples, out_dir, parts, *, source="", model=None, 
     where = source or "input examples"
     examples = check_examples(examples, where)
     n, d = examples.shape
-    if n == 0:
-        raise InputError(f"{where}: no examples to write")
-    parts = parts_count(parts, where)
+    parts = parts_count(parts, where, n, "examples")
     bounds = row_bounds(_costs(examples), None, parts, where, unit=_UNIT)
     attrs = dict(shard_attrs(n, d, parts, STRUCTURED, source), **({} if model is None else {"model": str(model)}))
 

@@ -3,8 +3,9 @@
 A plug-in of the core, like a third-party one: importing it registers its models as losses
 (:func:`prbmrm.losses.register_loss`) and its ragged shard layout (:func:`prbmrm.io.register_layout`);
 :func:`prbmrm.plugins.load_builtin_plugins` imports it the first time a registry misses a name.
-Imports: numpy, scipy, h5py, :mod:`prbmrm.losses`, :mod:`prbmrm.io` and :mod:`prbmrm._params`;
-no module outside this package imports it except the command-line tools and the estimators.
+Imports: numpy, scipy, :mod:`prbmrm.losses`, :mod:`prbmrm.io`, :mod:`prbmrm.files`,
+:mod:`prbmrm.errors` and :mod:`prbmrm._params`. Outside this package only the layers above the
+core import it: :mod:`prbmrm.training` (structured examples in memory) and :mod:`prbmrm.shard`.
 """
 
 from ._base import RaggedExamples, StructuredLoss, StructuredModel

@@ -31,7 +31,7 @@ class InexactSchedule:
             if self.eps < eps:
                 self.tau *= 0.2
             self.eps = eps
-            self.gap = min(float(__import__("os").environ.get("P8F", "0.5")) * self.tau, 0.5 * eps)
+            self.gap = min(0.5 * self.tau, 0.5 * eps)
         return self.gap
 
     def state(self):
@@ -98,7 +98,6 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         The lower bound stays certified: it is the dual value of the
         returned multipliers, which are feasible, and w their primal map.
         Applies to quadratic regularizers and an unlimited bundle.
-        0: the active-set QP solved to 1e-10 relative every iteration.
     callback : callable, optional
         Called with a :class:`Progress` after every iteration; raising
         StopIteration stops the solver.

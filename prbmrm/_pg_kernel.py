@@ -105,8 +105,8 @@ def kkt_holds(x, g, tol, ak, xx):
 
 
 @numba.njit(cache=True)
-def pg_steps(G, scale, b, x, tol, below, max_iter):
-    """Run the projected-gradient steps from the feasible `x` (updated in place); return (steps, converged).
+def pg_steps(G, scale, b, x0, x, tol, below, max_iter):
+    """Run the projected-gradient steps from `x0` projected into `x` (updated in place); return (steps, converged).
 
     Minimizes ``f(x) = 0.5 x^T Q x - b^T x`` with ``Q = scale * G`` over the
     simplex (`below`: ``sum(x) <= 1``), as :func:`prbmrm.qp.solve_simplex_pg`
@@ -122,6 +122,7 @@ def pg_steps(G, scale, b, x, tol, below, max_iter):
     Qd = np.empty(n)
     y = np.empty(n)
     v = np.empty(n)
+    project(x0, below, x)
     product(G, scale, x, t)
     for i in range(n):
         g[i] = t[i] - b[i]

@@ -458,14 +458,14 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000, scale=1.0):
     SimplexQPResult
         ``iterations`` counts the steps; ``converged`` is False if `max_iter` stopped them.
     """
-    from ._pg_kernel import pg_steps, project
+    from ._pg_kernel import pg_steps
 
     Q = np.ascontiguousarray(Q, dtype=np.float64)
     b = np.ascontiguousarray(b, dtype=np.float64) if floor is None else b - floor
     below = floor is not None
     x = np.empty(b.size)
-    project(np.ascontiguousarray(x0, dtype=np.float64), below, x)
-    steps, converged = pg_steps(Q, float(scale), b, x, float(tol), below, int(max_iter))
+    steps, converged = pg_steps(Q, float(scale), b, np.ascontiguousarray(x0, dtype=np.float64), x, float(tol), below,
+                                int(max_iter))
     qp = _result(Q, b, x, steps, converged, below=below, scale=scale)
     if below:
         qp.value += floor

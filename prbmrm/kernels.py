@@ -100,16 +100,33 @@ def _csr_scalar_partial(loss, chunks, w, partial):
     gradient[:] = 0.0
     risk = 0.0
     for X, y, _ in chunks:
-        f = X @ w
+        # scipy's kernels are called directly: through X @ w and X[rows] their
+        # checks cost more than the products on a9a-sized blocks.
+        f = np.zeros(X.shape[0])
+        _sparsetools.csr_matvec(X.shape[0], X.shape[1], X.indptr, X.indices, X.data, w, f)
         risk += float(np.sum(loss.value(f, y)))
         # An overflowed loss (inf in l') is reported by the solver's finiteness check, without a warning here.
         with np.errstate(invalid="ignore", over="ignore"):
             slopes = np.asarray(loss.derivative(f, y), dtype=np.float64)
         active = np.flatnonzero(slopes)
+        indptr, indices, data = X.indptr, X.indices, X.data
         if len(active) < _ACTIVE_FRACTION * len(slopes):
-            X, slopes = X[active], slopes[active]
-        _sparsetools.csc_matvec(X.shape[1], X.shape[0], X.indptr, X.indices, X.data, slopes, gradient)
+            indptr, indices, data = _csr_rows(X, active)
+            slopes = slopes[active]
+        _sparsetools.csc_matvec(X.shape[1], len(slopes), indptr, indices, data, slopes, gradient)
     partial[-1] = risk
+
+
+def _csr_rows(X, rows):
+    """``(indptr, indices, data)`` of the rows `rows` (increasing) of the CSR matrix X, by scipy's kernel."""
+    starts = X.indptr[rows]
+    indptr = np.zeros(len(rows) + 1, dtype=X.indptr.dtype)
+    np.cumsum(X.indptr[rows + 1] - starts, out=indptr[1:])
+    indices = np.empty(indptr[-1], dtype=X.indices.dtype)
+    data = np.empty(indptr[-1])
+    _sparsetools.csr_row_index(len(rows), rows.astype(X.indptr.dtype, copy=False), X.indptr, X.indices, X.data,
+                               indices, data)
+    return indptr, indices, data
 
 
 def _rows(a, start, stop):

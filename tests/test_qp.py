@@ -256,3 +256,87 @@ def test_projected_gradient_is_feasible_and_below_the_optimum(floor, tol):
         optimum = solve_simplex_qp(Qf, np.concatenate(([floor], b))).value
     assert qp.converged and qp.value <= optimum + 1e-12
     assert optimum - qp.value <= 2 * tol * 10 + 1e-9
+
+
+def _pg_cases():
+    """Small simplex QPs (G, b, x0, floor) of BMRM's shape: t planes of d features, t > d included."""
+    rng = np.random.default_rng(11)
+    cases = []
+    for t, d, floor in ((1, 3, None), (2, 4, 0.0), (7, 3, None), (12, 5, 0.2), (30, 12, None), (40, 8, 0.0)):
+        G = rng.normal(size=(t, d)) / np.sqrt(0.05)
+        b = rng.normal(size=t)
+        x0 = np.zeros(t)
+        x0[: max(1, t // 3)] = 1.0 / max(1, t // 3) * (0.5 if floor is not None else 1.0)
+        cases.append((G, b, x0, floor))
+    return cases
+
+
+PG_SCRIPT = """
+import pickle, sys
+import numpy as np
+from prbmrm.qp import solve_simplex_pg
+cases = pickle.loads(sys.stdin.buffer.read())
+out = []
+for G, b, x0, floor, tol in cases:
+    qp = solve_simplex_pg(G @ G.T, b, x0, tol, floor)
+    out.append((qp.x, qp.value, qp.iterations, qp.converged))
+sys.stdout.buffer.write(pickle.dumps(out))
+"""
+
+
+def test_projected_gradient_kernel_equals_its_plain_python_bitwise():
+    # prbmrm/_pg_kernel.py is written with explicit loops so that numba's
+    # compiled code and the same functions run by the interpreter
+    # (NUMBA_DISABLE_JIT=1) do the same operations in the same order: any
+    # difference in x, value or step count is a compilation error (fast-math,
+    # a vectorized reduction), not rounding.
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    cases = [(G, b, x0, floor, tol) for G, b, x0, floor in _pg_cases() for tol in (1e-1, 1e-4, 1e-9)]
+    results = []
+    for disable in ("0", "1"):
+        env = dict(os.environ, NUMBA_DISABLE_JIT=disable)
+        done = subprocess.run([sys.executable, "-c", PG_SCRIPT], input=pickle.dumps(cases), capture_output=True,
+                              env=env, timeout=600, check=True)
+        results.append(pickle.loads(done.stdout))
+    for (x, value, steps, converged), (x_ref, value_ref, steps_ref, converged_ref) in zip(*results):
+        assert np.array_equal(x, x_ref) and value == value_ref
+        assert (steps, converged) == (steps_ref, converged_ref)
+    assert any(steps > 10 for _, _, steps, _ in results[0])
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_projected_gradient_reaches_cvxpy_optimum(case):
+    # At a tight tolerance the projected gradient is an exact solver: its
+    # value is cvxpy's optimum (with a floor, that of the bundle with the
+    # plane (0, floor) added explicitly) to the tolerance's gap.
+    from prbmrm.qp import solve_simplex_pg
+
+    G, b, x0, floor = _pg_cases()[case]
+    qp = solve_simplex_pg(G @ G.T, b, x0, 1e-10, floor, max_iter=100000)
+    assert qp.converged
+    if floor is None:
+        reference = reference_value(G, b)
+    else:
+        reference = reference_value(np.vstack([np.zeros(G.shape[1]), G]), np.concatenate(([floor], b)))
+    assert abs(qp.value - reference) <= 1e-8 * (1.0 + abs(reference))
+
+
+def test_projected_gradient_reads_a_scaled_gram_buffer():
+    # BMRM hands the bundle's Gram storage as it is (larger than t x t, its
+    # leading block the matrix) with scale = 1 / lam: the same QP as the
+    # scaled copy, to rounding.
+    from prbmrm.qp import solve_simplex_pg
+
+    G, b, x0, floor = _pg_cases()[4]
+    t, lam = b.size, 0.05
+    buffer = np.full((t + 9, t + 9), np.nan)
+    buffer[:t, :t] = G @ G.T * lam
+    plain = solve_simplex_pg(G @ G.T, b, x0, 1e-6, floor)
+    scaled = solve_simplex_pg(buffer, b, x0, 1e-6, floor, scale=1.0 / lam)
+    assert scaled.converged and plain.converged
+    assert scaled.value == pytest.approx(plain.value, rel=1e-9)
+    assert np.allclose(scaled.x, plain.x, atol=1e-6)

@@ -65,6 +65,11 @@ class Bundle:
         """ndarray of shape (t, t): ``A @ A.T`` (``A M A^T`` with a metric)."""
         return self._gram[:self.size, :self.size]
 
+    @property
+    def gram_buffer(self):
+        """ndarray: the C-contiguous storage whose leading t x t block is :attr:`gram` (for compiled kernels)."""
+        return self._gram
+
     def add(self, a, b):
         """Append the plane (a, b)."""
         t = self.size

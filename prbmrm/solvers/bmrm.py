@@ -34,7 +34,7 @@ class InexactSchedule:
             if self.eps < eps:
                 self.tau *= 0.2
             self.eps = eps
-            self.gap = min(float(__import__("os").environ.get("P8F", "0.5")) * self.tau, 0.5 * eps)
+            self.gap = min(0.5 * self.tau, 0.5 * eps)
         return self.gap
 
     def state(self):
@@ -49,7 +49,7 @@ class InexactSchedule:
 
 
 def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                  idle_age=10, bundle_size=0, inexact=0, callback=None, state=None, checkpoint=None, bundle=None,
+                  idle_age=10, bundle_size=0, inexact=1, callback=None, state=None, checkpoint=None, bundle=None,
                   alpha=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with BMRM.
 
@@ -87,21 +87,18 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     bundle_size : int
         Keep at most this many planes (>= 2), aggregating the oldest; 0: no limit.
     inexact : int
-        1: BMRM 2.1's rule (opt-in, ``--solver-param inexact=1``: it needs
-        BMRM 2.1's iteration counts, but its projected gradient costs more per
-        iteration than the exact QP, which wins on wall time where the risk
-        is cheap, e.g. a9a; it also makes runs sensitive to rounding). 0
-        (default): the exact active-set QP. The subproblem is solved by projected
-        gradient (:func:`prbmrm.qp.solve_simplex_pg`) warm-started from the
-        previous multipliers, only to the tolerance of
+        1 (default): BMRM 2.1's rule. The subproblem is solved by projected
+        gradient (:func:`prbmrm.qp.solve_simplex_pg`, a compiled kernel)
+        warm-started from the previous multipliers, only to the tolerance of
         :class:`InexactSchedule` (loose while the gap is large), and a
         regularizer's ``risk_floor`` (set by ``prepare``, e.g. 0 for the
         hinge loss) is an implicit plane ``R_emp >= floor``. The early
-        iterates then move less, which on a9a cuts the iterations 2.5-4x.
-        The lower bound stays certified: it is the dual value of the
-        returned multipliers, which are feasible, and w their primal map.
-        Applies to quadratic regularizers and an unlimited bundle.
-        0: the active-set QP solved to 1e-10 relative every iteration.
+        iterates then move less, which on a9a cuts the iterations 2.5-4x
+        (BMRM 2.1's counts). The lower bound stays certified: it is the dual
+        value of the returned multipliers, which are feasible, and w their
+        primal map. Applies to quadratic regularizers and an unlimited
+        bundle. 0: the exact active-set QP every iteration (results then do
+        not depend on how loosely rounding lets a subproblem stop).
     callback : callable, optional
         Called with a :class:`Progress` after every iteration; raising
         StopIteration stops the solver.

@@ -46,11 +46,12 @@ DATA = os.path.join(REPO, "..", "shared", "data")
 FASHION = "/usr/share/datasets/fashion-mnist"
 
 
-def make_fashion(directory, parts=2, seed=0):
-    """Fashion-MNIST's training set as `parts` CSR shard files (synthetic of its shape if absent)."""
-    import gzip
+def load_fashion(seed=0):
+    """Fashion-MNIST's training set as (CSR X scaled to [0, 1], labels +1 for classes 0-4, -1 for 5-9).
 
-    from prbmrm.data import write_shards
+    A synthetic set of its shape and density if the Debian package dataset-fashion-mnist is absent.
+    """
+    import gzip
 
     images = os.path.join(FASHION, "train-images-idx3-ubyte.gz")
     if os.path.exists(images):
@@ -63,7 +64,14 @@ def make_fashion(directory, parts=2, seed=0):
         rng = np.random.default_rng(seed)
         X = np.where(rng.random((60_000, 784)) < 0.5, rng.random((60_000, 784)), 0.0)
         y = np.where(X @ rng.standard_normal(784) >= 0, 1.0, -1.0)
-    X = sp.csr_matrix(X)
+    return sp.csr_matrix(X), y
+
+
+def make_fashion(directory, parts=2, seed=0):
+    """Fashion-MNIST's training set (:func:`load_fashion`) as `parts` CSR shard files."""
+    from prbmrm.data import write_shards
+
+    X, y = load_fashion(seed)
     write_shards(X, y, directory, parts)
     return X.nnz, X.shape
 

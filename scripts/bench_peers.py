@@ -16,7 +16,7 @@ it rejects them) and prbmrm's shards are written to a temporary directory.
 
 Usage (from the repository root, prbmrm on PYTHONPATH)::
 
-    python scripts/bench_peers.py [--sets a9a w8a] [--lams 1e-4 1e-5 1e-6] [--ranks 1 2]
+    python scripts/bench_peers.py [--sets a9a w8a fashion] [--lams 1e-4 1e-5 1e-6] [--ranks 1 2]
         [--solvers bmrm default] [--gap 1e-4] [--repeat 1]
         [--peer-dir /work/peers/s/linear-bmrm] [--peer-mpi-dir /work/peers/m/linear-bmrm]
 """
@@ -59,15 +59,34 @@ def build_peer(work, mpi):
 
 
 def write_peer_data(source, out):
-    """Split the SVMlight file `source` into BMRM 2.1's feature and label files under `out`."""
+    """Split the SVMlight file `source` (xz or plain) into BMRM 2.1's feature and label files under `out`."""
     features, labels = out / "data.feat", out / "data.lab"
-    with lzma.open(source, "rt") as lines, open(features, "w") as f, open(labels, "w") as g:
+    opened = lzma.open(source, "rt") if source.suffix == ".xz" else open(source)
+    with opened as lines, open(features, "w") as f, open(labels, "w") as g:
         for line in lines:
             parts = line.split(None, 1)
             if len(parts) == 2 and parts[1].strip():
                 g.write(parts[0] + "\n")
                 f.write(parts[1].rstrip("\n") + "\n")
     return features, labels
+
+
+def write_fashion(out, parts):
+    """Fashion-MNIST (``bench_core.load_fashion``) as an SVMlight file and prbmrm's shards under `out`."""
+    from sklearn.datasets import dump_svmlight_file
+
+    from prbmrm.data import write_shards
+
+    sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+    from bench_core import load_fashion
+
+    X, y = load_fashion()
+    if (X.getnnz(axis=1) == 0).any():  # BMRM 2.1 drops them: both must train on the same rows
+        X, y = X[X.getnnz(axis=1) > 0], y[X.getnnz(axis=1) > 0]
+    source = out / "fashion.svm"
+    dump_svmlight_file(X, y, source, zero_based=False)
+    write_shards(X, y, out / "shards", parts)
+    return source
 
 
 def peer_config(path, features, labels, lam, gap, max_iter):
@@ -153,7 +172,9 @@ HEADER = ("| set | lam | ranks | run | iterations | wall s | CPU s | peak RSS MB
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", nargs="+", default=["a9a", "w8a"], help="data sets of ../shared/data (name.xz)")
+    parser.add_argument("--sets", nargs="+", default=["a9a", "w8a"],
+                        help="data sets of ../shared/data (name.xz), or fashion: Fashion-MNIST, classes 0-4 "
+                             "against 5-9, from the Debian package dataset-fashion-mnist")
     parser.add_argument("--lams", nargs="+", type=float, default=[1e-4, 1e-5, 1e-6])
     parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--solvers", nargs="+", default=["bmrm", "default"],
@@ -178,13 +199,16 @@ def main(argv=None):
             print("BMRM 2.1 not available (no g++ or no ../shared/peers/bmrm21-*.tar.xz): prbmrm alone")
         print(HEADER, flush=True)
         for name in args.sets:
-            source = Path(args.data_dir) / f"{name}.xz"
             data = work / name
             data.mkdir()
-            features, labels = write_peer_data(source, data)
             shards = data / "shards"
-            subprocess.run([sys.executable, "-m", "prbmrm.shard", str(source), "--parts", str(max(args.ranks)),
-                            "--out", str(shards), "--quiet"], check=True, stdin=subprocess.DEVNULL)
+            if name == "fashion":
+                source = write_fashion(data, max(args.ranks))
+            else:
+                source = Path(args.data_dir) / f"{name}.xz"
+                subprocess.run([sys.executable, "-m", "prbmrm.shard", str(source), "--parts", str(max(args.ranks)),
+                                "--out", str(shards), "--quiet"], check=True, stdin=subprocess.DEVNULL)
+            features, labels = write_peer_data(source, data)
             for lam in args.lams:
                 config = data / f"lam{lam:g}.cfg"
                 peer_config(config, features, labels, lam, args.gap, args.max_iter)

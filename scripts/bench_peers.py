@@ -84,7 +84,7 @@ def write_fashion(out, parts):
     if (X.getnnz(axis=1) == 0).any():  # BMRM 2.1 drops them: both must train on the same rows
         X, y = X[X.getnnz(axis=1) > 0], y[X.getnnz(axis=1) > 0]
     source = out / "fashion.svm"
-    dump_svmlight_file(X, y, source, zero_based=False)
+    dump_svmlight_file(X, y, str(source), zero_based=False)
     write_shards(X, y, out / "shards", parts)
     return source
 

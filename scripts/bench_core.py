@@ -148,7 +148,7 @@ def read_bandwidth(megabytes=512, repeats=5):
 
 def report(name, nnz, shape, runs, memory):
     print(f"\n{name}: {shape[0]:,} x {shape[1]:,}, {nnz:,} nonzeros, 2 shard files; "
-          f"memory read bandwidth {memory / 1e9:.2f} GB/s")
+          f"memory read bandwidth {memory / 1e9:.2f} GB/s; load average {os.getloadavg()[0]:.1f}")
     print(f"{'ranks':>5} {'risk s/it':>10} {'sub s/it':>10} {'comm s/it':>10} {'iter s':>9} "
           f"{'sub share @200':>15} {'risk GB/s':>10} {'of memory':>10}")
     for ranks, run in runs.items():

@@ -16,6 +16,7 @@ machine the CPU seconds are the fairer figure.
 """
 
 import argparse
+import os
 import time
 import warnings
 
@@ -57,7 +58,7 @@ def main():
 
     X, y = load_digits(return_X_y=True)
     m_fold = len(y) * 2 // 3
-    times = {}
+    times, load = {}, os.getloadavg()[0]
     # One BLAS thread for everyone (the estimators limit themselves to one; LinearSVC uses none).
     with threadpool_limits(1):
         for _ in range(args.repeats):  # alternated, so load on the machine hits all alike
@@ -66,7 +67,8 @@ def main():
                 best = times.setdefault(name, [np.inf, np.inf, None])
                 times[name] = [min(best[0], wall), min(best[1], cpu), search]
     base = times["LinearSVC"][0]
-    print(f"digits {X.shape[0]} x {X.shape[1]}, 3-fold GridSearchCV with refit, lams {args.lams}")
+    print(f"digits {X.shape[0]} x {X.shape[1]}, 3-fold GridSearchCV with refit, lams {args.lams}; "
+          f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
     base_cpu = times["LinearSVC"][1]
     print(f"{'estimator':<20} {'wall s':>8} {'cpu s':>8} {'wall x SVC':>11} {'cpu x SVC':>10}  "
           "best parameters (score)")

@@ -5,8 +5,8 @@ For each data set, lam and number of ranks, runs BMRM 2.1 (``linear-bmrm-train``
 prbmrm.train`` under the pip ``mpiexec``; ``bmrm`` and the default solver, i.e. no
 ``--solver``) one after the other, interleaved so that the load of a busy machine hits both alike,
 hinge loss, no bias, ``--epsilon GAP --rel-epsilon 0`` (BMRM 2.1: ``BMRM.epsilonTol GAP``). Prints
-one markdown row per run: iterations, wall seconds, CPU seconds and peak RSS of the process tree
-(``getrusage`` of the children), the final objective J, and prbmrm's ratios to BMRM 2.1
+one markdown row per run: the 1-minute load average at its start, iterations, wall seconds, CPU
+seconds and peak RSS of the process tree (``getrusage`` of the children), the final objective J, and prbmrm's ratios to BMRM 2.1
 (iterations, wall seconds). Iterations are the figure load does not change.
 
 BMRM 2.1 is built from ``../shared/peers/bmrm21-*.tar.xz`` into a temporary directory when ``g++``
@@ -101,7 +101,9 @@ def peer_config(path, features, labels, lam, gap, max_iter):
 
 
 def measure(command, cwd):
-    """Run `command`; return (stdout, wall seconds, CPU seconds, peak RSS in MB) of its process tree.
+    """Run `command`; return (stdout, wall seconds, CPU seconds, peak RSS in MB, load) of its process tree.
+
+    The load is the 1-minute load average of the machine when the run started.
 
     The peak RSS is GNU time's (``/usr/bin/time``: the largest process of the tree) where it exists;
     otherwise getrusage's, which only shows a rise over the earlier children.
@@ -109,6 +111,7 @@ def measure(command, cwd):
     rss_file = Path(cwd) / "rss.txt"
     if os.path.exists(GNU_TIME):
         command = [GNU_TIME, "-f", "%M", "-o", str(rss_file), *command]
+    load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
@@ -122,7 +125,7 @@ def measure(command, cwd):
         rss = float(rss_file.read_text().split()[-1]) / 1024.0
     else:  # the children's ru_maxrss is the largest so far: only a rise is this run's
         rss = after.ru_maxrss / 1024.0 if after.ru_maxrss > before.ru_maxrss else None
-    return done.stdout, wall, cpu, rss
+    return done.stdout, wall, cpu, rss, load
 
 
 def run_peer(trainer, ranks, config, cwd):
@@ -130,10 +133,10 @@ def run_peer(trainer, ranks, config, cwd):
     command = [str(trainer), str(config)]
     if ranks > 1:
         command = [MPIEXEC_PEER, "-n", str(ranks), *command]
-    out, wall, cpu, rss = measure(command, cwd)
+    out, wall, cpu, rss, load = measure(command, cwd)
     iterations = int(re.search(r"No\. of iterations:\s*(\d+)", out).group(1))
     objective = float(re.search(r"Primal obj\. val\.:\s*(\S+)", out).group(1))
-    return {"iterations": iterations, "wall": wall, "cpu": cpu, "rss": rss, "J": objective}
+    return {"iterations": iterations, "wall": wall, "cpu": cpu, "rss": rss, "J": objective, "load": load}
 
 
 def run_prbmrm(shards, ranks, lam, gap, solver, max_iter, cwd):
@@ -148,16 +151,17 @@ def run_prbmrm(shards, ranks, lam, gap, solver, max_iter, cwd):
         command += ["--solver", solver]
     if ranks > 1:
         command = [shutil.which("mpiexec"), "-n", str(ranks), *command]
-    _, wall, cpu, rss = measure(command, cwd)
+    _, wall, cpu, rss, load = measure(command, cwd)
     last = json.loads(log.read_text().splitlines()[-1])
     return {"iterations": int(last["iteration"]), "wall": wall, "cpu": cpu, "rss": rss,
-            "J": float(last["best_objective"])}
+            "J": float(last["best_objective"]), "load": load}
 
 
 def row(name, lam, ranks, label, figures, peer):
     """One markdown row; the ratios to BMRM 2.1 for prbmrm's runs."""
     rss = "-" if figures["rss"] is None else f"{figures['rss']:.0f}"
-    cells = [name, f"{lam:.0e}", str(ranks), label, f"{figures['iterations']:,}", f"{figures['wall']:.2f}",
+    cells = [name, f"{lam:.0e}", str(ranks), label, f"{figures['load']:.1f}", f"{figures['iterations']:,}",
+             f"{figures['wall']:.2f}",
              f"{figures['cpu']:.2f}", rss, f"{figures['J']:.7f}"]
     if peer is None or figures is peer:
         cells += ["", ""]
@@ -166,8 +170,8 @@ def row(name, lam, ranks, label, figures, peer):
     return "| " + " | ".join(cells) + " |"
 
 
-HEADER = ("| set | lam | ranks | run | iterations | wall s | CPU s | peak RSS MB | J | iter ratio | wall ratio |\n"
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+HEADER = ("| set | lam | ranks | run | load | iterations | wall s | CPU s | peak RSS MB | J | iter ratio | wall ratio |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
 def main(argv=None):

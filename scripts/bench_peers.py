@@ -189,6 +189,7 @@ def main(argv=None):
     parser.add_argument("--peer-dir", help="directory of a built linear-bmrm-train (default: build one)")
     parser.add_argument("--peer-mpi-dir", help="directory of a built parallel-bmrm-train (default: build one)")
     parser.add_argument("--data-dir", default=str(SHARED / "data"))
+    parser.add_argument("--skip-peer", action="store_true", help="run prbmrm alone (e.g. to repeat its runs)")
     args = parser.parse_args(argv)
     env_path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{env_path}" if env_path else str(REPO)
@@ -196,10 +197,12 @@ def main(argv=None):
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as work:
         work = Path(work)
-        serial = Path(args.peer_dir) if args.peer_dir else build_peer(work, mpi=False)
-        parallel = Path(args.peer_mpi_dir) if args.peer_mpi_dir else (
-            build_peer(work, mpi=True) if max(args.ranks) > 1 else None)
-        if serial is None:
+        serial = parallel = None
+        if not args.skip_peer:
+            serial = Path(args.peer_dir) if args.peer_dir else build_peer(work, mpi=False)
+            parallel = Path(args.peer_mpi_dir) if args.peer_mpi_dir else (
+                build_peer(work, mpi=True) if max(args.ranks) > 1 else None)
+        if serial is None and not args.skip_peer:
             print("BMRM 2.1 not available (no g++ or no ../shared/peers/bmrm21-*.tar.xz): prbmrm alone")
         print(HEADER, flush=True)
         for name in args.sets:

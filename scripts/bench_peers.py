@@ -5,8 +5,8 @@ For each data set, lam and number of ranks, runs BMRM 2.1 (``linear-bmrm-train``
 prbmrm.train`` under the pip ``mpiexec``; ``bmrm`` and the default solver, i.e. no
 ``--solver``) one after the other, interleaved so that the load of a busy machine hits both alike,
 hinge loss, no bias, ``--epsilon GAP --rel-epsilon 0`` (BMRM 2.1: ``BMRM.epsilonTol GAP``). Prints
-one markdown row per run: iterations, wall seconds, CPU seconds and peak RSS of the process tree
-(``getrusage`` of the children), the final objective J, and prbmrm's ratios to BMRM 2.1
+one markdown row per run: the 1-minute load average at its start, iterations, wall seconds, CPU
+seconds and peak RSS of the process tree (``getrusage`` of the children), the final objective J, and prbmrm's ratios to BMRM 2.1
 (iterations, wall seconds). Iterations are the figure load does not change.
 
 BMRM 2.1 is built from ``../shared/peers/bmrm21-*.tar.xz`` into a temporary directory when ``g++``
@@ -16,7 +16,7 @@ it rejects them) and prbmrm's shards are written to a temporary directory.
 
 Usage (from the repository root, prbmrm on PYTHONPATH)::
 
-    python scripts/bench_peers.py [--sets a9a w8a] [--lams 1e-4 1e-5 1e-6] [--ranks 1 2]
+    python scripts/bench_peers.py [--sets a9a w8a fashion] [--lams 1e-4 1e-5 1e-6] [--ranks 1 2]
         [--solvers bmrm default] [--gap 1e-4] [--repeat 1]
         [--peer-dir /work/peers/s/linear-bmrm] [--peer-mpi-dir /work/peers/m/linear-bmrm]
 """
@@ -59,15 +59,34 @@ def build_peer(work, mpi):
 
 
 def write_peer_data(source, out):
-    """Split the SVMlight file `source` into BMRM 2.1's feature and label files under `out`."""
+    """Split the SVMlight file `source` (xz or plain) into BMRM 2.1's feature and label files under `out`."""
     features, labels = out / "data.feat", out / "data.lab"
-    with lzma.open(source, "rt") as lines, open(features, "w") as f, open(labels, "w") as g:
+    opened = lzma.open(source, "rt") if source.suffix == ".xz" else open(source)
+    with opened as lines, open(features, "w") as f, open(labels, "w") as g:
         for line in lines:
             parts = line.split(None, 1)
             if len(parts) == 2 and parts[1].strip():
                 g.write(parts[0] + "\n")
                 f.write(parts[1].rstrip("\n") + "\n")
     return features, labels
+
+
+def write_fashion(out, parts):
+    """Fashion-MNIST (``bench_core.load_fashion``) as an SVMlight file and prbmrm's shards under `out`."""
+    from sklearn.datasets import dump_svmlight_file
+
+    from prbmrm.data import write_shards
+
+    sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+    from bench_core import load_fashion
+
+    X, y = load_fashion()
+    if (X.getnnz(axis=1) == 0).any():  # BMRM 2.1 drops them: both must train on the same rows
+        X, y = X[X.getnnz(axis=1) > 0], y[X.getnnz(axis=1) > 0]
+    source = out / "fashion.svm"
+    dump_svmlight_file(X, y, str(source), zero_based=False)
+    write_shards(X, y, out / "shards", parts)
+    return source
 
 
 def peer_config(path, features, labels, lam, gap, max_iter):
@@ -82,7 +101,9 @@ def peer_config(path, features, labels, lam, gap, max_iter):
 
 
 def measure(command, cwd):
-    """Run `command`; return (stdout, wall seconds, CPU seconds, peak RSS in MB) of its process tree.
+    """Run `command`; return (stdout, wall seconds, CPU seconds, peak RSS in MB, load) of its process tree.
+
+    The load is the 1-minute load average of the machine when the run started.
 
     The peak RSS is GNU time's (``/usr/bin/time``: the largest process of the tree) where it exists;
     otherwise getrusage's, which only shows a rise over the earlier children.
@@ -90,6 +111,7 @@ def measure(command, cwd):
     rss_file = Path(cwd) / "rss.txt"
     if os.path.exists(GNU_TIME):
         command = [GNU_TIME, "-f", "%M", "-o", str(rss_file), *command]
+    load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
@@ -103,7 +125,7 @@ def measure(command, cwd):
         rss = float(rss_file.read_text().split()[-1]) / 1024.0
     else:  # the children's ru_maxrss is the largest so far: only a rise is this run's
         rss = after.ru_maxrss / 1024.0 if after.ru_maxrss > before.ru_maxrss else None
-    return done.stdout, wall, cpu, rss
+    return done.stdout, wall, cpu, rss, load
 
 
 def run_peer(trainer, ranks, config, cwd):
@@ -111,10 +133,10 @@ def run_peer(trainer, ranks, config, cwd):
     command = [str(trainer), str(config)]
     if ranks > 1:
         command = [MPIEXEC_PEER, "-n", str(ranks), *command]
-    out, wall, cpu, rss = measure(command, cwd)
+    out, wall, cpu, rss, load = measure(command, cwd)
     iterations = int(re.search(r"No\. of iterations:\s*(\d+)", out).group(1))
     objective = float(re.search(r"Primal obj\. val\.:\s*(\S+)", out).group(1))
-    return {"iterations": iterations, "wall": wall, "cpu": cpu, "rss": rss, "J": objective}
+    return {"iterations": iterations, "wall": wall, "cpu": cpu, "rss": rss, "J": objective, "load": load}
 
 
 def run_prbmrm(shards, ranks, lam, gap, solver, max_iter, cwd):
@@ -129,16 +151,17 @@ def run_prbmrm(shards, ranks, lam, gap, solver, max_iter, cwd):
         command += ["--solver", solver]
     if ranks > 1:
         command = [shutil.which("mpiexec"), "-n", str(ranks), *command]
-    _, wall, cpu, rss = measure(command, cwd)
+    _, wall, cpu, rss, load = measure(command, cwd)
     last = json.loads(log.read_text().splitlines()[-1])
     return {"iterations": int(last["iteration"]), "wall": wall, "cpu": cpu, "rss": rss,
-            "J": float(last["best_objective"])}
+            "J": float(last["best_objective"]), "load": load}
 
 
 def row(name, lam, ranks, label, figures, peer):
     """One markdown row; the ratios to BMRM 2.1 for prbmrm's runs."""
     rss = "-" if figures["rss"] is None else f"{figures['rss']:.0f}"
-    cells = [name, f"{lam:.0e}", str(ranks), label, f"{figures['iterations']:,}", f"{figures['wall']:.2f}",
+    cells = [name, f"{lam:.0e}", str(ranks), label, f"{figures['load']:.1f}", f"{figures['iterations']:,}",
+             f"{figures['wall']:.2f}",
              f"{figures['cpu']:.2f}", rss, f"{figures['J']:.7f}"]
     if peer is None or figures is peer:
         cells += ["", ""]
@@ -147,13 +170,15 @@ def row(name, lam, ranks, label, figures, peer):
     return "| " + " | ".join(cells) + " |"
 
 
-HEADER = ("| set | lam | ranks | run | iterations | wall s | CPU s | peak RSS MB | J | iter ratio | wall ratio |\n"
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+HEADER = ("| set | lam | ranks | run | load | iterations | wall s | CPU s | peak RSS MB | J | iter ratio | wall ratio |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", nargs="+", default=["a9a", "w8a"], help="data sets of ../shared/data (name.xz)")
+    parser.add_argument("--sets", nargs="+", default=["a9a", "w8a"],
+                        help="data sets of ../shared/data (name.xz), or fashion: Fashion-MNIST, classes 0-4 "
+                             "against 5-9, from the Debian package dataset-fashion-mnist")
     parser.add_argument("--lams", nargs="+", type=float, default=[1e-4, 1e-5, 1e-6])
     parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--solvers", nargs="+", default=["bmrm", "default"],
@@ -164,6 +189,7 @@ def main(argv=None):
     parser.add_argument("--peer-dir", help="directory of a built linear-bmrm-train (default: build one)")
     parser.add_argument("--peer-mpi-dir", help="directory of a built parallel-bmrm-train (default: build one)")
     parser.add_argument("--data-dir", default=str(SHARED / "data"))
+    parser.add_argument("--skip-peer", action="store_true", help="run prbmrm alone (e.g. to repeat its runs)")
     args = parser.parse_args(argv)
     env_path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{env_path}" if env_path else str(REPO)
@@ -171,20 +197,25 @@ def main(argv=None):
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as work:
         work = Path(work)
-        serial = Path(args.peer_dir) if args.peer_dir else build_peer(work, mpi=False)
-        parallel = Path(args.peer_mpi_dir) if args.peer_mpi_dir else (
-            build_peer(work, mpi=True) if max(args.ranks) > 1 else None)
-        if serial is None:
+        serial = parallel = None
+        if not args.skip_peer:
+            serial = Path(args.peer_dir) if args.peer_dir else build_peer(work, mpi=False)
+            parallel = Path(args.peer_mpi_dir) if args.peer_mpi_dir else (
+                build_peer(work, mpi=True) if max(args.ranks) > 1 else None)
+        if serial is None and not args.skip_peer:
             print("BMRM 2.1 not available (no g++ or no ../shared/peers/bmrm21-*.tar.xz): prbmrm alone")
         print(HEADER, flush=True)
         for name in args.sets:
-            source = Path(args.data_dir) / f"{name}.xz"
             data = work / name
             data.mkdir()
-            features, labels = write_peer_data(source, data)
             shards = data / "shards"
-            subprocess.run([sys.executable, "-m", "prbmrm.shard", str(source), "--parts", str(max(args.ranks)),
-                            "--out", str(shards), "--quiet"], check=True, stdin=subprocess.DEVNULL)
+            if name == "fashion":
+                source = write_fashion(data, max(args.ranks))
+            else:
+                source = Path(args.data_dir) / f"{name}.xz"
+                subprocess.run([sys.executable, "-m", "prbmrm.shard", str(source), "--parts", str(max(args.ranks)),
+                                "--out", str(shards), "--quiet"], check=True, stdin=subprocess.DEVNULL)
+            features, labels = write_peer_data(source, data)
             for lam in args.lams:
                 config = data / f"lam{lam:g}.cfg"
                 peer_config(config, features, labels, lam, args.gap, args.max_iter)

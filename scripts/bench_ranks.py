@@ -16,7 +16,8 @@ runs twice: with MPICH's defaults and with ``MPIR_CVAR_CH4_PROGRESS_THROTTLE=1``
 
 Then a least-squares fit of the defaults' per-iteration time,
 ``T(p) = s + t / p + c log p`` (s: serial part, t: the part that divides
-over ranks, c: the cost of a doubling of the ranks in the reduction tree),
+over ranks, c: the cost of a doubling of the ranks in the reduction tree;
+the comm share is comm over the iteration, medians),
 and a9a (hinge, lam 1e-4, absolute gap 1e-4, 2 shards) trained to the end on
 1 and on 2 ranks, alternated `--repeats` times: wall and CPU seconds and
 iterations.
@@ -55,7 +56,7 @@ def worker(directory, iterations, lam, epsilon):
     comm.barrier()  # the timed part starts together on every rank
     wall, cpu = time.perf_counter(), time.process_time()
     result = run_distributed(oracle, lambda risk: minimize(
-        risk, np.zeros(oracle.dim), lam, epsilon=epsilon, rel_epsilon=0, max_iter=iterations))
+        risk, np.zeros(oracle.dim), lam, method="bmrm", epsilon=epsilon, rel_epsilon=0, max_iter=iterations))
     mine = np.array([time.process_time() - cpu, oracle.total_seconds["risk"],
                      time.perf_counter() - wall])
     every = comm.gather_scalars(mine)
@@ -129,7 +130,7 @@ def main():
         print(f"Fashion-MNIST-sized: {shape[0]:,} x {shape[1]:,}, {nnz:,} nonzeros, held dense; "
               f"hinge BMRM lam {args.lam:g}, {args.iterations} iterations; {cores} cores")
         print(f"{'ranks':>5} {'mpich':>9} {'iter s':>9} {'risk s':>9} {'comm s':>9} {'sub s':>9} "
-              f"{'others busy':>12}  note")
+              f"{'comm share':>10} {'others busy':>12}  note")
         defaults = {}
         for ranks in args.ranks:
             for name, env in (("default", None), ("throttle", THROTTLE)):
@@ -138,9 +139,11 @@ def main():
                 t = per_iteration(run(fashion, ranks, args.iterations, args.lam, env=env))
                 if env is None:
                     defaults[ranks] = t["total"]
-                note = f"oversubscribed ({ranks} ranks on {cores} cores)" if ranks > cores else ""
+                note = f"load {os.getloadavg()[0]:.1f}" + (
+                    f", oversubscribed ({ranks} ranks on {cores} cores)" if ranks > cores else "")
                 print(f"{ranks:5d} {name:>9} {t['total']:9.5f} {t['risk']:9.5f} {t['comm']:9.5f} "
-                      f"{t['subproblem']:9.5f} {t['busy']:12.1%}  {note}", flush=True)
+                      f"{t['subproblem']:9.5f} {t['comm'] / t['total']:10.1%} {t['busy']:12.1%}  {note}",
+                      flush=True)
         ranks = sorted(defaults)
         if len(ranks) >= 3:
             (s, t, c), fitted = fit_scaling(ranks, [defaults[p] for p in ranks])
@@ -153,13 +156,13 @@ def main():
             return
         a9a = os.path.join(workdir, "a9a")
         a9a_shards(a9a)
-        print(f"\na9a, hinge, lam {args.lam:g}, absolute gap 1e-4, to the end; runs alternated")
-        print(f"{'ranks':>5} {'iters':>6} {'wall s':>8} {'cpu s (rank 0)':>15} {'J':>12}")
+        print(f"\na9a, hinge BMRM, lam {args.lam:g}, absolute gap 1e-4, to the end; runs alternated")
+        print(f"{'ranks':>5} {'iters':>6} {'wall s':>8} {'cpu s (rank 0)':>15} {'J':>12} {'load':>5}")
         for _ in range(args.repeats):
             for ranks in (1, 2):
                 r = run(a9a, ranks, 100000, args.lam, epsilon=1e-4)
-                print(f"{ranks:5d} {r['nit']:6d} {r['wall']:8.2f} {r['cpu'][0]:15.2f} {r['fun']:12.8f}",
-                      flush=True)
+                print(f"{ranks:5d} {r['nit']:6d} {r['wall']:8.2f} {r['cpu'][0]:15.2f} {r['fun']:12.8f} "
+                      f"{os.getloadavg()[0]:5.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def write_fashion(out, parts):
     """Fashion-MNIST (``bench_core.load_fashion``) as an SVMlight file and prbmrm's shards under `out`."""
     from sklearn.datasets import dump_svmlight_file
 
-    from prbmrm.data import write_shards
+    from prbmrm.io import write_shards
 
     sys.path[:0] = [str(REPO), str(REPO / "scripts")]
     from bench_core import load_fashion

@@ -202,7 +202,7 @@ class Quadratic(Regularizer):
             qp = solve_two_plane_qp(Q, bundle.b)
         else:
             qp = solve_simplex_qp(Q, bundle.b, x0=alpha0)
-        w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
+        w = self.conjugate_gradient(-bundle.combine(qp.x) / lam)
         return w, qp.value, qp.x
 
     def solve_loosely(self, bundle, lam, alpha0, tol, floor=None):
@@ -215,7 +215,7 @@ class Quadratic(Regularizer):
         qp = solve_simplex_pg(bundle.gram / (lam * self._scale), bundle.b, alpha0, tol, floor, max_iter=500)
         if not qp.converged:
             return None
-        w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
+        w = self.conjugate_gradient(-bundle.combine(qp.x) / lam)
         return w, qp.value, qp.x
 
 

@@ -49,7 +49,6 @@ import scipy.sparse as sp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-PEER_ARCHIVE = os.path.join(REPO, "..", "shared", "peers", "bmrm21-c32e8c2.tar.xz")
 DEFAULT_PEER = "/work/peers/s/linear-bmrm"
 
 
@@ -187,18 +186,16 @@ def run_prbmrm(args, shards, ranks):
 
 
 def peer_binary(args):
-    """The path of linear-bmrm-train: from --peer-dir, or built from the archive into a temp dir."""
+    """The path of linear-bmrm-train: from --peer-dir, the machine's build, or built under --workdir."""
+    from peer_build import build_peer
+
     if args.peer_dir:
         return os.path.join(args.peer_dir, "linear-bmrm-train")
     if os.path.exists(os.path.join(DEFAULT_PEER, "linear-bmrm-train")):
         return os.path.join(DEFAULT_PEER, "linear-bmrm-train")
-    if shutil.which("g++") is None or not os.path.exists(PEER_ARCHIVE):
-        return None
-    build = tempfile.mkdtemp(prefix="bmrm21-")
-    subprocess.run(["tar", "-xJf", PEER_ARCHIVE, "-C", build], check=True, stdin=subprocess.DEVNULL)
-    subprocess.run(["make", "-C", os.path.join(build, "linear-bmrm"), "all"], check=True,
-                   capture_output=True, stdin=subprocess.DEVNULL)
-    return os.path.join(build, "linear-bmrm", "linear-bmrm-train")
+    os.makedirs(args.workdir, exist_ok=True)
+    built = build_peer(tempfile.mkdtemp(prefix="bmrm21-", dir=args.workdir))
+    return None if built is None else str(built / "linear-bmrm-train")
 
 
 def run_peer(binary, stem, args, workdir):
@@ -281,6 +278,7 @@ def main(argv=None):
     if args.worker:
         return worker(args)
     configs = [tuple(int(v) for v in c.split(":")) for c in args.configs.split(",")]
+    sys.path.insert(0, HERE)
     binary = peer_binary(args) if args.peer_iterations > 0 else None
     for exponent, ranks in configs:
         peer = binary is not None and exponent == args.peer_exp and ranks == 1

@@ -192,8 +192,8 @@ def stabilized_step(bundle, center, zeta, alpha0=None):
     p : ndarray
         The aggregate subgradient ``S^T alpha = zeta * (center - w)``.
     """
-    qp = solve_simplex_qp(bundle.gram / zeta, bundle.A @ center + bundle.b, x0=alpha0)
-    p = qp.x @ bundle.A
+    qp = solve_simplex_qp(bundle.gram / zeta, bundle.products(center) + bundle.b, x0=alpha0)
+    p = bundle.combine(qp.x)
     return center - p / zeta, qp.value, qp.x, p
 
 

@@ -115,12 +115,12 @@ def test_a_run_with_sparse_planes_reaches_the_dense_runs_optimum(monkeypatch):
 def test_sparse_planes_with_aggregation_reach_the_cvxpy_optimum(monkeypatch):
     cp = pytest.importorskip("cvxpy")
     monkeypatch.setattr(_base, "SPARSE_MIN_DIM", 1)
-    X, y = text_like(rows=200, d=2**11, per_row=10, seed=5)
+    X, y = text_like(rows=200, d=2**12, per_row=10, seed=5)
     lam = 1e-2
     result, _, _ = fit((X, y), loss="hinge", lam=lam, epsilon=1e-6, rel_epsilon=0, max_iter=3000,
-                       bundle_memory=6 * 8 * X.shape[1], comm=SerialComm())
-    assert result.success and result.bundle.sparse and result.bundle.max_size == 6
-    assert any(index is not None for index, _ in result.bundle._planes)
+                       bundle_memory=10 * 8 * X.shape[1], comm=SerialComm())
+    assert result.success and result.bundle.sparse and result.bundle.max_size == 10
+    assert all(index is not None for index, _ in result.bundle._planes)  # aggregates too
     w = cp.Variable(X.shape[1])
     problem = cp.Problem(cp.Minimize(lam / 2 * cp.sum_squares(w) + cp.sum(cp.pos(1 - cp.multiply(y, X @ w))) / len(y)))
     problem.solve(solver=cp.CLARABEL)

@@ -208,8 +208,8 @@ def _planes_structure(state, dim, regularizer):
         t = len(np.atleast_1d(planes["b"]))
         shapes = (("A", (t, dim)),) if "A" in planes else (("indptr", (t + 1,)),)
         for part, shape in shapes + (("b", (t,)), ("gram", (t, t)), ("idle", (t,))):
-            if np.shape(planes.get(part)) != shape:
-                return f"{key}/{part} has shape {np.shape(planes.get(part))}, expected {shape}"
+            if np.shape(planes[part]) != shape:
+                return f"{key}/{part} has shape {np.shape(planes[part])}, expected {shape}"
         if "alpha" in state and (np.shape(state["alpha"]) != (t,) or np.min(state["alpha"], initial=0) < 0):
             return f"alpha must be {t} multipliers >= 0 (one per plane of {key}), got {np.shape(state['alpha'])}"
         A = _planes_matrix(planes, dim)

@@ -18,7 +18,7 @@ renamed over NAME, so a crash while writing leaves the previous checkpoint
 intact, and a full disk or quota is one clear error that removes the temporary.
 
 Imports: h5py, numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.files`,
-:mod:`prbmrm.model`, :mod:`prbmrm.solvers._base`.
+:mod:`prbmrm.model`, :mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.bundle`.
 """
 
 import hashlib
@@ -35,7 +35,8 @@ import scipy.sparse as sp
 from .errors import InputError, UsageError
 from .files import write_hdf5
 from .model import read_checked
-from .solvers._base import HISTORY_COLUMNS, Bundle
+from .solvers._base import HISTORY_COLUMNS
+from .solvers.bundle import Bundle
 
 CHECKPOINT_FORMAT = "prbmrm-checkpoint"
 
@@ -209,17 +210,34 @@ def _planes_structure(state, dim, regularizer):
             continue
         planes = state[key]
         t = len(np.atleast_1d(planes["b"]))
-        for part, shape in (("A", (t, dim)), ("b", (t,)), ("gram", (t, t)), ("idle", (t,))):
+        shapes = (("A", (t, dim)),) if "A" in planes else (("indptr", (t + 1,)),)
+        for part, shape in shapes + (("b", (t,)), ("gram", (t, t)), ("idle", (t,))):
             if np.shape(planes[part]) != shape:
                 return f"{key}/{part} has shape {np.shape(planes[part])}, expected {shape}"
         if "alpha" in state and (np.shape(state["alpha"]) != (t,) or np.min(state["alpha"], initial=0) < 0):
             return f"alpha must be {t} multipliers >= 0 (one per plane of {key}), got {np.shape(state['alpha'])}"
-        A = planes["A"]
+        A = _planes_matrix(planes, dim)
+        if isinstance(A, str):
+            return f"{key}: {A}"
         metric = getattr(regularizer, "metric", None) if kind == "risk" else None
-        gram = A @ (A.T if metric is None else np.array([metric(a) for a in A]).T)
+        rows = A.toarray() if sp.issparse(A) and metric is not None else A
+        gram = A @ (A.T if metric is None else np.array([metric(a) for a in rows]).T)
+        gram = gram.toarray() if sp.issparse(gram) else gram
         if np.abs(planes["gram"] - gram).max(initial=0) > 1e-8 * np.abs(gram).max(initial=0):
             return f"{key}/gram is not the Gram matrix of {key}/A"
     return None
+
+
+def _planes_matrix(planes, dim):
+    """The planes of a checkpoint's group as a matrix: ``A``, or a sparse bundle's rows as CSR
+    (:meth:`prbmrm.solvers.Bundle.state`); a string saying what is wrong if they do not form one."""
+    if "A" in planes:
+        return planes["A"]
+    indptr, indices, values = (np.asarray(planes.get(part, ())) for part in ("indptr", "indices", "values"))
+    if not (indptr[0] == 0 and (np.diff(indptr) >= 0).all() and indices.shape == values.shape == (indptr[-1],)
+            and indices.dtype.kind in "iu" and ((indices >= 0) & (indices < dim)).all()):
+        return "indptr, indices and values do not form sparse planes of %d coordinates" % dim
+    return sp.csr_matrix((values, indices, indptr), shape=(len(indptr) - 1, dim))
 
 
 def _claims_problem(state, risk, lam, regularizer):
@@ -237,7 +255,7 @@ def _claims_problem(state, risk, lam, regularizer):
     for key, kind in _PLANES.items():
         if key not in state or not len(state[key]["b"]):
             continue
-        A, b = state[key]["A"], state[key]["b"]
+        A, b = _planes_matrix(state[key], len(best_w)), state[key]["b"]
         values = A @ best_w + b
         below = r if kind == "risk" else objective
         if values.max() > below + 1e-9 * (abs(below) + np.abs(A @ best_w).max() + np.abs(b).max()):

@@ -205,7 +205,7 @@ class Quadratic(Regularizer):
             qp = solve_two_plane_qp(Q, bundle.b)
         else:
             qp = solve_simplex_qp(Q, bundle.b, x0=alpha0)
-        w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
+        w = self.conjugate_gradient(-bundle.combine(qp.x) / lam)
         return w, qp.value, qp.x
 
     def solve_loosely(self, bundle, lam, alpha0, tol, floor=None):
@@ -220,7 +220,7 @@ class Quadratic(Regularizer):
                               scale=1.0 / (lam * self._scale))
         if not qp.converged:
             return None
-        w = self.conjugate_gradient(-(qp.x @ bundle.A) / lam)
+        w = self.conjugate_gradient(-bundle.combine(qp.x) / lam)
         return w, qp.value, qp.x
 
 

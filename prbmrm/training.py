@@ -31,7 +31,7 @@ from .party import load_party
 from .regularizers import get_regularizer
 from .risk import DistributedRisk, run_distributed
 from .solvers import SOLVERS, get_solver, minimize, solver_options
-from .solvers._base import planes_within
+from .solvers.bundle import planes_within
 from .solvers.lsbmrm import check_theta
 from .solvers.path import LamPath, PathResult, minimize_path
 from .structured import RaggedExamples

@@ -49,7 +49,6 @@ import scipy.sparse as sp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-PEER_ARCHIVE = os.path.join(REPO, "..", "shared", "peers", "bmrm21-c32e8c2.tar.xz")
 DEFAULT_PEER = "/work/peers/s/linear-bmrm"
 
 
@@ -141,7 +140,7 @@ def worker(args):
     from prbmrm.losses import get_loss
     from prbmrm.risk import DistributedRisk, run_distributed
     from prbmrm.solvers import minimize
-    from prbmrm.solvers._base import planes_within
+    from prbmrm.solvers.bundle import planes_within
     from prbmrm.options import memory_bytes
 
     comm = get_comm()
@@ -153,15 +152,17 @@ def worker(args):
     planes = planes_within(memory_bytes(args.bundle_memory), oracle.dim)
     timed = _CpuTimed(oracle)
     solve_cpu = time.process_time()
+    cpu_total = []  # rank 0's CPU seconds at the end of each iteration, from the solver's start
     result = run_distributed(oracle, lambda risk: minimize(
         timed, np.zeros(oracle.dim), args.lam, epsilon=0.0, rel_epsilon=args.rel_epsilon,
-        max_iter=args.max_iter, bundle_size=planes))
+        max_iter=args.max_iter, bundle_size=planes,
+        callback=lambda row: cpu_total.append(time.process_time() - solve_cpu)))
     solve_cpu = time.process_time() - solve_cpu
     usage = np.array([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0,
                       time.process_time() - cpu, time.perf_counter() - started])
     everyone = comm.gather_scalars(usage)
     if comm.is_root:
-        history = {k: np.asarray(v).tolist() for k, v in result.history.items()}
+        history = dict({k: np.asarray(v).tolist() for k, v in result.history.items()}, cpu_total=cpu_total)
         print("RESULT " + json.dumps({
             "nit": result.nit, "fun": result.fun, "gap": result.gap, "history": history, "planes": planes,
             "risk_cpu": timed.cpu, "solve_cpu": solve_cpu, "ranks": everyone.reshape(-1, 3).tolist(),
@@ -187,18 +188,16 @@ def run_prbmrm(args, shards, ranks):
 
 
 def peer_binary(args):
-    """The path of linear-bmrm-train: from --peer-dir, or built from the archive into a temp dir."""
+    """The path of linear-bmrm-train: from --peer-dir, the machine's build, or built under --workdir."""
+    from peer_build import build_peer
+
     if args.peer_dir:
         return os.path.join(args.peer_dir, "linear-bmrm-train")
     if os.path.exists(os.path.join(DEFAULT_PEER, "linear-bmrm-train")):
         return os.path.join(DEFAULT_PEER, "linear-bmrm-train")
-    if shutil.which("g++") is None or not os.path.exists(PEER_ARCHIVE):
-        return None
-    build = tempfile.mkdtemp(prefix="bmrm21-")
-    subprocess.run(["tar", "-xJf", PEER_ARCHIVE, "-C", build], check=True, stdin=subprocess.DEVNULL)
-    subprocess.run(["make", "-C", os.path.join(build, "linear-bmrm"), "all"], check=True,
-                   capture_output=True, stdin=subprocess.DEVNULL)
-    return os.path.join(build, "linear-bmrm", "linear-bmrm-train")
+    os.makedirs(args.workdir, exist_ok=True)
+    built = build_peer(tempfile.mkdtemp(prefix="bmrm21-", dir=args.workdir))
+    return None if built is None else str(built / "linear-bmrm-train")
 
 
 def run_peer(binary, stem, args, workdir):
@@ -231,10 +230,11 @@ def run_peer(binary, stem, args, workdir):
             "rss": int(rss.group(1)) * 1024.0}
 
 
-def seconds_to_gap(history, gap):
-    """Wall seconds at the first iteration whose gap is at most `gap` (None if never)."""
+def seconds_to_gap(history, gap, column="seconds_total"):
+    """The seconds of `column` (wall; ``cpu_total``: CPU) at the first iteration whose gap is at most `gap`
+    (None if never)."""
     reached = np.flatnonzero(np.asarray(history["gap"]) <= gap)
-    return None if len(reached) == 0 else history["seconds_total"][reached[0]]
+    return None if len(reached) == 0 else history[column][reached[0]]
 
 
 def describe(name, figures):
@@ -281,6 +281,7 @@ def main(argv=None):
     if args.worker:
         return worker(args)
     configs = [tuple(int(v) for v in c.split(":")) for c in args.configs.split(",")]
+    sys.path.insert(0, HERE)
     binary = peer_binary(args) if args.peer_iterations > 0 else None
     for exponent, ranks in configs:
         peer = binary is not None and exponent == args.peer_exp and ranks == 1
@@ -313,9 +314,14 @@ def main(argv=None):
             if ours is None:
                 print(f"    prbmrm did not reach the peer's gap {target:.3e}")
             else:
+                ours_cpu = seconds_to_gap(history, target, "cpu_total")
                 print(f"    wall to gap {target:.3e}: prbmrm {ours:.1f} s, BMRM 2.1 {their_wall:.1f} s "
-                      f"({ours / their_wall:.3f}x); peak RSS prbmrm {mine['ranks'][0][0] / 2**30:.2f} GiB "
-                      f"vs {theirs['rss'] / 2**30:.2f} GiB ({mine['ranks'][0][0] / theirs['rss']:.2f}x)")
+                      f"({ours / their_wall:.3f}x); CPU to that gap (the solver's, rank 0): prbmrm "
+                      f"{ours_cpu:.1f} s at iteration {seconds_to_gap(history, target, 'iteration')}, "
+                      f"BMRM 2.1 {theirs['cpu'][first]:.1f} s at iteration {first + 1} "
+                      f"({ours_cpu / theirs['cpu'][first]:.3f}x); peak RSS prbmrm "
+                      f"{mine['ranks'][0][0] / 2**30:.2f} GiB vs {theirs['rss'] / 2**30:.2f} GiB "
+                      f"({mine['ranks'][0][0] / theirs['rss']:.2f}x)")
     return 0
 
 

@@ -36,26 +36,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+sys.path.insert(0, str(REPO / "scripts"))
+from peer_build import build_peer  # noqa: E402 (the scripts directory is not a package)
 MPIEXEC_PEER = "/usr/bin/mpiexec.mpich"
 GNU_TIME = "/usr/bin/time"
 TIMEOUT = 3600
-
-
-def build_peer(work, mpi):
-    """Build BMRM 2.1's trainer (``mpi``: the parallel one) under `work`; return its directory or None."""
-    compiler = "mpicxx" if mpi else "g++"
-    archives = sorted((SHARED / "peers").glob("bmrm21-*.tar.xz"))
-    if shutil.which(compiler) is None or not archives:
-        return None
-    target = Path(work) / ("peer-mpi" if mpi else "peer")
-    target.mkdir()
-    subprocess.run(["tar", "-xJf", str(archives[-1]), "-C", str(target)], check=True, stdin=subprocess.DEVNULL)
-    make = ["make", "-C", str(target / "linear-bmrm"), "all"]
-    if mpi:
-        make[3:3] = ["MPI_AVAILABLE=1", "CXX=mpicxx"]
-    subprocess.run(make, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   stdin=subprocess.DEVNULL, timeout=TIMEOUT)
-    return target / "linear-bmrm"
 
 
 def write_peer_data(source, out):

@@ -16,7 +16,7 @@ from prbmrm.errors import InputError, UsageError
 from prbmrm.losses import get_loss
 from prbmrm.risk import DistributedRisk, run_distributed
 from prbmrm.solvers import minimize
-from prbmrm.solvers._base import Bundle, planes_within
+from prbmrm.solvers.bundle import Bundle, planes_within
 from prbmrm.options import memory_bytes
 from prbmrm.training import fit
 

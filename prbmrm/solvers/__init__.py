@@ -9,7 +9,7 @@ Solvers that work in the dual (``pragam``, ``pragam_b``) need the examples, not 
 their per-rank steps through its :meth:`~prbmrm.risk.DistributedRisk.attach` service.
 
 Imports: of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.plugins`, :mod:`prbmrm.regularizers`,
-:mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.bmrm`, :mod:`prbmrm.solvers.lbfgs`,
+:mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.bmrm`, :mod:`prbmrm.solvers.bundle`, :mod:`prbmrm.solvers.lbfgs`,
 :mod:`prbmrm.solvers.lsbmrm`, :mod:`prbmrm.solvers.pragam`, :mod:`prbmrm.solvers.proximal`,
 :mod:`prbmrm.solvers.smooth_lbfgs`, :mod:`prbmrm.solvers.sublbfgs`.
 """
@@ -19,7 +19,8 @@ import inspect
 from ..errors import UsageError
 from ..plugins import check_plugin, lookup
 from ..regularizers import get_regularizer
-from ._base import HISTORY_COLUMNS, Bundle, CuttingPlaneBound, Progress, Result
+from ._base import HISTORY_COLUMNS, CuttingPlaneBound, Progress, Result
+from .bundle import Bundle
 from .bmrm import minimize_bmrm
 from .lbfgs import minimize_lbfgs
 from .lsbmrm import minimize_lsbmrm

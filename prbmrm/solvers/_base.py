@@ -1,6 +1,6 @@
-"""What every solver shares: the bundle of cutting planes and the result type.
+"""What every solver shares: the cutting-plane model over a :class:`~prbmrm.solvers.bundle.Bundle`, the progress record and the result type.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.errors`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.solvers.bundle`.
 """
 
 import time
@@ -9,209 +9,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError
+from .bundle import Bundle
 
 HISTORY_COLUMNS = ("iteration", "objective", "best_objective", "lower_bound", "gap", "planes",
                    "seconds_risk", "seconds_subproblem", "seconds_comm", "seconds_total")
 """The progress-table columns, also the datasets of a model file's ``/history``."""
 
-
-class Bundle:
-    """Cutting planes ``R_emp(w) >= <a_i, w> + b_i`` with their Gram matrix kept up to date.
-
-    Rows of :attr:`A` are the subgradients a_i. Adding a plane costs one
-    product ``A @ a`` (O(t d)) to extend the Gram matrix; storage grows by
-    doubling so the hot path does not reallocate every iteration, up to
-    `max_size` rows if given.
-
-    Parameters
-    ----------
-    dim : int
-        Length of the subgradients.
-    metric : callable, optional
-        ``metric(a) -> M a`` for a positive definite M: the Gram matrix is then
-        ``A M A^T`` (the quadratic-form regularizer's ``B^-1``); identity by default.
-    max_size : int, optional
-        Most planes ever held (storage never exceeds it); the solver keeps
-        within it with :meth:`aggregate_oldest`. Unlimited by default.
-    """
-
-    def __init__(self, dim, metric=None, max_size=None):
-        if max_size is not None and max_size < 2:
-            raise ValueError(f"a bundle holds at least 2 planes, got max_size={max_size}")
-        self._metric = metric
-        self.max_size = max_size
-        capacity = 8 if max_size is None else min(8, max_size)
-        # With a limit the planes' storage is reserved whole at once: the pages of
-        # np.empty are only committed as planes are written, and growing never
-        # holds an old and a new copy of the planes (twice the budget) at once.
-        self._A = np.empty((capacity if max_size is None else max_size, dim))
-        self._b = np.empty(capacity)
-        self._gram = np.empty((capacity, capacity))
-        self._idle = np.empty(capacity, dtype=np.int64)
-        self.size = 0
-
-    @property
-    def A(self):
-        """ndarray of shape (t, dim): the subgradients, one per row."""
-        return self._A[:self.size]
-
-    @property
-    def b(self):
-        """ndarray of shape (t,): the offsets."""
-        return self._b[:self.size]
-
-    @property
-    def gram(self):
-        """ndarray of shape (t, t): ``A @ A.T`` (``A M A^T`` with a metric)."""
-        return self._gram[:self.size, :self.size]
-
-    @property
-    def gram_buffer(self):
-        """ndarray: the C-contiguous storage whose leading t x t block is :attr:`gram` (for compiled kernels)."""
-        return self._gram
-
-    def add(self, a, b):
-        """Append the plane (a, b)."""
-        t = self.size
-        if t == len(self._b):
-            if t == self.max_size:
-                raise ValueError(f"the bundle already holds its maximum of {t} planes")
-            self._grow(2 * t if self.max_size is None else min(2 * t, self.max_size))
-        self._A[t] = a
-        self._b[t] = b
-        row = self._A[:t + 1] @ (a if self._metric is None else self._metric(a))
-        self._gram[t, :t + 1] = row
-        self._gram[:t + 1, t] = row
-        self._idle[t] = 0
-        self.size = t + 1
-
-    def _grow(self, capacity):
-        t = self.size
-        A, b, gram, idle = self._A, self._b, self._gram, self._idle
-        if len(A) < capacity:
-            self._A = np.empty((capacity, A.shape[1]))
-            self._A[:t] = A[:t]
-        self._b = np.empty(capacity)
-        self._b[:t] = b[:t]
-        self._gram = np.empty((capacity, capacity))
-        self._gram[:t, :t] = gram[:t, :t]
-        self._idle = np.empty(capacity, dtype=np.int64)
-        self._idle[:t] = idle[:t]
-
-    def update_idle(self, alpha):
-        """Count, per plane, the consecutive iterations its multiplier has been zero."""
-        idle = self._idle[:self.size]
-        idle[:] = np.where(alpha > 0, 0, idle + 1)
-
-    def prune(self, idle_age, alpha):
-        """Drop the planes idle for `idle_age` iterations or more; return the kept multipliers.
-
-        Dropped planes have zero multipliers, so the subproblem's optimum, and
-        the lower bound, are unchanged.
-        """
-        keep = self._idle[:self.size] < idle_age
-        if keep.all():
-            return alpha
-        index = np.flatnonzero(keep)
-        self._select(index, 0)
-        return alpha[index]
-
-    def make_room(self, alpha):
-        """Make room for one more plane: if the bundle is full, aggregate all but the newest max_size - 2.
-
-        For max_size 2 this is Alg. 4 of paper 000: one aggregate and the new
-        plane. Returns the multipliers of the planes left.
-        """
-        if self.size == self.max_size:
-            return self.aggregate_oldest(alpha, self.max_size - 2)
-        return alpha
-
-    def aggregate_oldest(self, alpha, keep):
-        """Replace all planes but the newest `keep` by their aggregate; return the new multipliers.
-
-        With the multipliers alpha of the last subproblem and I the oldest
-        planes, the aggregate (paper 000, Sec. 3.1; Kiwiel 1983) is
-        ``a_I = sum_{i in I} alpha_i a_i / alpha_I``, the same for b, with
-        multiplier ``alpha_I = sum_{i in I} alpha_i``. Being a convex
-        combination of planes it is a plane below R_emp, and the returned
-        multipliers give the same dual value, so the subproblem's optimum and
-        the lower bound are unchanged. If alpha_I is 0 the planes I are dropped
-        (the same argument). The aggregate becomes the first plane. The Gram
-        matrix follows from the old one, in O(t^2); the only O(d) work is
-        forming a_I, in O(|I| d).
-
-        Parameters
-        ----------
-        alpha : ndarray of shape (t,)
-            The multipliers of the bundle's planes, >= 0.
-        keep : int
-            How many of the newest planes stay as they are, >= 0.
-
-        Returns
-        -------
-        ndarray
-            The multipliers of the planes left, aggregate first.
-        """
-        old = self.size - keep
-        if old <= 0:
-            return alpha
-        total = float(np.sum(alpha[:old]))
-        kept = np.arange(old, self.size)
-        if total <= 0.0:
-            self._select(kept, 0)
-            return alpha[kept]
-        weights = alpha[:old] / total
-        gram = self._gram[:self.size, :self.size]
-        cross = weights @ gram[:old]  # <a_I, a_j> for every plane j, in the Gram metric
-        diagonal = float(cross[:old] @ weights)
-        a = weights @ self._A[:old]
-        b = float(weights @ self._b[:old])
-        self._select(kept, 1)
-        self._A[0] = a
-        self._b[0] = b
-        self._gram[0, 1:keep + 1] = cross[old:]
-        self._gram[1:keep + 1, 0] = cross[old:]
-        self._gram[0, 0] = diagonal
-        self._idle[0] = 0
-        return np.concatenate(([total], alpha[kept]))
-
-    def state(self):
-        """Return the planes, Gram matrix and idle counts as a dict of arrays (for a checkpoint)."""
-        return {"A": self.A.copy(), "b": self.b.copy(), "gram": self.gram.copy(),
-                "idle": self._idle[:self.size].copy()}
-
-    def restore(self, state):
-        """Replace the planes by those of :meth:`state`; the Gram matrix is taken as saved, not recomputed."""
-        t = len(state["b"])
-        if t > len(self._b):
-            self._grow(t)
-        self._A[:t] = state["A"]
-        self._b[:t] = state["b"]
-        self._gram[:t, :t] = state["gram"]
-        self._idle[:t] = state["idle"]
-        self.size = t
-
-    def _select(self, index, start):
-        """Move the planes `index` (increasing) to rows ``start, start + 1, ...``; keep only those."""
-        n = len(index)
-        rows = slice(start, start + n)
-        self._A[rows] = self._A[index]
-        self._b[rows] = self._b[index]
-        self._gram[rows, rows] = self._gram[np.ix_(index, index)]
-        self._idle[rows] = self._idle[index]
-        self.size = start + n
-
-
-def planes_within(memory, dim):
-    """Return how many planes of `dim` float64 values fit in `memory` bytes (at least 2).
-
-    A memory budget for the bundle gives its ``bundle_size``: the oldest
-    planes are then aggregated (paper 000, Sec. 3.1), which keeps the
-    subproblem's optimum and the lower bound, so the budget costs iterations
-    at most, never correctness. The Gram matrix (``8 t^2`` bytes) is small
-    next to the planes for any budget that holds a plane of a large d.
-    """
-    return max(2, int(memory) // (8 * max(1, int(dim))))
 
 
 class CuttingPlaneModel:
@@ -578,7 +381,7 @@ class CuttingPlaneBound:
         self.bundle.update_idle(self._alpha)
         self._alpha = self.bundle.prune(1, self._alpha)
         if self.bundle.size >= self.max_planes:
-            a = self._alpha @ self.bundle.A
+            a = self.bundle.combine(self._alpha)
             b = float(self._alpha @ self.bundle.b)
             self.bundle = Bundle(len(a), self._metric)
             self.bundle.add(a, b)

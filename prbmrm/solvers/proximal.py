@@ -1,6 +1,6 @@
 """The proximal bundle method (paper 000, Alg. 1) with Kiwiel's (1990) proximity control.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.qp`, :mod:`prbmrm.solvers._base`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.qp`, :mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.bundle`.
 """
 
 import math
@@ -10,7 +10,8 @@ import numpy as np
 
 from ..errors import UsageError
 from ..qp import solve_simplex_qp
-from ._base import Bundle, Progress, Recorder, check_finite, snapshot
+from ._base import Progress, Recorder, check_finite, snapshot
+from .bundle import Bundle
 
 
 def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
@@ -195,8 +196,8 @@ def stabilized_step(bundle, center, zeta, alpha0=None):
     p : ndarray
         The aggregate subgradient ``S^T alpha = zeta * (center - w)``.
     """
-    qp = solve_simplex_qp(bundle.gram / zeta, bundle.A @ center + bundle.b, x0=alpha0)
-    p = qp.x @ bundle.A
+    qp = solve_simplex_qp(bundle.gram / zeta, bundle.products(center) + bundle.b, x0=alpha0)
+    p = bundle.combine(qp.x)
     return center - p / zeta, qp.value, qp.x, p
 
 

@@ -1,0 +1,326 @@
+"""The bundle: cutting planes of R_emp, dense or sparse, their Gram matrix and products.
+
+Imports: numpy, scipy; nothing of prbmrm.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+
+SPARSE_MIN_DIM = 2 ** 16
+"""The smallest dimension at which a :class:`Bundle` stores planes sparsely by default."""
+
+
+class Bundle:
+    """Cutting planes ``R_emp(w) >= <a_i, w> + b_i`` with their Gram matrix kept up to date.
+
+    Rows of :attr:`A` are the subgradients a_i. Adding a plane costs one
+    product ``A @ a`` (O(t d)) to extend the Gram matrix; storage grows by
+    doubling so the hot path does not reallocate every iteration, up to
+    `max_size` rows if given.
+
+    Sparse planes: with `sparse`, a plane whose support holds less than half
+    of the `dim` coordinates is stored as its indices and values (12 bytes
+    per nonzero instead of 8 per coordinate), the others as dense vectors;
+    the Gram row of a new plane, :meth:`combine` (``A^T alpha``, hence w),
+    :meth:`products` (``A w``) and aggregation then cost O(nonzeros of the
+    planes) plus O(d) for the one dense result, not O(t d). Sums run plane
+    by plane in a fixed order, so the results depend on the planes only (not
+    on the ranks), but they may differ in the last bits from the dense
+    bundle's BLAS products.
+
+    Parameters
+    ----------
+    dim : int
+        Length of the subgradients.
+    metric : callable, optional
+        ``metric(a) -> M a`` for a positive definite M: the Gram matrix is then
+        ``A M A^T`` (the quadratic-form regularizer's ``B^-1``); identity by default.
+    max_size : int, optional
+        Most planes ever held (storage never exceeds it); the solver keeps
+        within it with :meth:`aggregate_oldest`. Unlimited by default.
+    sparse : bool, optional
+        Store planes of small support sparsely; by default when `dim` is at
+        least :data:`SPARSE_MIN_DIM` (below it a dense plane is small anyway,
+        and results stay those of the dense bundle).
+    """
+
+    def __init__(self, dim, metric=None, max_size=None, sparse=None):
+        if max_size is not None and max_size < 2:
+            raise ValueError(f"a bundle holds at least 2 planes, got max_size={max_size}")
+        self._metric = metric
+        self.max_size = max_size
+        self.dim = dim
+        self.sparse = dim >= SPARSE_MIN_DIM if sparse is None else bool(sparse)
+        capacity = 8 if max_size is None else min(8, max_size)
+        # With a limit the planes' storage is reserved whole at once: the pages of
+        # np.empty are only committed as planes are written, and growing never
+        # holds an old and a new copy of the planes (twice the budget) at once.
+        # Sparse planes are separate arrays, one (indices or None, values) pair each.
+        self._A = None if self.sparse else np.empty((capacity if max_size is None else max_size, dim))
+        self._planes = []
+        self._b = np.empty(capacity)
+        self._gram = np.empty((capacity, capacity))
+        self._idle = np.empty(capacity, dtype=np.int64)
+        self.size = 0
+
+    @property
+    def A(self):
+        """ndarray of shape (t, dim): the subgradients, one per row (a dense copy for sparse planes)."""
+        if not self.sparse:
+            return self._A[:self.size]
+        A = np.zeros((self.size, self.dim))
+        for row, (index, values) in zip(A, self._planes):
+            row[slice(None) if index is None else index] = values
+        return A
+
+    @property
+    def b(self):
+        """ndarray of shape (t,): the offsets."""
+        return self._b[:self.size]
+
+    @property
+    def gram(self):
+        """ndarray of shape (t, t): ``A @ A.T`` (``A M A^T`` with a metric)."""
+        return self._gram[:self.size, :self.size]
+
+    @property
+    def gram_buffer(self):
+        """ndarray: the C-contiguous storage whose leading t x t block is :attr:`gram` (for compiled kernels)."""
+        return self._gram
+
+    @property
+    def nbytes(self):
+        """int: the bytes the planes' storage holds (reserved, for a dense bundle)."""
+        if not self.sparse:
+            return self._A.nbytes
+        return sum(values.nbytes + (0 if index is None else index.nbytes) for index, values in self._planes)
+
+    def combine(self, alpha):
+        """Return ``A^T alpha`` (w is ``-A^T alpha / lam`` for the L2 regularizer)."""
+        if not self.sparse:
+            return alpha @ self.A
+        return _combine(alpha, self._planes, self.dim)
+
+    def products(self, w):
+        """Return ``A w``, the planes' slopes at `w`."""
+        if not self.sparse:
+            return self.A @ w
+        return np.array([_dot(plane, w) for plane in self._planes])
+
+    def add(self, a, b):
+        """Append the plane (a, b)."""
+        t = self.size
+        if t == len(self._b):
+            if t == self.max_size:
+                raise ValueError(f"the bundle already holds its maximum of {t} planes")
+            self._grow(2 * t if self.max_size is None else min(2 * t, self.max_size))
+        self._b[t] = b
+        image = a if self._metric is None else self._metric(a)
+        if self.sparse:
+            self._planes.append(_plane(a))
+            row = self.products(image)
+        else:
+            self._A[t] = a
+            row = self._A[:t + 1] @ image
+        self._gram[t, :t + 1] = row
+        self._gram[:t + 1, t] = row
+        self._idle[t] = 0
+        self.size = t + 1
+
+    def _grow(self, capacity):
+        t = self.size
+        A, b, gram, idle = self._A, self._b, self._gram, self._idle
+        if A is not None and len(A) < capacity:
+            self._A = np.empty((capacity, A.shape[1]))
+            self._A[:t] = A[:t]
+        self._b = np.empty(capacity)
+        self._b[:t] = b[:t]
+        self._gram = np.empty((capacity, capacity))
+        self._gram[:t, :t] = gram[:t, :t]
+        self._idle = np.empty(capacity, dtype=np.int64)
+        self._idle[:t] = idle[:t]
+
+    def update_idle(self, alpha):
+        """Count, per plane, the consecutive iterations its multiplier has been zero."""
+        idle = self._idle[:self.size]
+        idle[:] = np.where(alpha > 0, 0, idle + 1)
+
+    def prune(self, idle_age, alpha):
+        """Drop the planes idle for `idle_age` iterations or more; return the kept multipliers.
+
+        Dropped planes have zero multipliers, so the subproblem's optimum, and
+        the lower bound, are unchanged.
+        """
+        keep = self._idle[:self.size] < idle_age
+        if keep.all():
+            return alpha
+        index = np.flatnonzero(keep)
+        self._select(index, 0)
+        return alpha[index]
+
+    def make_room(self, alpha):
+        """Make room for one more plane: if the bundle is full, aggregate all but the newest max_size - 2.
+
+        For max_size 2 this is Alg. 4 of paper 000: one aggregate and the new
+        plane. Returns the multipliers of the planes left.
+        """
+        if self.size == self.max_size:
+            return self.aggregate_oldest(alpha, self.max_size - 2)
+        return alpha
+
+    def aggregate_oldest(self, alpha, keep):
+        """Replace all planes but the newest `keep` by their aggregate; return the new multipliers.
+
+        With the multipliers alpha of the last subproblem and I the oldest
+        planes, the aggregate (paper 000, Sec. 3.1; Kiwiel 1983) is
+        ``a_I = sum_{i in I} alpha_i a_i / alpha_I``, the same for b, with
+        multiplier ``alpha_I = sum_{i in I} alpha_i``. Being a convex
+        combination of planes it is a plane below R_emp, and the returned
+        multipliers give the same dual value, so the subproblem's optimum and
+        the lower bound are unchanged. If alpha_I is 0 the planes I are dropped
+        (the same argument). The aggregate becomes the first plane. The Gram
+        matrix follows from the old one, in O(t^2); the only O(d) work is
+        forming a_I, in O(|I| d).
+
+        Parameters
+        ----------
+        alpha : ndarray of shape (t,)
+            The multipliers of the bundle's planes, >= 0.
+        keep : int
+            How many of the newest planes stay as they are, >= 0.
+
+        Returns
+        -------
+        ndarray
+            The multipliers of the planes left, aggregate first.
+        """
+        old = self.size - keep
+        if old <= 0:
+            return alpha
+        total = float(np.sum(alpha[:old]))
+        kept = np.arange(old, self.size)
+        if total <= 0.0:
+            self._select(kept, 0)
+            return alpha[kept]
+        weights = alpha[:old] / total
+        gram = self._gram[:self.size, :self.size]
+        cross = weights @ gram[:old]  # <a_I, a_j> for every plane j, in the Gram metric
+        diagonal = float(cross[:old] @ weights)
+        if self.sparse:
+            a = _plane(_combine(weights, self._planes[:old], self.dim))
+        else:
+            a = weights @ self._A[:old]
+        b = float(weights @ self._b[:old])
+        self._select(kept, 1)
+        if self.sparse:
+            self._planes[0] = a
+        else:
+            self._A[0] = a
+        self._b[0] = b
+        self._gram[0, 1:keep + 1] = cross[old:]
+        self._gram[1:keep + 1, 0] = cross[old:]
+        self._gram[0, 0] = diagonal
+        self._idle[0] = 0
+        return np.concatenate(([total], alpha[kept]))
+
+    def state(self):
+        """Return the planes, Gram matrix and idle counts as a dict of arrays (for a checkpoint).
+
+        Dense planes are ``A``; sparse ones (:attr:`sparse`) are the rows of a
+        CSR matrix ``indptr, indices, values``, a dense plane among them with
+        all `dim` indices, so that :meth:`restore` gives back the same storage.
+        """
+        state = {"b": self.b.copy(), "gram": self.gram.copy(), "idle": self._idle[:self.size].copy()}
+        if not self.sparse:
+            return dict(state, A=self.A.copy())
+        every = np.arange(self.dim, dtype=_index_type(self.dim))
+        indices = [every if index is None else index for index, _ in self._planes]
+        indptr = np.zeros(self.size + 1, dtype=np.int64)
+        np.cumsum([len(index) for index in indices], out=indptr[1:])
+        return dict(state, indptr=indptr, indices=np.concatenate(indices or [every[:0]]),
+                    values=np.concatenate([values for _, values in self._planes] or [np.zeros(0)]))
+
+    def restore(self, state):
+        """Replace the planes by those of :meth:`state` (either storage); the Gram matrix is taken as saved."""
+        t = len(state["b"])
+        if t > len(self._b):
+            self._grow(t)
+        if "A" in state:
+            rows = np.asarray(state["A"], dtype=np.float64)
+        else:
+            indptr, indices, values = (np.asarray(state[key]) for key in ("indptr", "indices", "values"))
+            rows = [(indices[start:end], values[start:end]) for start, end in zip(indptr[:-1], indptr[1:])]
+        if self.sparse:
+            self._planes = [_plane(row) if "A" in state else
+                            (None if len(row[0]) == self.dim else row[0].astype(_index_type(self.dim)),
+                             np.array(row[1], dtype=np.float64)) for row in rows]
+        elif "A" in state:
+            self._A[:t] = rows
+        else:
+            self._A[:t] = 0.0
+            for target, (index, values) in zip(self._A, rows):
+                target[index] = values
+        self._b[:t] = state["b"]
+        self._gram[:t, :t] = state["gram"]
+        self._idle[:t] = state["idle"]
+        self.size = t
+
+    def _select(self, index, start):
+        """Move the planes `index` (increasing) to rows ``start, start + 1, ...``; keep only those."""
+        n = len(index)
+        rows = slice(start, start + n)
+        if self.sparse:
+            self._planes = self._planes[:start] + [self._planes[i] for i in index]
+        else:
+            self._A[rows] = self._A[index]
+        self._b[rows] = self._b[index]
+        self._gram[rows, rows] = self._gram[np.ix_(index, index)]
+        self._idle[rows] = self._idle[index]
+        self.size = start + n
+
+
+def _index_type(dim):
+    return np.int32 if dim <= np.iinfo(np.int32).max else np.int64
+
+
+def _plane(a):
+    """A sparse bundle's storage of the vector `a`: ``(indices, values)`` if under half of it is nonzero,
+    else ``(None, a copy of a)``."""
+    support = np.flatnonzero(a)
+    if 2 * len(support) < len(a):
+        return support.astype(_index_type(len(a))), a[support]
+    return None, np.array(a, dtype=np.float64)
+
+
+def _dot(plane, w):
+    index, values = plane
+    if index is None:
+        return float(np.dot(values, w))
+    # scipy's CSR kernel reads the plane once; w[index] would first copy the gathered values (5x slower).
+    row = sp.csr_matrix((values, index, np.array([0, len(index)], dtype=index.dtype)), shape=(1, len(w)))
+    return float((row @ w)[0])
+
+
+def _combine(alpha, planes, dim):
+    """``sum_i alpha_i a_i`` over sparse-bundle `planes`, dense, summed plane by plane in order."""
+    total = np.zeros(dim)
+    for weight, (index, values) in zip(alpha, planes):
+        # A zero weight adds only zeros: skipping it leaves every bit of the sum as it is.
+        if weight != 0.0:
+            if index is None:
+                total += weight * values
+            else:
+                total[index] += weight * values
+    return total
+
+
+def planes_within(memory, dim):
+    """Return how many planes of `dim` float64 values fit in `memory` bytes (at least 2).
+
+    A memory budget for the bundle gives its ``bundle_size``: the oldest
+    planes are then aggregated (paper 000, Sec. 3.1), which keeps the
+    subproblem's optimum and the lower bound, so the budget costs iterations
+    at most, never correctness. The Gram matrix (``8 t^2`` bytes) is small
+    next to the planes for any budget that holds a plane of a large d.
+    """
+    return max(2, int(memory) // (8 * max(1, int(dim))))

@@ -36,7 +36,7 @@ from .plugins import plugin_names
 from .regularizers import REGULARIZERS, get_regularizer
 from .shard import add_label_column_option
 from .risk import DistributedRisk, run_distributed
-from .solvers import SOLVERS, get_solver, minimize, solver_options
+from .solvers import SOLVERS, default_solver, get_solver, minimize, solver_options
 from .solvers._base import planes_within
 from .solvers.lsbmrm import check_theta
 from .solvers.path import LamPath, PathProgress, PathResult, minimize_path
@@ -109,7 +109,7 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
         check_theta(theta)
 
 
-def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
+def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver=None, reg="l2",
         reg_params=None, epsilon=None, rel_epsilon=None, max_iter=10000, idle_age=10, bundle_size=0,
         bundle_memory=0, theta=None, solver_params=None, callback=None, comm=None, checkpoint=None,
         checkpoint_every=0, resume=None, stop=None, party=None, positive=None, label_column=0, report=None,
@@ -144,8 +144,9 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         for BMRM): see :func:`prbmrm.solvers.path.minimize_path`.
     bias : bool
         Append a constant feature whose weight is the (regularized) offset.
-    solver : str
-        A key of :data:`prbmrm.solvers.SOLVERS` or a solver plug-in's name.
+    solver : str or None
+        A key of :data:`prbmrm.solvers.SOLVERS` or a solver plug-in's name;
+        None: :func:`prbmrm.solvers.default_solver`'s choice.
     reg : str or prbmrm.regularizers.Regularizer
         A key of :data:`prbmrm.regularizers.REGULARIZERS`, or a regularizer
         object (then `reg_params` is ignored).
@@ -222,6 +223,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     from .comm import get_comm
 
     comm = get_comm() if comm is None else comm
+    solver = solver or default_solver(lam, reg, warm is not None)
     check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size, solver, theta)
     epsilon, rel_epsilon = stopping_tolerances(epsilon, rel_epsilon)
     if isinstance(bundle_memory, str):
@@ -609,7 +611,8 @@ def build_parser():
     parser.add_argument("--lam-max", type=float, metavar="LAM",
                         help="the first lambda of --lam-path (default: the smallest lambda at which "
                         "w = 0 is optimal for l1 and elastic_net, 1.0 for other regularizers)")
-    parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join([*SOLVERS, *plugin_names('solver')])} (default bmrm)")
+    parser.add_argument("--solver", help=f"solver: {', '.join([*SOLVERS, *plugin_names('solver')])} (default: "
+                        "proximal for one --lam with a quadratic --reg, else bmrm)")
     parser.add_argument("--theta", type=float, help="lsbmrm: next plane at (1 - theta) w_b + theta w_t, "
                         "0 < theta <= 1 (default 0.9)")
     parser.add_argument("--solver-param", action="append", metavar="NAME=VALUE",
@@ -780,6 +783,7 @@ def _main(argv, comm, held):
         return 0
     comm.set_rank_timeout(args.rank_timeout)
     lam = lam_option(args)
+    args.solver = args.solver or default_solver(lam, args.reg)
     check_options(lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age, args.bundle_size,
                   args.solver, args.theta)
     loss_params = parse_params(args.loss_param, "--loss-param")

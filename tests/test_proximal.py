@@ -88,8 +88,8 @@ def test_kiwiel_weight_update():
 
 def test_bad_parameters():
     X, y = synthetic("hinge")
-    for options in (dict(zeta=0.0), dict(rho=1.0), dict(rho=0.0)):
-        with pytest.raises(UsageError, match="zeta > 0 and 0 < rho < 1"):
+    for options in (dict(zeta=0.0), dict(rho=1.0), dict(rho=0.0), dict(null_steps=-1)):
+        with pytest.raises(UsageError, match="zeta > 0, 0 < rho < 1 and null_steps >= 0"):
             train(X, y, "hinge", 1e-2, method="proximal", **options)
 
 

@@ -109,3 +109,33 @@ def test_cli_trains_with_the_proximal_solver(tmp_path):
 def test_proximal_run_equals_serial_run(comm, mpi_tmp_path, loss):
     check_run_against_serial(comm, mpi_tmp_path, loss, 1e-3, rows=3000, method="proximal", epsilon=0,
                              rel_epsilon=1e-4, max_iter=400)
+
+
+def test_default_solver_rule():
+    from prbmrm.regularizers import get_regularizer
+    from prbmrm.solvers import default_solver
+
+    assert default_solver(1e-4) == default_solver(1e-4, get_regularizer("quadratic", B=2.0)) == "proximal"
+    # BMRM where planes carry over from other lambdas, and for regularizers the proximal method was not measured on.
+    assert default_solver([1e-2, 1e-3]) == default_solver(1e-4, "l2", reuse_planes=True) == "bmrm"
+    assert default_solver(1e-4, "l1") == default_solver(1e-4, "entropy") == "bmrm"
+
+
+def test_cli_fit_and_estimators_share_the_default(tmp_path):
+    import prbmrm
+    from prbmrm.estimators import BMRMClassifier
+    from prbmrm.model import load_model
+    from prbmrm.train import load_demo, main
+
+    out = str(tmp_path / "m.h5")
+    assert main(["--lam", "1e-3", "--quiet", "--out", out], SerialComm()) == 0
+    cli = load_model(out)
+    fitted = prbmrm.fit(None, lam=1e-3)
+    assert cli.attrs["solver"] == fitted.attrs["solver"] == "proximal"
+    assert cli.attrs["iterations"] == fitted.attrs["iterations"]
+    assert prbmrm.fit(None, lam=[1e-2, 1e-3]).attrs["solver"] == "bmrm"
+    X, y = load_demo()
+    # The estimator without a bias trains the CLI's problem: the same iterations and objective.
+    estimator = BMRMClassifier(lam=1e-3, bias=False).fit(X, y)
+    assert estimator.n_iter_ == cli.attrs["iterations"]
+    assert estimator.objective_ == pytest.approx(cli.attrs["objective"], rel=1e-12)

@@ -244,6 +244,9 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     own = dict(solver_params or {}, **({"bundle_size": limited} if limited else {}),
                **({} if theta is None else {"theta": theta}))
     options = solver_options(solver, own)
+    if party is not None and party.private and solver == "proximal":
+        # BMRM's points go far from the prox-center, where noisy planes are poor: plain Alg. 1.
+        options.setdefault("null_steps", 0)
     regularizer = get_regularizer(reg, **(reg_params or {})) if isinstance(reg, str) else reg
     notes = []
     if data is None:

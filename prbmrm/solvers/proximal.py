@@ -150,9 +150,7 @@ def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
             nulls = 0 if serious else nulls + 1
             if serious:
                 center, center_objective = w, objective
-        # Each bundle aggregates by its own subproblem's multipliers, which keeps that subproblem's value.
-        alpha = np.append(model.make_room(alpha), 0.0)
-        lower_alpha = np.append(lower.make_room(lower_alpha), 0.0)
+        alpha, lower_alpha = (np.append(m, 0.0) for m in make_room_alike(model, lower, alpha, lower_alpha))
         model.add(s, objective - float(np.dot(s, w)))
         lower.add(a, r - float(np.dot(a, w)))
         w_cutting, bound, lower_alpha = regularizer.solve_subproblem(lower, lam, lower_alpha)
@@ -189,6 +187,31 @@ def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
                 cutting_plane=int(cutting_plane), iteration=t)):
             break
     return recorder.result(best_w, best_objective, w)
+
+
+def make_room_alike(model, lower, alpha, lower_alpha):
+    """Make room for one more plane in both bundles, keeping them row for row alike; return both multipliers.
+
+    Where the bundles are full, each aggregates its oldest planes by its own
+    multipliers (:meth:`Bundle.make_room`), which keeps its subproblem's
+    value; where its own multipliers are all 0 there, by the other's (an
+    aggregate with multiplier 0, which keeps the value too), so that one
+    bundle never drops planes the other aggregates. Both drop them where
+    both multipliers are 0.
+    """
+    if model.size != model.max_size:
+        return alpha, lower_alpha
+    keep = model.max_size - 2
+    old = model.size - keep
+    own = (alpha, lower_alpha)
+    result = []
+    for bundle, mine, other in zip((model, lower), own, own[::-1]):
+        if np.sum(mine[:old]) > 0.0 or np.sum(other[:old]) <= 0.0:
+            result.append(bundle.aggregate_oldest(mine, keep))
+        else:
+            bundle.aggregate_oldest(other, keep)
+            result.append(np.concatenate(([0.0], mine[old:])))
+    return tuple(result)
 
 
 def stabilized_step(bundle, center, zeta, alpha0=None):

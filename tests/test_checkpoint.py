@@ -22,8 +22,9 @@ from prbmrm.model import load_model
 from prbmrm.train import fit
 
 # Hinge on the demo data: about 70 iterations, planes pruned on the way.
-OPTIONS = dict(lam=1e-3, rel_epsilon=1e-5)
-RUN = ["-m", "prbmrm.train", "--lam", "1e-3", "--rel-epsilon", "1e-5", "--quiet"]
+# BMRM named: its checkpoint (the bundle of R_emp) is what these tests read and forge.
+OPTIONS = dict(solver="bmrm", lam=1e-3, rel_epsilon=1e-5)
+RUN = ["-m", "prbmrm.train", "--solver", "bmrm", "--lam", "1e-3", "--rel-epsilon", "1e-5", "--quiet"]
 
 
 def a9a_rows(rows=2000):
@@ -82,7 +83,7 @@ def test_lsbmrm_resume_reaches_the_uninterrupted_w(tmp_path):
 
 def test_resume_with_an_aggregated_bundle(tmp_path):
     data = a9a_rows()
-    options = dict(loss="hinge", lam=1e-2, bias=True, rel_epsilon=1e-4, bundle_size=4)
+    options = dict(solver="bmrm", loss="hinge", lam=1e-2, bias=True, rel_epsilon=1e-4, bundle_size=4)
     full, _, _ = fit(data, **options)
     path = str(tmp_path / "state.h5")
     part, _, _ = fit(data, max_iter=25, checkpoint=path, **options)

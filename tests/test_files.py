@@ -164,7 +164,7 @@ def test_claims(tmp_path):
 
 # ---- checkpoints are checked before a run resumes from them ----
 
-OPTIONS = dict(lam=1e-3, rel_epsilon=1e-5)  # the demo data: about 70 iterations
+OPTIONS = dict(solver="bmrm", lam=1e-3, rel_epsilon=1e-5)  # BMRM's checkpoint; the demo data: about 70 iterations
 
 
 @pytest.fixture(scope="module")

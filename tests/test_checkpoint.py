@@ -184,7 +184,7 @@ def test_owlqn_resume_reaches_the_uninterrupted_optimum(tmp_path):
 
 def test_lbfgs_resume_replays_scipy_and_reaches_the_uninterrupted_w(tmp_path):
     """scipy's L-BFGS-B is run again over the saved evaluations, then continues on the same path."""
-    options = dict(loss="logistic", solver="lbfgs", solver_params={"bound_every": 3}, **OPTIONS)
+    options = dict(OPTIONS, loss="logistic", solver="lbfgs", solver_params={"bound_every": 3})
     full, _, _ = fit(**options)
     path = str(tmp_path / "state.h5")
     fit(max_iter=13, checkpoint=path, **options)  # 13: not a row that solves the QP

@@ -321,7 +321,7 @@ def test_sigterm_to_rank_0_checkpoints_and_resumes(tmp_path):
     model = load_model(str(tmp_path / "model.interrupted.h5"))
     assert model.attrs["status"] == 5 and model.attrs["iterations"] == stopped
     # Resume for 15 more iterations and compare with an uninterrupted run of as many.
-    more = dict(lam=1e-7, rel_epsilon=0.0, max_iter=stopped + 15)
+    more = dict(solver="bmrm", lam=1e-7, rel_epsilon=0.0, max_iter=stopped + 15)
     resumed = train(tmp_path, 3, "resumed", "--lam", "1e-7", "--rel-epsilon", "0",
                     "--max-iter", str(stopped + 15), "--resume", path)
     full, _, _ = fit(**more)

@@ -11,7 +11,8 @@ from ._base import Bundle, Progress, Recorder, check_finite, snapshot
 
 
 def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                      idle_age=10, bundle_size=0, zeta=1.0, rho=0.1, null_steps=5, callback=None, state=None, checkpoint=None):
+                      idle_age=10, bundle_size=0, zeta=1.0, rho=0.1, null_steps=5, callback=None, state=None,
+                      checkpoint=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with the proximal bundle method.
 
     Unlike BMRM, the model is built of planes of J itself: iteration t

@@ -19,7 +19,7 @@ apply are listed per class in :data:`EXPECTED_FAILED_CHECKS`, with reasons.
 
 Imports: numpy, scipy, sklearn, threadpoolctl; of prbmrm: :mod:`prbmrm._cli`, :mod:`prbmrm.comm`,
 :mod:`prbmrm.errors`, :mod:`prbmrm.losses`, :mod:`prbmrm.losses.multivariate`,
-:mod:`prbmrm.losses.vector`, :mod:`prbmrm.options`, :mod:`prbmrm.training`.
+:mod:`prbmrm.losses.vector`, :mod:`prbmrm.options`, :mod:`prbmrm.solvers`, :mod:`prbmrm.training`.
 """
 
 import hashlib
@@ -67,8 +67,10 @@ class _BMRMEstimator(BaseEstimator):
     loss_params : dict or None, default None
         The loss's parameters (``--loss-param NAME=VALUE``), e.g.
         ``{"tau": 0.9}`` for ``quantile``.
-    solver : str, default "bmrm"
-        A key of :data:`prbmrm.solvers.SOLVERS`.
+    solver : str or None, default None
+        A key of :data:`prbmrm.solvers.SOLVERS`; None: that of
+        :func:`prbmrm.solvers.default_solver` (``bmrm`` with `warm_start`,
+        whose planes carry over, else ``proximal`` for a quadratic `reg`).
     reg : str, default "l2"
         A key of :data:`prbmrm.regularizers.REGULARIZERS`.
     epsilon, rel_epsilon : float or None, default None
@@ -102,7 +104,7 @@ class _BMRMEstimator(BaseEstimator):
     loss_ : str
         The loss trained.
     n_iter_ : int
-        BMRM iterations (risk evaluations).
+        Solver iterations (risk evaluations).
     objective_ : float
         J at the returned weights.
     gap_ : float
@@ -118,7 +120,7 @@ class _BMRMEstimator(BaseEstimator):
     _default_losses = ()  # (the default loss, the one for more classes or 2-D targets)
     _losses = ()  # the names of the losses this estimator trains
 
-    def __init__(self, *, lam=1e-4, loss=None, loss_params=None, solver="bmrm", reg="l2", epsilon=Stopping.epsilon,
+    def __init__(self, *, lam=1e-4, loss=None, loss_params=None, solver=None, reg="l2", epsilon=Stopping.epsilon,
                  rel_epsilon=Stopping.rel_epsilon, max_iter=Stopping.max_iter, bias=True,
                  idle_age=BundleOptions.idle_age, warm_start=False):
         self.lam = lam
@@ -164,6 +166,7 @@ class _BMRMEstimator(BaseEstimator):
 
         from ._cli import blas_threads
         from .comm import get_comm
+        from .solvers import default_solver
         from .training import fit
 
         comm = get_comm()
@@ -172,13 +175,14 @@ class _BMRMEstimator(BaseEstimator):
         # One BLAS thread for the fit, as the command line runs (see prbmrm._cli.run): threads
         # gain nothing on these small products and lose many-fold on a busy machine.
         limits = blas_threads(comm.size, os.environ)
-        key = _fit_key(X, y, options, (loss, loss_params, self.bias, self.solver, self.reg))
+        solver = self.solver or default_solver(self.lam, self.reg, self.warm_start)
+        key = _fit_key(X, y, options, (loss, loss_params, self.bias, solver, self.reg))
         warm = _WARM_STARTS.get(key) if self.warm_start and comm.is_root else None
         try:
             with threadpool_limits(limits):
                 result, local, loss_object = fit(
                     (X, y, options), loss=loss, loss_params=loss_params, lam=self.lam,
-                    bias=self.bias, solver=self.solver, reg=self.reg, epsilon=self.epsilon,
+                    bias=self.bias, solver=solver, reg=self.reg, epsilon=self.epsilon,
                     rel_epsilon=self.rel_epsilon, max_iter=self.max_iter, idle_age=self.idle_age,
                     comm=comm, warm=warm)
         except PrbmrmError as error:  # raised on every rank alike
@@ -196,7 +200,7 @@ class _BMRMEstimator(BaseEstimator):
             summary = (result.nit, result.fun, result.gap, result.success, result.message, result.history)
         self.n_iter_, self.objective_, self.gap_, success, message, self.history_ = comm.bcast_object(summary)
         if not success:
-            warnings.warn(f"BMRM stopped before its gap test: {message}", ConvergenceWarning)
+            warnings.warn(f"{solver} stopped before its gap test: {message}", ConvergenceWarning)
         W = w.reshape(-1, k)
         self.coef_ = np.ascontiguousarray(W[:-1].T if self.bias else W.T)
         self.intercept_ = W[-1].copy() if self.bias else np.zeros(k)

@@ -35,7 +35,7 @@ from .party import Party, party_path
 from .plugins import plugin_names
 from .regularizers import REGULARIZERS, get_regularizer
 from .shard import add_label_column_option
-from .solvers import SOLVERS, solver_options
+from .solvers import SOLVERS, default_solver, solver_options
 from .solvers.path import LamPath, PathProgress, PathResult
 from .options import BundleOptions, Checkpointing, PartySettings, Stopping, add_arguments, from_namespace
 from .training import DEMO_NAME, build_model, check_options, fit, training_mean_delta
@@ -251,7 +251,8 @@ def build_parser():
     parser.add_argument("--lam-max", type=float, metavar="LAM",
                         help="the first lambda of --lam-path (default: the smallest lambda at which "
                         "w = 0 is optimal for l1 and elastic_net, 1.0 for other regularizers)")
-    parser.add_argument("--solver", default="bmrm", help=f"solver: {', '.join([*SOLVERS, *plugin_names('solver')])} (default bmrm)")
+    parser.add_argument("--solver", help=f"solver: {', '.join([*SOLVERS, *plugin_names('solver')])} (default: "
+                        "proximal for one --lam with a quadratic --reg, else bmrm)")
     parser.add_argument("--theta", type=float, help="lsbmrm: next plane at (1 - theta) w_b + theta w_t, "
                         "0 < theta <= 1 (default 0.9)")
     parser.add_argument("--solver-param", action="append", metavar="NAME=VALUE",
@@ -360,6 +361,7 @@ def _main(argv, comm, held):
         return 0
     comm.set_rank_timeout(args.rank_timeout)
     lam = lam_option(args)
+    args.solver = args.solver or default_solver(lam, args.reg)
     check_options(lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age, args.bundle_size,
                   args.solver, args.theta)
     loss_params = parse_params(args.loss_param, "--loss-param")

@@ -30,7 +30,7 @@ from .options import BundleOptions, Checkpointing, Stopping, split_keywords
 from .party import load_party
 from .regularizers import get_regularizer
 from .risk import DistributedRisk, run_distributed
-from .solvers import SOLVERS, get_solver, minimize, solver_options
+from .solvers import SOLVERS, default_solver, get_solver, minimize, solver_options
 from .solvers.bundle import planes_within
 from .solvers.lsbmrm import check_theta
 from .solvers.path import LamPath, PathResult, minimize_path
@@ -78,7 +78,7 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
         check_theta(theta)
 
 
-def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver="bmrm", reg="l2",
+def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver=None, reg="l2",
         reg_params=None, stopping=None, bundle=None, checkpointing=None, theta=None, solver_params=None,
         callback=None, comm=None, stop=None, party=None, positive=None, label_column=0, report=None,
         warm=None, **fields):
@@ -112,8 +112,9 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         for BMRM): see :func:`prbmrm.solvers.path.minimize_path`.
     bias : bool
         Append a constant feature whose weight is the (regularized) offset.
-    solver : str
-        A key of :data:`prbmrm.solvers.SOLVERS` or a solver plug-in's name.
+    solver : str or None
+        A key of :data:`prbmrm.solvers.SOLVERS` or a solver plug-in's name;
+        None: :func:`prbmrm.solvers.default_solver`'s choice.
     reg : str or prbmrm.regularizers.Regularizer
         A key of :data:`prbmrm.regularizers.REGULARIZERS`, or a regularizer
         object (then `reg_params` is ignored).
@@ -189,6 +190,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
 
     comm = get_comm() if comm is None else comm
     stopping, bundle, checkpointing = option_groups(stopping, bundle, checkpointing, fields)
+    solver = solver or default_solver(lam, reg, warm is not None)
     check_options(lam, stopping.epsilon, stopping.rel_epsilon, stopping.max_iter, bundle.idle_age,
                   bundle.bundle_size, solver, theta)
     epsilon, rel_epsilon = stopping.tolerances
@@ -206,6 +208,9 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     own = dict(solver_params or {}, **({"bundle_size": limited} if limited else {}),
                **({} if theta is None else {"theta": theta}))
     options = solver_options(solver, own)
+    if party is not None and party.private and solver == "proximal":
+        # BMRM's points go far from the prox-center, where noisy planes are poor: plain Alg. 1.
+        options.setdefault("null_steps", 0)
     regularizer = get_regularizer(reg, **(reg_params or {})) if isinstance(reg, str) else reg
     local = _load(data, comm, party, bias, positive, label_column, report)
     _check_task(loss_object, local, data, bias, comm)

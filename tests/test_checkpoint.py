@@ -22,8 +22,9 @@ from prbmrm.model import load_model
 from prbmrm.training import fit
 
 # Hinge on the demo data: about 70 iterations, planes pruned on the way.
-OPTIONS = dict(lam=1e-3, rel_epsilon=1e-5)
-RUN = ["-m", "prbmrm.train", "--lam", "1e-3", "--rel-epsilon", "1e-5", "--quiet"]
+# BMRM named: its checkpoint (the bundle of R_emp) is what these tests read and forge.
+OPTIONS = dict(solver="bmrm", lam=1e-3, rel_epsilon=1e-5)
+RUN = ["-m", "prbmrm.train", "--solver", "bmrm", "--lam", "1e-3", "--rel-epsilon", "1e-5", "--quiet"]
 
 
 def a9a_rows(rows=2000):
@@ -82,7 +83,7 @@ def test_lsbmrm_resume_reaches_the_uninterrupted_w(tmp_path):
 
 def test_resume_with_an_aggregated_bundle(tmp_path):
     data = a9a_rows()
-    options = dict(loss="hinge", lam=1e-2, bias=True, rel_epsilon=1e-4, bundle_size=4)
+    options = dict(solver="bmrm", loss="hinge", lam=1e-2, bias=True, rel_epsilon=1e-4, bundle_size=4)
     full, _, _ = fit(data, **options)
     path = str(tmp_path / "state.h5")
     part, _, _ = fit(data, max_iter=25, checkpoint=path, **options)
@@ -183,7 +184,7 @@ def test_owlqn_resume_reaches_the_uninterrupted_optimum(tmp_path):
 
 def test_lbfgs_resume_replays_scipy_and_reaches_the_uninterrupted_w(tmp_path):
     """scipy's L-BFGS-B is run again over the saved evaluations, then continues on the same path."""
-    options = dict(loss="logistic", solver="lbfgs", solver_params={"bound_every": 3}, **OPTIONS)
+    options = dict(OPTIONS, loss="logistic", solver="lbfgs", solver_params={"bound_every": 3})
     full, _, _ = fit(**options)
     path = str(tmp_path / "state.h5")
     fit(max_iter=13, checkpoint=path, **options)  # 13: not a row that solves the QP
@@ -320,7 +321,7 @@ def test_sigterm_to_rank_0_checkpoints_and_resumes(tmp_path):
     model = load_model(str(tmp_path / "model.interrupted.h5"))
     assert model.attrs["status"] == 5 and model.attrs["iterations"] == stopped
     # Resume for 15 more iterations and compare with an uninterrupted run of as many.
-    more = dict(lam=1e-7, rel_epsilon=0.0, max_iter=stopped + 15)
+    more = dict(solver="bmrm", lam=1e-7, rel_epsilon=0.0, max_iter=stopped + 15)
     resumed = train(tmp_path, 3, "resumed", "--lam", "1e-7", "--rel-epsilon", "0",
                     "--max-iter", str(stopped + 15), "--resume", path)
     full, _, _ = fit(**more)

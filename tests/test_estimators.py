@@ -249,7 +249,7 @@ def test_warm_start_reuses_the_planes_of_the_same_training_data_only():
     lam, m = 1e-3, X.shape[0]
     BMRMClassifier(lam=1e-2, warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
     warm = BMRMClassifier(lam=lam, warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
-    cold = BMRMClassifier(lam=lam, rel_epsilon=0, epsilon=1e-6).fit(X, y)
+    cold = BMRMClassifier(lam=lam, solver="bmrm", rel_epsilon=0, epsilon=1e-6).fit(X, y)  # warm_start's solver
     assert warm.n_iter_ < cold.n_iter_
     assert abs(warm.objective_ - cold.objective_) <= 1e-6
     svc = LinearSVC(loss="hinge", C=1.0 / (lam * m), tol=1e-8, max_iter=200000).fit(X, y)
@@ -260,4 +260,4 @@ def test_warm_start_reuses_the_planes_of_the_same_training_data_only():
     assert warm.objective_ - warm.gap_ <= liblinear + 1e-9 and warm.objective_ <= liblinear + 1e-6
     # Other data: nothing to reuse, the fit is the cold one.
     half = BMRMClassifier(lam=lam, warm_start=True).fit(X[:1000], y[:1000])
-    np.testing.assert_array_equal(half.coef_, BMRMClassifier(lam=lam).fit(X[:1000], y[:1000]).coef_)
+    np.testing.assert_array_equal(half.coef_, BMRMClassifier(lam=lam, solver="bmrm").fit(X[:1000], y[:1000]).coef_)

@@ -164,7 +164,7 @@ def test_claims(tmp_path):
 
 # ---- checkpoints are checked before a run resumes from them ----
 
-OPTIONS = dict(lam=1e-3, rel_epsilon=1e-5)  # the demo data: about 70 iterations
+OPTIONS = dict(solver="bmrm", lam=1e-3, rel_epsilon=1e-5)  # BMRM's checkpoint; the demo data: about 70 iterations
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +221,7 @@ def test_a_forged_checkpoint_is_refused(saved, tmp_path, change, message):
 
 def test_a_forged_checkpoint_stops_every_rank(saved, tmp_path):
     path = forged(saved, tmp_path, lambda s: s.update(iteration=10**9))
-    completed, _ = run_ranks(2, [*TRAIN, "--lam", "1e-3", "--rel-epsilon", "1e-5", "--resume", path,
+    completed, _ = run_ranks(2, [*TRAIN, "--solver", "bmrm", "--lam", "1e-3", "--rel-epsilon", "1e-5", "--resume", path,
                                  "--out", str(tmp_path / "m.h5")], timeout=120)
     one_error(completed, f"--resume {path}: iteration 1000000000 does not match its history of 30 rows")
     assert not os.path.exists(tmp_path / "m.h5")

@@ -70,7 +70,7 @@ def test_bmrm_on_sparse_data_is_bitwise_the_serial_run(comm, mpi_tmp_path):
     X, y = text_like()
     directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
     memory = 8 * 8 * X.shape[1]  # eight planes
-    options = dict(loss="hinge", lam=1e-3, rel_epsilon=1e-3, max_iter=150, bundle_memory=memory)
+    options = dict(solver="bmrm", loss="hinge", lam=1e-3, rel_epsilon=1e-3, max_iter=150, bundle_memory=memory)
     result, _, _ = fit(directory, comm=comm, **options)
     if comm.is_root:
         expected, _, _ = fit(directory, comm=SerialComm(), **options)
@@ -147,7 +147,7 @@ def test_memory_budget_reaches_the_cvxpy_optimum():
     cp = pytest.importorskip("cvxpy")
     X, y = text_like(rows=200, d=2**10, per_row=10, seed=5)
     lam = 1e-2
-    result, _, _ = fit((X, y), loss="hinge", lam=lam, epsilon=1e-6, rel_epsilon=0, max_iter=3000,
+    result, _, _ = fit((X, y), solver="bmrm", loss="hinge", lam=lam, epsilon=1e-6, rel_epsilon=0, max_iter=3000,
                        bundle_memory=10 * 8 * X.shape[1], comm=SerialComm())
     assert result.success and result.bundle.max_size == 10
     w = cp.Variable(X.shape[1])

@@ -292,7 +292,7 @@ def test_cli_quadratic_from_files(tmp_path, capsys):
     objectives = []
     for B in ("2", tmp_path / "diag.txt", tmp_path / "matrix.txt"):
         status, output, out = train(tmp_path, capsys, "--reg", "quadratic", "--reg-param", f"B={B}",
-                                    "--solver-param", "inexact=0")
+                                    "--solver", "bmrm", "--solver-param", "inexact=0")
         assert status == 0, output.err
         objectives.append(load_model(str(out)).attrs["objective"])
     assert objectives == pytest.approx([objectives[0]] * 3, rel=1e-12)

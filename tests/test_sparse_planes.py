@@ -18,7 +18,7 @@ from prbmrm.comm import SerialComm
 from prbmrm.errors import CollectiveError, InputError
 from prbmrm.solvers import bundle as _bundle
 from prbmrm.solvers.bundle import SPARSE_MIN_DIM, Bundle
-from prbmrm.train import fit
+from prbmrm.training import fit
 from test_highdim import text_like
 
 
@@ -120,7 +120,7 @@ def test_sparse_planes_with_aggregation_reach_the_cvxpy_optimum(monkeypatch):
     monkeypatch.setattr(_bundle, "SPARSE_MIN_DIM", 1)
     X, y = text_like(rows=200, d=2**12, per_row=10, seed=5)
     lam = 1e-2
-    result, _, _ = fit((X, y), loss="hinge", lam=lam, epsilon=1e-6, rel_epsilon=0, max_iter=3000,
+    result, _, _ = fit((X, y), loss="hinge", lam=lam, solver="bmrm", epsilon=1e-6, rel_epsilon=0, max_iter=3000,
                        bundle_memory=10 * 8 * X.shape[1], comm=SerialComm())
     assert result.success and result.bundle.sparse and result.bundle.max_size == 10
     assert all(index is not None for index, _ in result.bundle._planes)  # aggregates too
@@ -131,7 +131,7 @@ def test_sparse_planes_with_aggregation_reach_the_cvxpy_optimum(monkeypatch):
     assert result.fun == pytest.approx(problem.value, abs=1.1e-6)
 
 
-RESUME = dict(loss="hinge", lam=1e-4, rel_epsilon=1e-4, comm=SerialComm())
+RESUME = dict(loss="hinge", lam=1e-4, solver="bmrm", rel_epsilon=1e-4, comm=SerialComm())
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +196,8 @@ def test_damaged_sparse_planes_are_refused(sparse_run, tmp_path, change, message
 def test_sparse_planes_are_bitwise_equal_across_ranks(comm, mpi_tmp_path):
     X, y = text_like(rows=2000, d=2**17, per_row=15, seed=6)
     directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
-    options = dict(loss="hinge", lam=1e-4, rel_epsilon=1e-4, max_iter=300, bundle_memory=10 * 8 * X.shape[1])
+    options = dict(loss="hinge", lam=1e-4, solver="bmrm", rel_epsilon=1e-4, max_iter=300,
+                   bundle_memory=10 * 8 * X.shape[1])
     result, _, _ = fit(directory, comm=comm, **options)
     if comm.is_root:
         assert result.bundle.sparse and any(index is not None for index, _ in result.bundle._planes)

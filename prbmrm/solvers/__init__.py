@@ -15,6 +15,7 @@ Imports: of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.plugins`, :mod:`prbmrm.re
 """
 
 import inspect
+import numbers
 
 from ..errors import UsageError
 from ..plugins import check_plugin, lookup
@@ -49,6 +50,35 @@ def get_solver(method):
     solver = lookup(SOLVERS, "solver", method)
     check_plugin("solver", method, solver, callable(solver), "a function")
     return solver
+
+
+def default_solver(lam, reg="l2", reuse_planes=False):
+    """Return the solver a run gets when it names none: ``"proximal"`` or ``"bmrm"``.
+
+    The rule (the same for ``prbmrm.train``, :func:`prbmrm.fit` and the
+    estimators): the proximal bundle method for one lam with a quadratic
+    regularizer (``l2``, ``quadratic``), where it needed the fewest
+    iterations and least time in every measurement (docs/solvers.md); BMRM
+    where planes carry over from other lambdas (a lambda path, a warm start:
+    BMRM's planes of R_emp hold for every lam) and for the other
+    regularizers.
+
+    Parameters
+    ----------
+    lam : float or sequence of float
+        One lam, or the lambdas of a path.
+    reg : str or prbmrm.regularizers.Regularizer
+        The regularizer or its name.
+    reuse_planes : bool
+        Whether the run starts from another run's planes.
+
+    Returns
+    -------
+    str
+        A key of :data:`SOLVERS`.
+    """
+    quadratic = getattr(get_regularizer(reg) if isinstance(reg, str) else reg, "quadratic", False)
+    return "proximal" if quadratic and isinstance(lam, numbers.Real) and not reuse_planes else "bmrm"
 
 
 def solver_options(method, params):
@@ -119,4 +149,4 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
 
 
 __all__ = ["COMMON_OPTIONS", "HISTORY_COLUMNS", "SOLVERS", "Bundle", "CuttingPlaneBound", "Progress",
-           "Result", "get_solver", "minimize", "solver_options"]
+           "Result", "default_solver", "get_solver", "minimize", "solver_options"]

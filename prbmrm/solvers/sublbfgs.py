@@ -59,8 +59,9 @@ class ArgsupRanks:
     Built on every rank by ``risk.attach(ArgsupRanks)``; rank 0 puts w and p
     in :attr:`buffer` and calls ``risk.request(0)``: every rank receives
     them (one broadcast), sums its blocks' ``Loss.steepest_gradient`` and
-    the blocks are added with the reproducible Allreduce, so any number of
-    ranks gives bitwise the same result.
+    the blocks are added in their global order (``comm.ordered_sum``, as the
+    risk's own evaluations are: no fixed-point rounding of d + 2 values per
+    call), so any number of ranks gives bitwise the same result.
     """
 
     def __init__(self, risk):
@@ -84,7 +85,7 @@ class ArgsupRanks:
             partial[-2:] = value, plane
             partial[:-2] = np.ravel(gradient)
         computed = time.perf_counter()
-        sums = risk.comm.reproducible_sum(self._partials, risk.n_parts) / risk.n_total
+        sums = risk.comm.ordered_sum(self._partials, risk.n_parts) / risk.n_total
         self.last_seconds = {"risk": computed - received,
                              "comm": received - started + time.perf_counter() - computed}
         return sums[-2], sums[-1], sums[:-2]

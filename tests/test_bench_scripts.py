@@ -80,9 +80,12 @@ def test_bench_peers_runs_bmrm21_and_prbmrm_to_the_same_gap(tmp_path, capsys):
     argv = ["--sets", "tiny", "--data-dir", str(tmp_path), "--lams", "1e-2", "--ranks", "1",
             "--solvers", "bmrm", "--gap", str(gap)]
     load_script("bench_peers").main(argv + (["--peer-dir", peer_dir] if peer_dir else []))
-    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
-    assert [row[3].strip() for row in rows] == ["BMRM 2.1", "prbmrm bmrm"]
-    peer, ours = ([float(cell.replace(",", "")) for cell in row[4:9]] for row in rows)
+    lines = capsys.readouterr().out.splitlines()
+    header = [cell.strip() for cell in next(line for line in lines if line.startswith("| set")).split("|")[1:-1]]
+    rows = [dict(zip(header, (cell.strip() for cell in line.split("|")[1:-1])))
+            for line in lines if line.startswith("| tiny")]
+    assert [row["run"] for row in rows] == ["BMRM 2.1", "prbmrm bmrm"]
+    peer, ours = ({name: float(row[name].replace(",", "")) for name in ("iterations", "J")} for row in rows)
     # Both stopped at the absolute gap: their objectives agree to it.
-    assert abs(peer[4] - ours[4]) <= gap
-    assert float(rows[1][9]) == pytest.approx(ours[0] / peer[0], abs=0.01)
+    assert abs(peer["J"] - ours["J"]) <= gap
+    assert float(rows[1]["iter ratio"]) == pytest.approx(ours["iterations"] / peer["iterations"], abs=0.01)

@@ -54,8 +54,9 @@ class Recording:
 def test_bound_fed_bmrm_iterates_equals_bmrm_bound():
     X, y = a9a(2000)
     lam = 1e-3
+    # BMRM's exact subproblems: its lower bound is then the bound of its planes, as the fed one is.
     risk = Recording(oracle_of("hinge", X, y))
-    result = minimize(risk, np.zeros(X.shape[1]), lam, rel_epsilon=1e-4)
+    result = minimize(risk, np.zeros(X.shape[1]), lam, rel_epsilon=1e-4, inexact=0)
     bound = CuttingPlaneBound(X.shape[1], get_regularizer("l2"), lam)
     bounds = []
     for w, r, a in risk.calls:
@@ -63,6 +64,15 @@ def test_bound_fed_bmrm_iterates_equals_bmrm_bound():
         bounds.append(bound.lower_bound())
     np.testing.assert_allclose(bounds, np.maximum.accumulate(result.history["lower_bound"]), rtol=1e-10)
     np.testing.assert_allclose(bounds, result.history["lower_bound"], rtol=1e-6)
+    # Its default loose subproblems report the dual value of feasible multipliers: never above
+    # the exact bound of the same planes.
+    risk = Recording(oracle_of("hinge", X, y))
+    result = minimize(risk, np.zeros(X.shape[1]), lam, rel_epsilon=1e-4)
+    bound = CuttingPlaneBound(X.shape[1], get_regularizer("l2"), lam)
+    for (w, r, a), reported in zip(risk.calls, result.history["lower_bound"]):
+        bound.add(w, r, a)
+        exact = bound.lower_bound()
+        assert reported <= exact + 1e-12 * abs(exact) + 1e-15
 
 
 @pytest.mark.parametrize("max_planes", [0, 2, 5])

@@ -340,9 +340,10 @@ def test_plugin_trains_from_the_command_line_on_two_ranks(tmp_path):
     write_structured_shards(examples, tmp_path / "s", 3)
     env = {"PYTHONPATH": os.pathsep.join([PLUGIN_DIR, REPO])}
     model = tmp_path / "m.h5"
+    # --solver bmrm: the configuration file below names the plug-in solver bmrm_example, BMRM itself.
     completed, _ = run_ranks(2, ["-m", "prbmrm.train", "--data", str(tmp_path / "s"), "--loss",
                                  "multiclass_structured", "--loss-param", "n_classes=3", "--lam", "0.1",
-                                 "--out", str(model)], timeout=120, env=env)
+                                 "--solver", "bmrm", "--out", str(model)], timeout=120, env=env)
     assert completed.returncode == 0, completed.stderr
     assert "training mean Delta" in completed.stdout
     with h5py.File(model) as f:
@@ -353,7 +354,7 @@ def test_plugin_trains_from_the_command_line_on_two_ranks(tmp_path):
     # The same run in this process (1 rank, the model registered directly): the same w, bitwise.
     with registered_test_model():
         expected, local, loss = fit(str(tmp_path / "s"), loss="multiclass_structured_test",
-                                    loss_params={"n_classes": 3}, lam=0.1, comm=SerialComm())
+                                    loss_params={"n_classes": 3}, lam=0.1, solver="bmrm", comm=SerialComm())
     np.testing.assert_array_equal(w, expected.w)
     mean_delta = loss.metrics_examples(local.X, expected.w)["mean_delta"]
     assert attrs["train_mean_delta"] == pytest.approx(mean_delta, rel=1e-12)

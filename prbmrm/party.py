@@ -46,14 +46,12 @@ from .io.loader import _read_local
 from .io.shards import _spec_label, _survey
 from .errors import CollectiveError, CoordinatorError, InputError, PrbmrmError, UsageError
 from .guard import AggregateCheck, dp_noise_bound
-from .keys import load_roster, load_signing_key
 from .losses import ScalarLoss
 from .losses.vector import VectorLoss
 from .messages import ProtocolError, expect_array
 from .options import PartySettings
 from .privacy import ClippedLoss, PrivacyBudget
 from .risk import run_distributed
-from .secure import SecureComm
 from .solvers import HISTORY_COLUMNS, Result
 
 
@@ -494,6 +492,10 @@ class Party:
                                  f"got {self.dp_coalition}")
             self.budget = PrivacyBudget(self.dp_epsilon, self.dp_delta, max_iter)
             noise_std = self.budget.share(self.dp_clip, comm.size, self.dp_coalition)
+        # Imported here: cryptography costs a plain (non-party) run's start-up ~0.1 s.
+        from .keys import load_roster, load_signing_key
+        from .secure import SecureComm
+
         key = roster = None
         problem = None
         try:

@@ -25,9 +25,9 @@ import os
 import sys
 from argparse import ArgumentTypeError
 
+from ._cli import EXIT_INPUT, ArgumentParser  # first: it defers modules scipy would load (DeferredModules)
 from .io import read_input, write_shards
 from .io.shards import _shard_summary
-from ._cli import EXIT_INPUT, ArgumentParser
 from .comm import launched_size
 from .errors import InputError, PrbmrmError, UsageError
 from .structured import RaggedExamples

@@ -9,31 +9,50 @@ Solvers that work in the dual (``pragam``, ``pragam_b``) need the examples, not 
 their per-rank steps through its :meth:`~prbmrm.risk.DistributedRisk.attach` service.
 
 Imports: of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.plugins`, :mod:`prbmrm.regularizers`,
-:mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.bmrm`, :mod:`prbmrm.solvers.bundle`, :mod:`prbmrm.solvers.lbfgs`,
-:mod:`prbmrm.solvers.lsbmrm`, :mod:`prbmrm.solvers.pragam`, :mod:`prbmrm.solvers.proximal`,
-:mod:`prbmrm.solvers.smooth_lbfgs`, :mod:`prbmrm.solvers.sublbfgs`.
+:mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.bundle`; the modules of the solvers (bmrm, lbfgs,
+lsbmrm, pragam, proximal, smooth_lbfgs, sublbfgs) by name, when :data:`SOLVERS` first looks one up.
 """
 
 import inspect
 import numbers
+from collections.abc import Mapping
+from importlib import import_module
 
 from ..errors import UsageError
 from ..plugins import check_plugin, lookup
 from ..regularizers import get_regularizer
 from ._base import HISTORY_COLUMNS, CuttingPlaneBound, Progress, Result
 from .bundle import Bundle
-from .bmrm import minimize_bmrm
-from .lbfgs import minimize_lbfgs
-from .lsbmrm import minimize_lsbmrm
-from .pragam import minimize_pragam, minimize_pragam_b
-from .proximal import minimize_proximal
-from .smooth_lbfgs import minimize_smooth_lbfgs
-from .sublbfgs import minimize_owlqn, minimize_owlqn_star, minimize_sublbfgs
 
-SOLVERS = {"bmrm": minimize_bmrm, "lsbmrm": minimize_lsbmrm, "proximal": minimize_proximal, "lbfgs": minimize_lbfgs,
-           "smooth_lbfgs": minimize_smooth_lbfgs, "pragam": minimize_pragam, "pragam_b": minimize_pragam_b,
-           "sublbfgs": minimize_sublbfgs, "owlqn": minimize_owlqn, "owlqn_star": minimize_owlqn_star}
-"""Registry of solvers by name: the values of ``--solver``."""
+
+class _Registry(Mapping):
+    """Solver functions by name, each module imported when its solver is first looked up.
+
+    A run imports only the solver it uses: those based on L-BFGS import
+    scipy.optimize (~0.2 s of a run's start-up), pragam the dual.
+    """
+
+    def __init__(self, places):
+        self._places = places  # name -> (module of prbmrm.solvers, function)
+
+    def __getitem__(self, name):
+        module, function = self._places[name]
+        return getattr(import_module(f"{__name__}.{module}"), function)
+
+    def __iter__(self):
+        return iter(self._places)
+
+    def __len__(self):
+        return len(self._places)
+
+
+SOLVERS = _Registry({"bmrm": ("bmrm", "minimize_bmrm"), "lsbmrm": ("lsbmrm", "minimize_lsbmrm"),
+                     "proximal": ("proximal", "minimize_proximal"), "lbfgs": ("lbfgs", "minimize_lbfgs"),
+                     "smooth_lbfgs": ("smooth_lbfgs", "minimize_smooth_lbfgs"),
+                     "pragam": ("pragam", "minimize_pragam"), "pragam_b": ("pragam", "minimize_pragam_b"),
+                     "sublbfgs": ("sublbfgs", "minimize_sublbfgs"), "owlqn": ("sublbfgs", "minimize_owlqn"),
+                     "owlqn_star": ("sublbfgs", "minimize_owlqn_star")})
+"""Registry of solvers by name: the values of ``--solver`` (a read-only mapping to the solver functions)."""
 
 COMMON_OPTIONS = ("epsilon", "rel_epsilon", "max_iter", "idle_age", "callback")
 """Options every solver takes; the others are its own (``--solver-param NAME=VALUE``)."""

@@ -23,7 +23,6 @@ Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.structured._base`.
 import math
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from ._base import StructuredModel
 
@@ -94,5 +93,7 @@ def _n_points(x):
 
 def _assign(scores):
     """Return the permutation y maximizing ``sum_i scores[i, y_i]``."""
+    from scipy.optimize import linear_sum_assignment  # here: scipy.optimize costs every run ~0.1 s to import
+
     rows, columns = linear_sum_assignment(scores, maximize=True)
     return columns.astype(np.int64)

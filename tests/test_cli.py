@@ -234,3 +234,39 @@ def test_blas_runs_one_thread_unless_a_serial_user_or_slurm_asks_for_more():
     # Under MPI every core runs a rank already, unless Slurm gave each task several.
     assert blas_threads(3, {"OMP_NUM_THREADS": "4"}) == 1
     assert blas_threads(3, {"SLURM_CPUS_PER_TASK": "2"}) == 2
+
+
+# A plain training run's start-up: what it never uses stays unimported (loaded on first use elsewhere).
+UNUSED_BY_A_PLAIN_RUN = ("numba", "scipy.optimize", "scipy.special", "cryptography", "sklearn", "cvxpy", "matplotlib",
+                         "highspy", "charset_normalizer", "numpy.f2py.crackfortran", "numpy.testing._private",
+                         "prbmrm.estimators", "prbmrm.keys", "prbmrm.secure", "prbmrm.plot", "prbmrm.solvers.lbfgs",
+                         "prbmrm.solvers.pragam", "prbmrm.solvers.sublbfgs")
+
+PLAIN_RUN = """
+import runpy, sys
+sys.argv = ["prbmrm.train", "--out", sys.argv[1], "--quiet"]
+try:
+    runpy.run_module("prbmrm.train", run_name="__main__", alter_sys=True)
+except SystemExit as done:
+    assert not done.code, done.code
+print(" ".join(sorted(sys.modules)))
+import numpy
+numpy.testing.assert_equal(1, 1)  # deferred, not gone: loaded when first used
+import numpy.f2py
+assert callable(numpy.f2py.run_main) and "numpy.f2py.crackfortran" in sys.modules
+"""
+
+
+def test_a_plain_training_run_does_not_import_what_it_does_not_use(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    done = subprocess.run([sys.executable, "-c", PLAIN_RUN, str(tmp_path / "demo.h5")], capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert {"prbmrm.training", "prbmrm.solvers.proximal", "scipy.sparse", "h5py"} <= loaded  # it did train
+    assert not loaded & set(UNUSED_BY_A_PLAIN_RUN)
+    assert load_model(str(tmp_path / "demo.h5")).attrs["solver"] == "proximal"

@@ -17,13 +17,15 @@ support. General QP solvers pay for generality here: on a9a bundles of
 200 planes (``scripts/bench_qp.py``) DAQP, Clarabel and OSQP take 6, 20-35
 and 14-220 ms per solve, this solver 0.3-0.5 ms warm and 2.5 ms cold.
 
-Imports: numpy, scipy; of prbmrm: nothing of prbmrm.
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm._pg_numpy`, :mod:`prbmrm._pg_kernel` (numba) when first needed.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
+
+from . import _pg_numpy
 
 __all__ = ["SimplexQPResult", "solve_simplex_pg", "solve_simplex_qp", "solve_two_plane_qp"]
 
@@ -35,6 +37,17 @@ _PD_REL = 1e-12
 # Gradients g = Qx - b are only known to about eps * (max|Q| + max|b|);
 # optimality cannot be decided below a small multiple of that.
 _NOISE_MULT = 64.0
+
+PG_NUMPY_STEPS = 2000
+"""Projected-gradient steps a process takes in numpy (:mod:`prbmrm._pg_numpy`, ~15x a compiled step's time)
+before :func:`solve_simplex_pg` loads the numba kernel (0.6-1 s; bitwise the same steps): a run that needs
+fewer never loads numba, a longer one spends at most ~0.1 s more. 0: always the kernel."""
+
+
+class _NumpySteps:
+    """The projected-gradient steps this process took in numpy so far."""
+
+    taken = 0
 
 
 @dataclass
@@ -433,8 +446,11 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000, scale=1.0):
     valid lower bound however early the method stops. The projection is
     exact (sort-based) where BMRM 2.1 searches its multiplier by secants.
     The steps run in a kernel compiled by numba (:mod:`prbmrm._pg_kernel`):
-    in numpy each step was ~20 calls of a few microseconds on vectors of a
-    few hundred entries, 3-7x the C++ original's QP time.
+    in numpy each step is ~30 calls of a microsecond or two on vectors of a
+    few hundred entries, 3-7x the C++ original's QP time. The first
+    :data:`PG_NUMPY_STEPS` steps of a process run in numpy all the same
+    (:mod:`prbmrm._pg_numpy`, bitwise the kernel's steps), which spares
+    short runs the second it costs to load numba and the kernel.
 
     Parameters
     ----------
@@ -460,14 +476,21 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000, scale=1.0):
     SimplexQPResult
         ``iterations`` counts the steps; ``converged`` is False if `max_iter` stopped them.
     """
-    from ._pg_kernel import pg_steps
-
     Q = np.ascontiguousarray(Q, dtype=np.float64)
     b = np.ascontiguousarray(b, dtype=np.float64) if floor is None else b - floor
     below = floor is not None
     x = np.empty(b.size)
-    steps, converged = pg_steps(Q, float(scale), b, np.ascontiguousarray(x0, dtype=np.float64), x, float(tol), below,
-                                int(max_iter))
+    x0 = np.ascontiguousarray(x0, dtype=np.float64)
+    left = PG_NUMPY_STEPS - _NumpySteps.taken
+    steps, converged = 0, False
+    if left > 0:
+        steps, converged = _pg_numpy.pg_steps(Q, float(scale), b, x0, x, float(tol), below, min(int(max_iter), left))
+        _NumpySteps.taken += steps
+    if not converged and (left <= 0 or steps < max_iter):
+        # Out of numpy steps: the kernel takes this subproblem from x0 again (the same steps, faster).
+        from ._pg_kernel import pg_steps
+
+        steps, converged = pg_steps(Q, float(scale), b, x0, x, float(tol), below, int(max_iter))
     qp = _result(Q, b, x, steps, converged, below=below, scale=scale)
     if below:
         qp.value += floor

@@ -244,7 +244,7 @@ UNUSED_BY_A_PLAIN_RUN = ("numba", "scipy.optimize", "scipy.special", "cryptograp
 
 PLAIN_RUN = """
 import runpy, sys
-sys.argv = ["prbmrm.train", "--out", sys.argv[1], "--quiet"]
+sys.argv = ["prbmrm.train", "--out", *sys.argv[1:], "--quiet"]
 try:
     runpy.run_module("prbmrm.train", run_name="__main__", alter_sys=True)
 except SystemExit as done:
@@ -257,16 +257,19 @@ assert callable(numpy.f2py.run_main) and "numpy.f2py.crackfortran" in sys.module
 """
 
 
-def test_a_plain_training_run_does_not_import_what_it_does_not_use(tmp_path):
+@pytest.mark.parametrize("args, solver", [((), "proximal"), (("--solver", "bmrm", "--max-iter", "30"), "bmrm")])
+def test_a_plain_training_run_does_not_import_what_it_does_not_use(tmp_path, args, solver):
+    # BMRM's first projected-gradient steps run in numpy (prbmrm.qp.PG_NUMPY_STEPS): a short run
+    # never loads numba.
     import subprocess
     import sys
 
     from conftest import REPO
 
-    done = subprocess.run([sys.executable, "-c", PLAIN_RUN, str(tmp_path / "demo.h5")], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", PLAIN_RUN, str(tmp_path / "demo.h5"), *args], capture_output=True,
                           text=True, stdin=subprocess.DEVNULL, timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
     assert done.returncode == 0, done.stderr
     loaded = set(done.stdout.split())
-    assert {"prbmrm.training", "prbmrm.solvers.proximal", "scipy.sparse", "h5py"} <= loaded  # it did train
+    assert {"prbmrm.training", f"prbmrm.solvers.{solver}", "scipy.sparse", "h5py"} <= loaded  # it did train
     assert not loaded & set(UNUSED_BY_A_PLAIN_RUN)
-    assert load_model(str(tmp_path / "demo.h5")).attrs["solver"] == "proximal"
+    assert load_model(str(tmp_path / "demo.h5")).attrs["solver"] == solver

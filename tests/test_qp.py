@@ -274,7 +274,9 @@ def _pg_cases():
 PG_SCRIPT = """
 import pickle, sys
 import numpy as np
+import prbmrm.qp
 from prbmrm.qp import solve_simplex_pg
+prbmrm.qp.PG_NUMPY_STEPS = 0  # every step in the kernel (compiled or not), none in numpy
 cases = pickle.loads(sys.stdin.buffer.read())
 out = []
 for G, b, x0, floor, tol in cases:
@@ -340,3 +342,58 @@ def test_projected_gradient_reads_a_scaled_gram_buffer():
     assert scaled.converged and plain.converged
     assert scaled.value == pytest.approx(plain.value, rel=1e-9)
     assert np.allclose(scaled.x, plain.x, atol=1e-6)
+
+
+def _random_pg_problems(count, seed):
+    """Simplex QPs as BMRM hands them over: (Gram buffer larger than t x t, b, x0, tol, below, scale, max_iter)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        t, d = int(rng.integers(1, 60)), int(rng.integers(1, 30))
+        G = rng.normal(size=(t, d)) * 10.0 ** rng.uniform(-2, 2)
+        pad = int(rng.integers(0, 4))
+        buffer = np.full((t + pad, t + pad), np.nan)
+        buffer[:t, :t] = G @ G.T
+        x0 = np.zeros(t)
+        k = max(1, t // int(rng.integers(1, 5)))
+        x0[:k] = rng.uniform(size=k)
+        x0 /= x0.sum() * rng.choice([1.0, 2.0])
+        yield (buffer, rng.normal(size=t) * 10.0 ** rng.uniform(-2, 1), x0, float(10.0 ** rng.uniform(-10, -1)),
+               bool(rng.integers(0, 2)), float(10.0 ** rng.uniform(-2, 2)), int(rng.choice([5, 50, 100000])))
+
+
+def test_projected_gradient_in_numpy_equals_the_compiled_kernel_bitwise():
+    # A process takes its first steps in numpy (prbmrm._pg_numpy) and the rest in the kernel: a
+    # run's results must not depend on where the switch falls, so the two agree to the bit.
+    from prbmrm import _pg_kernel, _pg_numpy
+
+    assert (_pg_numpy._ALPHA_MIN, _pg_numpy._ALPHA_MAX, _pg_numpy._TINY, _pg_numpy._SUPPORT) == (
+        _pg_kernel._ALPHA_MIN, _pg_kernel._ALPHA_MAX, _pg_kernel._TINY, _pg_kernel._SUPPORT)
+    cases = [(G @ G.T, b, x0, tol, floor is not None, 1.0, 10000) for G, b, x0, floor in _pg_cases()
+             for tol in (1e-1, 1e-4, 1e-9)]
+    steps = 0
+    for Q, b, x0, tol, below, scale, max_iter in cases + list(_random_pg_problems(150, 5)):
+        x, x_kernel = np.empty(b.size), np.empty(b.size)
+        result = _pg_numpy.pg_steps(Q, scale, b, x0, x, tol, below, max_iter)
+        assert result == _pg_kernel.pg_steps(Q, scale, b, x0, x_kernel, tol, below, max_iter)
+        assert x.tobytes() == x_kernel.tobytes()
+        steps += result[0]
+    assert steps > 10000
+
+
+def test_projected_gradient_switches_to_the_kernel_without_changing_a_result(monkeypatch):
+    # Numpy steps up to the budget, then the kernel (a subproblem cut short by the budget starts
+    # over there): the same x, value and step count as all in numpy or all in the kernel.
+    import prbmrm.qp as qp
+
+    problems = list(_random_pg_problems(40, 9))
+    results = {}
+    for budget in (0, 150, 10 ** 9):
+        monkeypatch.setattr(qp, "PG_NUMPY_STEPS", budget)
+        monkeypatch.setattr(qp._NumpySteps, "taken", 0)
+        results[budget] = [qp.solve_simplex_pg(Q, b, x0, tol, 0.1 if below else None, max_iter, scale)
+                           for Q, b, x0, tol, below, scale, max_iter in problems]
+        assert qp._NumpySteps.taken >= min(budget, 1000)
+    for mixed, kernel, numpy_only in zip(*results.values()):
+        assert mixed.x.tobytes() == kernel.x.tobytes() == numpy_only.x.tobytes()
+        assert mixed.value == kernel.value == numpy_only.value
+        assert mixed.iterations == kernel.iterations == numpy_only.iterations

@@ -13,7 +13,7 @@ final ``+ 0.0`` gives an all-zero sum the kernel's sign), so x, the step
 count and the stopping decision are bitwise the kernel's (tests/test_qp.py
 checks it) and a run's results do not depend on which of the two ran.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm._pg_kernel`'s constants are repeated here (importing it loads numba).
+Imports: numpy; of prbmrm: nothing (the kernel's constants are repeated: importing :mod:`prbmrm._pg_kernel` loads numba).
 """
 
 import numpy as np

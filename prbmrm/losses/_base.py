@@ -6,7 +6,7 @@ Imports: numpy; of prbmrm: :mod:`prbmrm._params`, :mod:`prbmrm.losses._line`.
 import numpy as np
 
 from .._params import Parametrized
-from ._line import GenericLine, PiecewiseLinearLine
+from ._line import BlockLines, GenericLine, PiecewiseLinearLine
 
 
 KINK_TOLERANCE = 1e-10
@@ -142,7 +142,33 @@ class Loss(Parametrized):
             :meth:`line_values`; piecewise-linear losses return a
             :class:`~prbmrm.losses._line.PiecewiseLinearLine`.
         """
-        return GenericLine(self, F0, dF, y)
+        return GenericLine(lambda eta: np.array([self.line_values(F0, dF, y, eta)]))
+
+    def lines(self, F0, dF, y, starts):
+        """Return this loss along the scores ``F0 + eta dF`` of consecutive blocks, one sum per block.
+
+        The risk oracle's line search holds one such object per rank and
+        adds its blocks' sums in a reproducible sum: a block's sums must not
+        depend on the other blocks held with it.
+
+        Parameters
+        ----------
+        F0, dF : ndarray
+            :meth:`scores` of the rows at the line's start and along its direction.
+        y : ndarray
+            The rows' labels.
+        starts : sequence of int
+            Row boundaries ``[0, n_1, ..., n]`` of the blocks.
+
+        Returns
+        -------
+        line object
+            With ``exact`` and ``evaluate_parts(etas, lo, hi)``, one part per
+            block (see :mod:`prbmrm.losses._line`). By default a
+            :class:`~prbmrm.losses._line.BlockLines` of :meth:`line` per
+            block; scalar losses return one object for all the blocks.
+        """
+        return BlockLines([self.line(F0[a:b], dF[a:b], y[a:b]) for a, b in zip(starts[:-1], starts[1:])])
 
     def line_values(self, F0, dF, y, eta):
         """Return ``(sum of losses, sum of slopes)`` at the scores ``F0 + eta dF``.
@@ -243,26 +269,46 @@ class ScalarLoss(Loss):
         return np.empty((len(y), 0))
 
     def line(self, f0, df, y):
-        """The loss along ``f0 + eta df`` (see :meth:`Loss.line`); exact for piecewise-linear losses.
+        """The loss along ``f0 + eta df`` (see :meth:`Loss.line`); exact for piecewise-linear losses."""
+        return self._line_parts(f0, df, y, [0, len(f0)])
+
+    def lines(self, f0, df, y, starts):
+        """One object for all the blocks (see :meth:`Loss.lines`), unless a subclass redefines :meth:`line`."""
+        if type(self).line is not ScalarLoss.line:
+            return super().lines(f0, df, y, starts)
+        return self._line_parts(f0, df, y, starts)
+
+    def _line_parts(self, f0, df, y, starts):
+        """The loss along ``f0 + eta df`` with one part per block of rows between `starts`.
 
         A piecewise-linear l has the slope ``c_q = l'`` at any point inside
         its piece q (between two kinks, or 1 beyond the outer ones). Along
         the line, example i meets kink k ahead of f0 at ``eta = (k - f0_i) /
         df_i``, where its slope in eta grows by ``(c_{q+1} - c_q) |df_i|``.
+        The sums per block run over its rows in order (``np.bincount``).
         """
+        parts = len(starts) - 1
+        owners = np.repeat(np.arange(parts), np.diff(starts))
         if not self.piecewise_linear:
-            return super().line(f0, df, y)
+            return GenericLine(lambda eta: self._line_sums(f0 + eta * df, df, y, owners, parts))
         kinks = np.sort(self.kinks(y), axis=1).T  # (p, n)
         inside = np.vstack([kinks[:1] - 1.0, 0.5 * (kinks[1:] + kinks[:-1]), kinks[-1:] + 1.0])
         slopes = np.array([self.derivative(f, y) for f in inside])  # (p + 1, n)
         # The piece just right of eta = 0: past the kinks below f0, and those at f0 if df > 0.
         piece = np.count_nonzero((kinks < f0) | ((kinks == f0) & (df > 0)), axis=0)
-        slope0 = np.dot(np.take_along_axis(slopes, piece[None], axis=0)[0], df)
+        slope0 = np.bincount(owners, np.take_along_axis(slopes, piece[None], axis=0)[0] * df, parts)
         with np.errstate(divide="ignore", invalid="ignore"):
             breaks = (kinks - f0) / df
         ahead = (breaks > 0) & (df != 0)
         jumps = (slopes[1:] - slopes[:-1]) * np.abs(df)
-        return PiecewiseLinearLine(np.sum(self.value(f0, y)), slope0, breaks[ahead], jumps[ahead])
+        return PiecewiseLinearLine(np.bincount(owners, self.value(f0, y), parts), slope0, breaks[ahead],
+                                   jumps[ahead], np.broadcast_to(owners, breaks.shape)[ahead])
+
+    def _line_sums(self, f, df, y, owners, parts):
+        """Per block (`owners`: the block of each row), the sums of l and of its slopes ``l' df`` at the scores f."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.stack([np.bincount(owners, self.value(f, y), parts),
+                             np.bincount(owners, self.derivative(f, y) * df, parts)], axis=1)
 
     def steepest_gradient(self, w, p, X, y):
         """Piecewise-linear l: an example at (or within KINK_TOLERANCE of) a kink takes the piece ahead along p."""
@@ -279,11 +325,6 @@ class ScalarLoss(Loss):
         planes = self.value(anchors, y) + coefficients * (f0 - anchors)
         return (float(np.sum(self.value(f0, y))), float(np.sum(planes)),
                 np.asarray(X.T @ coefficients, dtype=np.float64))
-
-    def line_values(self, f0, df, y, eta):
-        f = f0 + eta * df
-        with np.errstate(invalid="ignore", over="ignore"):
-            return float(np.sum(self.value(f, y))), float(np.dot(self.derivative(f, y), df))
 
     def loss_gradient(self, w, X, y, qid=None):
         f = self.scores(X, w)

@@ -22,7 +22,7 @@ A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the
 same loop::
 
     rank 0:   [w_b, LINE], then d  --Bcast-->  every rank: F0 = X w_b, dF = X d once,
-                                               and the loss's line object of its blocks
+                                               and the loss's line objects of its blocks
     per round of K <= 16 trial steps:
     rank 0:   [eta_1..eta_K, lo, hi, K, flag]  --Bcast-->  every rank: its blocks' sums
               of losses, left and right slopes at F0 + eta_j dF
@@ -31,9 +31,9 @@ same loop::
 
 so a round makes no pass over X (O(K log m_local) for piecewise-linear losses,
 O(K m_local) for the others) and moves a few numbers per rank. A scalar loss
-gives one line object for all the rank's blocks that keeps each block's sums
+gives one line object per group of blocks that keeps each block's sums
 apart (:meth:`prbmrm.losses.Loss.lines`): a round costs a few numpy calls
-per rank, not per block.
+per group of up to 8,192 rows, not per block.
 
 A structured loss (:class:`prbmrm.structured.StructuredLoss`) takes the
 blocks of ragged examples (:class:`prbmrm.structured.RaggedExamples`, which
@@ -59,7 +59,7 @@ import time
 import numpy as np
 
 from .errors import CollectiveError, JointError, PrbmrmError
-from .kernels import _chunk_bounds, _csr_groups, _csr_scalar, _csr_scalar_pass, _row_block, _rows, _same_index_dtype
+from .kernels import _block_groups, _chunk_bounds, _csr_groups, _csr_scalar, _csr_scalar_pass, _row_block, _rows, _same_index_dtype
 from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
@@ -144,6 +144,7 @@ class DistributedRisk:
         if self._csr:
             X = _same_index_dtype(X)
         self._X, self._y, self._bounds = X, y, np.asarray(bounds, dtype=np.intp)
+        self._line_groups = _block_groups(self._bounds)
         self._blocks = [(_row_block(X, a, b), _rows(y, a, b), _rows(qid, a, b))
                         for a, b in zip(bounds[:-1], bounds[1:])]
         if self._csr:
@@ -285,7 +286,7 @@ class DistributedRisk:
         """Open a line search along ``w + eta d`` (rank 0 only; the other ranks follow in serve()).
 
         Every rank computes the scores ``F0 = X w`` and ``dF = X d`` of its
-        rows once, and the loss's line object of its blocks
+        rows once, and the loss's line object of each group of its blocks
         (:meth:`prbmrm.losses.Loss.lines`); each round of trial steps then
         costs O(K log m_local) per rank for piecewise-linear losses (O(K
         m_local) for the others), one small reproducible Allreduce and one
@@ -321,11 +322,12 @@ class DistributedRisk:
         """
         self._line_error = None
         try:
-            w, d = self._message[:-1], self._direction
-            # One line object for the rank, with the sums of each canonical block apart:
-            # they do not depend on the ranks.
-            self._lines = self.loss.lines(self._scores(w), self._scores(d), self._y, self._bounds)
-            return self._lines.exact
+            F0, dF, b = self._scores(self._message[:-1]), self._scores(self._direction), self._bounds
+            # One line object per group of blocks, with the sums of each canonical block
+            # apart: they do not depend on the ranks.
+            self._lines = [self.loss.lines(F0[b[i]:b[j]], dF[b[i]:b[j]], _rows(self._y, b[i], b[j]),
+                                           b[i:j + 1] - b[i]) for i, j in self._line_groups]
+            return all(line.exact for line in self._lines)
         except Exception as error:
             self._line_error = error
             return False
@@ -359,9 +361,10 @@ class DistributedRisk:
         error = self._line_error
         if error is None:
             try:
-                sums, (below, above) = self._lines.evaluate_parts(etas, lo, hi)
-                partials[:] = sums
-                ends = np.array([below, -above])
+                for (i, j), line in zip(self._line_groups, self._lines):
+                    sums, (below, above) = line.evaluate_parts(etas, lo, hi)
+                    partials[i:j] = sums
+                    np.maximum(ends, [below, -above], out=ends)
             except Exception as problem:
                 error = problem
                 partials[:] = np.nan

@@ -13,9 +13,10 @@ them into a *line object* (:meth:`prbmrm.losses.Loss.line`) with
 - ``evaluate_parts(etas, lo, hi)``: the same sums kept apart per *part*, a
   block of consecutive rows: the risk oracle holds one line object per rank
   (:meth:`prbmrm.losses.Loss.lines`) and adds the parts in a reproducible
-  sum. A part's sums are formed from its own rows, in their order, by
-  sequential sums (``np.bincount``), so they do not depend on which other
-  parts share the object: the same on any number of ranks.
+  sum. A part's sums are formed from its own rows alone (:func:`block_sums`
+  over its rows, ``np.bincount`` in their order over its breakpoints), so
+  they do not depend on which other parts share the object: the same on
+  any number of ranks.
 
 A convex piecewise-linear loss is, per example, the maximum of a few lines in
 eta (two for the hinge loss, k for the multiclass hinge, paper 003 Alg. 4-5):
@@ -36,6 +37,21 @@ def _neighbours(etas, lo, hi):
     """The steps before and after each of `etas` (lo before the first, hi after the last), 2 x K."""
     steps = np.concatenate([[lo], etas, [hi]])
     return np.array([steps[:-2], steps[2:]])
+
+
+def block_sums(values, starts):
+    """Sums of `values` over the blocks between consecutive `starts`, each of its own entries only.
+
+    One ``np.add.reduceat``: a block's sum depends on its entries alone, not
+    on where it lies in `values` (the same whichever blocks a rank holds).
+    """
+    values, starts = np.asarray(values, dtype=np.float64), np.asarray(starts, dtype=np.intp)
+    empty = starts[1:] == starts[:-1]
+    if len(values) == 0:
+        return np.zeros(len(empty))
+    sums = np.add.reduceat(values, np.minimum(starts[:-1], len(values) - 1))
+    sums[empty] = 0.0
+    return sums
 
 
 class _Line:

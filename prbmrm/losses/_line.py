@@ -154,10 +154,9 @@ class PiecewiseLinearLine(_Line):
         if not keep.all():
             self._breaks, self._jumps, self._owners = breaks[keep], jumps[keep], owners[keep]
 
-    def _cumulative(self, index, weights, k):
-        """Per part, the running sums over the K steps of `weights` binned by `index` (parts x K)."""
-        parts = len(self._value0)
-        binned = np.bincount(self._owners * (k + 1) + index, weights, parts * (k + 1)).reshape(parts, k + 1)
+    def _cumulative(self, slots, weights, k):
+        """Per part, the running sums over the K steps of `weights` binned by `slots` (parts x K)."""
+        binned = np.bincount(slots, weights, len(self._value0) * (k + 1)).reshape(-1, k + 1)
         return np.cumsum(binned, axis=1)[:, :k]
 
     def evaluate_parts(self, etas, lo, hi):
@@ -174,17 +173,20 @@ class PiecewiseLinearLine(_Line):
         self._narrow(lo, hi)
         breaks, jumps, k = self._breaks, self._jumps, len(etas)
         after = np.searchsorted(etas, breaks, "left")  # the steps from here on are >= the breakpoint
-        beyond = np.searchsorted(etas, breaks, "right")  # ... and from here on are > it
-        right = self._slope0[:, None] + self._cumulative(after, jumps, k)
-        left = self._slope0[:, None] + self._cumulative(beyond, jumps, k)
-        offset = self._offset[:, None] + self._cumulative(after, jumps * breaks, k)
-        below, above = _neighbours(etas, lo, hi)
         inside = after < k
-        strictly = inside & (breaks < etas[np.minimum(after, k - 1)])
+        # Breakpoints exactly at a step: the steps from after + 1 on are > them.
+        hit = inside & (breaks == etas[np.minimum(after, k - 1)])
+        slots = self._owners * (k + 1) + after
+        right = self._slope0[:, None] + self._cumulative(slots, jumps, k)
+        # Left slopes count the jumps strictly before each step: they differ only where a step hits one.
+        left = self._slope0[:, None] + self._cumulative(slots + hit, jumps, k) if hit.any() else right
+        offset = self._offset[:, None] + self._cumulative(slots, jumps * breaks, k)
+        below, above = _neighbours(etas, lo, hi)
+        between = ~hit
+        strictly = inside & between
         np.maximum.at(below, after[strictly], breaks[strictly])
-        past = beyond > 0
-        strictly = past & (breaks > etas[np.maximum(beyond, 1) - 1])
-        np.minimum.at(above, beyond[strictly] - 1, breaks[strictly])
+        strictly = (after > 0) & between
+        np.minimum.at(above, after[strictly] - 1, breaks[strictly])
         sums = np.stack([self._value0[:, None] + etas * right - offset, left, right], axis=1)
         return sums, np.array([below, np.minimum(above, self._reach)])
 

@@ -322,7 +322,7 @@ class DistributedRisk:
         """
         self._line_error = None
         try:
-            F0, dF, b = self._scores(self._message[:-1]), self._scores(self._direction), self._bounds
+            F0, dF, b = self.scores(self._message[:-1]), self.scores(self._direction), self._bounds
             # One line object per group of blocks, with the sums of each canonical block
             # apart: they do not depend on the ranks.
             self._lines = [self.loss.lines(F0[b[i]:b[j]], dF[b[i]:b[j]], _rows(self._y, b[i], b[j]),
@@ -332,9 +332,21 @@ class DistributedRisk:
             self._line_error = error
             return False
 
-    def _scores(self, v):
-        """The scores ``X v`` of this rank's rows: in one product on CSR (row by row, as per block),
-        else per block (a BLAS product's sums may depend on the shape it is given)."""
+    @property
+    def groups(self):
+        """list of (first, end, bounds, y): this rank's blocks ``first:end`` in groups of consecutive blocks
+        of up to 8,192 rows (a larger block alone), their local row boundaries (``end - first + 1``
+        values) and the labels of their rows (a view)."""
+        b = self._bounds
+        return [(i, j, b[i:j + 1], _rows(self._y, b[i], b[j])) for i, j in self._line_groups]
+
+    def scores(self, v):
+        """Return the scores ``X v`` of this rank's rows (:meth:`prbmrm.losses.Loss.scores`).
+
+        In one product on CSR data (row by row, as per block), else per
+        block: a BLAS product's sums may depend on the shape it is given,
+        and a row's score must not depend on the blocks held with it.
+        """
         if self._csr or len(self._blocks) < 2:
             return self.loss.scores(self._X, v)
         return np.concatenate([self.loss.scores(X, v) for X, _, _ in self._blocks])

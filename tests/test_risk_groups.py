@@ -153,3 +153,28 @@ def test_line_rounds_match_the_risk_evaluated_along_the_line(small_groups, loss_
             h = 1e-6
             central = (oracle(w + (eta + h) * d)[0] - oracle(w + (eta - h) * d)[0]) / (2 * h)
             assert slope_left == slope_right == pytest.approx(central, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("loss_name", ["hinge", "zero_hinge", "epsilon_insensitive"])
+def test_grouped_argsup_equals_the_per_block_one(small_groups, loss_name):
+    """subLBFGS's argsup per group of blocks: the per-block Loss.steepest_gradient's sums, examples on kinks included."""
+    from prbmrm.solvers.sublbfgs import ArgsupRanks
+
+    X, y = a9a_rows()
+    if loss_name == "epsilon_insensitive":
+        y = np.random.default_rng(6).normal(size=len(y))
+    bounds = blocks_of(X.shape[0])
+    oracle = DistributedRisk(get_loss(loss_name), X, y, len(y), SerialComm(), bounds)
+    grouped, per_block = ArgsupRanks(oracle), ArgsupRanks(oracle)
+    assert grouped._grouped
+    per_block._grouped = False
+    rng = np.random.default_rng(7)
+    w, p = 0.05 * rng.normal(size=X.shape[1]), rng.normal(size=X.shape[1])
+    if loss_name == "zero_hinge":
+        w[:] = 0.0  # every row on the kink: the piece ahead along p is taken
+    for service in (grouped, per_block):
+        service.buffer[:] = np.concatenate([w, p])
+    value, plane, gradient = grouped.handle(0)
+    expected = per_block.handle(0)
+    assert value == pytest.approx(expected[0], rel=1e-12) and plane == pytest.approx(expected[1], rel=1e-12)
+    np.testing.assert_allclose(gradient, expected[2], rtol=1e-12, atol=1e-15)

@@ -315,17 +315,29 @@ class ScalarLoss(Loss):
         """Piecewise-linear l: an example at (or within KINK_TOLERANCE of) a kink takes the piece ahead along p."""
         if not self.piecewise_linear:
             return super().steepest_gradient(w, p, X, y)
-        f0, df = self.scores(X, w), self.scores(X, p)
+        values, planes, coefficients = self.steepest_rows(self.scores(X, w), self.scores(X, p), y)
+        return (float(np.sum(values)), float(np.sum(planes)),
+                np.asarray(X.T @ coefficients, dtype=np.float64))
+
+    def steepest_rows(self, f0, df, y):
+        """Per row of a piecewise-linear loss at the scores `f0`: its loss, and the piece ahead along `df`.
+
+        Returns
+        -------
+        values, planes, coefficients : ndarray
+            ``l(f0_i, y_i)``, the value at f0 of the linear piece taken (at
+            most the loss) and its slope: :meth:`steepest_gradient`'s sums
+            are those of values and planes and ``X^T coefficients``.
+        """
         kinks = np.sort(self.kinks(y), axis=1).T
         inside = np.vstack([kinks[:1] - 1.0, 0.5 * (kinks[1:] + kinks[:-1]), kinks[-1:] + 1.0])
         piece = np.count_nonzero(np.where(near_kink(f0, kinks), df > 0, kinks < f0), axis=0)
         slopes = np.array([self.derivative(f, y) for f in inside])
-        coefficients = np.take_along_axis(slopes, piece[None], axis=0)[0]
-        anchors = np.take_along_axis(inside, piece[None], axis=0)[0]
+        taken = piece * len(f0) + np.arange(len(f0))  # flat take: take_along_axis costs 10x
+        coefficients, anchors = slopes.ravel()[taken], inside.ravel()[taken]
         # The chosen piece is the line through (anchor, l(anchor)) with that slope: below l.
         planes = self.value(anchors, y) + coefficients * (f0 - anchors)
-        return (float(np.sum(self.value(f0, y))), float(np.sum(planes)),
-                np.asarray(X.T @ coefficients, dtype=np.float64))
+        return self.value(f0, y), planes, coefficients
 
     def loss_gradient(self, w, X, y, qid=None):
         f = self.scores(X, w)

@@ -147,9 +147,9 @@ class Loss(Parametrized):
     def lines(self, F0, dF, y, starts):
         """Return this loss along the scores ``F0 + eta dF`` of consecutive blocks, one sum per block.
 
-        The risk oracle's line search holds one such object per rank and
-        adds its blocks' sums in a reproducible sum: a block's sums must not
-        depend on the other blocks held with it.
+        The risk oracle's line search holds one such object per group of
+        blocks and adds the blocks' sums in a reproducible sum: a block's
+        sums must not depend on the other blocks held with it.
 
         Parameters
         ----------

@@ -11,9 +11,9 @@ them into a *line object* (:meth:`prbmrm.losses.Loss.line`) with
   step the nearest breakpoints (steps where some example changes its linear
   piece) before the neighbouring steps. Later rounds stay inside the bracket.
 - ``evaluate_parts(etas, lo, hi)``: the same sums kept apart per *part*, a
-  block of consecutive rows: the risk oracle holds one line object per rank
-  (:meth:`prbmrm.losses.Loss.lines`) and adds the parts in a reproducible
-  sum. A part's sums are formed from its own rows alone (:func:`block_sums`
+  block of consecutive rows: the risk oracle holds one line object per group
+  of blocks (:meth:`prbmrm.losses.Loss.lines`) and adds the parts in a
+  reproducible sum. A part's sums are formed from its own rows alone (:func:`block_sums`
   over its rows, ``np.bincount`` in their order over its breakpoints), so
   they do not depend on which other parts share the object: the same on
   any number of ranks.

@@ -59,7 +59,8 @@ import time
 import numpy as np
 
 from .errors import CollectiveError, JointError, PrbmrmError
-from .kernels import _block_groups, _chunk_bounds, _csr_groups, _csr_scalar, _csr_scalar_pass, _row_block, _rows, _same_index_dtype
+from .kernels import (_block_groups, _chunk_bounds, _csr_groups, _csr_scalar, _csr_scalar_pass, _row_block, _rows,
+                      _same_index_dtype)
 from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0

@@ -157,7 +157,7 @@ def test_line_rounds_match_the_risk_evaluated_along_the_line(small_groups, loss_
 
 @pytest.mark.parametrize("loss_name", ["hinge", "zero_hinge", "epsilon_insensitive"])
 def test_grouped_argsup_equals_the_per_block_one(small_groups, loss_name):
-    """subLBFGS's argsup per group of blocks: the per-block Loss.steepest_gradient's sums, examples on kinks included."""
+    """subLBFGS's argsup per group of blocks: the per-block steepest_gradient's sums, rows on kinks included."""
     from prbmrm.solvers.sublbfgs import ArgsupRanks
 
     X, y = a9a_rows()

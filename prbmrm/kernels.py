@@ -1,10 +1,10 @@
-"""One block's sums for the risk oracle: row views that copy nothing, chunks, and the CSR pass of
+"""The blocks' sums for the risk oracle: row views that copy nothing, chunks, and the CSR pass of
 scalar losses.
 
-:func:`_csr_scalar_partial` computes a block's risk and gradient for a scalar
-loss on CSR rows in one pass over the nonzeros per chunk (:mod:`prbmrm.risk`
-calls it per canonical block, so sums stay bitwise the same on any number
-of ranks).
+:func:`_csr_scalar_pass` computes every block's risk and gradient for a
+scalar loss on CSR rows in one pass over this rank's nonzeros, group by
+group of consecutive blocks (:func:`_csr_groups`); the sums of each
+canonical block stay bitwise the same on any number of ranks.
 
 Imports: numpy, scipy and :mod:`prbmrm.losses`.
 """
@@ -20,6 +20,12 @@ from .losses._base import ScalarLoss
 # stay in the last-level cache between the two passes f = X w and X^T l'(f): one
 # memory pass over X instead of two (1.3-1.5x faster on a 20M-nonzero shard).
 _CHUNK_NONZEROS = 2**18
+
+# Rows of a group of blocks handled in one go (the CSR pass, a line object): the
+# temporaries of l and l' then stay small and in cache (64 KB each); at 32k rows
+# scipy's logistic derivative takes 2.5x the time per row, and numpy's calls per group
+# are already few (a9a: 4 groups on 1 rank instead of 16 blocks).
+_GROUP_ROWS = 2**13
 
 
 # A CSR chunk keeps only its rows with l' != 0 for X^T l' when they are fewer than this
@@ -83,38 +89,85 @@ def _same_index_dtype(X):
                          shape=X.shape, copy=False)
 
 
-def _csr_scalar_partial(loss, chunks, w, partial):
-    """Fill one block's `partial` (gradient, then risk) for a scalar loss on CSR chunks, in place.
+def _csr_groups(X, y, bounds):
+    """Plan the grouped CSR pass over the blocks with local row boundaries `bounds`.
 
-    Per chunk: ``f = X w`` (one pass over its nonzeros, which then stay in
-    cache), l and l' on f, and ``X^T l'`` added into the gradient by scipy's
-    CSC kernel on the CSR arrays as they are (``X^T`` of a CSR matrix is its
-    CSC matrix: no conversion, no temporary of length d). Rows with
-    ``l' = 0`` (hinge: the examples beyond the margin) add nothing, and are
-    left out when few rows are active. The kernel adds the rows' terms in
-    row order whatever the chunks and whichever rows are skipped (a zero
-    term leaves every sum as it is, its sign included: the gradient starts
-    at +0 and never becomes -0), so the block's sum is the same bitwise.
+    Each block is cut into chunks of about ``_CHUNK_NONZEROS`` nonzeros by
+    :func:`_chunk_bounds` (relative to the block, so the cuts do not depend
+    on the ranks), and consecutive chunks are packed into groups of at most
+    that many nonzeros and ``_GROUP_ROWS`` rows (a chunk above either makes
+    a group of its own).
+
+    Returns
+    -------
+    list of (X, y, starts, owners)
+        Per group: its rows (views), the row boundaries of its chunks
+        relative to the group (one more than chunks), and the block of each
+        chunk (its row in the partial sums).
     """
-    gradient = partial[:-1]
-    gradient[:] = 0.0
-    risk = 0.0
-    for X, y, _ in chunks:
+    chunks = [(block, a + s, a + t) for block, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
+              for s, t in _chunk_bounds(X, a, b)]
+    groups, members = [], []
+    for chunk in chunks + [None]:
+        if members and (chunk is None or X.indptr[chunk[2]] - X.indptr[members[0][1]] > _CHUNK_NONZEROS
+                        or chunk[2] - members[0][1] > _GROUP_ROWS):
+            first = members[0][1]
+            starts = np.array([a - first for _, a, _ in members] + [members[-1][2] - first], dtype=np.intp)
+            groups.append((_row_block(X, first, members[-1][2]), _rows(y, first, members[-1][2]), starts,
+                           [block for block, _, _ in members]))
+            members = []
+        members.append(chunk)
+    return groups
+
+
+def _block_groups(bounds):
+    """Consecutive blocks (local row boundaries `bounds`) in groups of at most ``_GROUP_ROWS`` rows
+    (a larger block makes a group of its own): ``(first block, end block)`` per group."""
+    groups, first = [], 0
+    for block in range(1, len(bounds)):
+        if block == len(bounds) - 1 or bounds[block + 1] - bounds[first] > _GROUP_ROWS:
+            groups.append((first, block))
+            first = block
+    return groups
+
+
+def _csr_scalar_pass(loss, groups, w, partials):
+    """Fill the per-block `partials` (gradient, then risk) of a scalar loss on CSR groups, in place.
+
+    Per group of rows (:func:`_csr_groups`): ``f = X w`` in one pass over
+    its nonzeros (which then stay in cache), l and l' on f once, then per
+    chunk its risk (``np.sum`` of its losses) and ``X^T l'`` added into its
+    block's gradient by scipy's CSC kernel on the CSR arrays as they are
+    (``X^T`` of a CSR matrix is its CSC matrix: no conversion, no
+    temporary of length d). Rows with ``l' = 0`` (hinge: the examples
+    beyond the margin) add nothing, and are left out when few rows of the
+    group are active. The kernel adds a chunk's terms in row order whatever
+    rows are skipped (a zero term leaves every sum as it is, its sign
+    included: the gradient starts at +0 and never becomes -0), so a block's
+    sums are the same bitwise wherever the group cuts fall: on any number
+    of ranks, and as one call per chunk would form them.
+    """
+    partials[:] = 0.0
+    for X, y, starts, owners in groups:
         # scipy's kernels are called directly: through X @ w and X[rows] their
-        # checks cost more than the products on a9a-sized blocks.
+        # checks cost more than the products on a9a-sized groups.
         f = np.zeros(X.shape[0])
         _sparsetools.csr_matvec(X.shape[0], X.shape[1], X.indptr, X.indices, X.data, w, f)
-        risk += float(np.sum(loss.value(f, y)))
+        values = loss.value(f, y)
         # An overflowed loss (inf in l') is reported by the solver's finiteness check, without a warning here.
         with np.errstate(invalid="ignore", over="ignore"):
             slopes = np.asarray(loss.derivative(f, y), dtype=np.float64)
-        active = np.flatnonzero(slopes)
-        indptr, indices, data = X.indptr, X.indices, X.data
-        if len(active) < _ACTIVE_FRACTION * len(slopes):
+        indptr, indices, data, cuts = X.indptr, X.indices, X.data, starts
+        if np.count_nonzero(slopes) < _ACTIVE_FRACTION * len(slopes):
+            active = np.flatnonzero(slopes)
             indptr, indices, data = _csr_rows(X, active)
-            slopes = slopes[active]
-        _sparsetools.csc_matvec(X.shape[1], len(slopes), indptr, indices, data, slopes, gradient)
-    partial[-1] = risk
+            slopes, cuts = slopes[active], np.searchsorted(active, starts)
+        for block, a, b, c, e in zip(owners, starts[:-1], starts[1:], cuts[:-1], cuts[1:]):
+            partial = partials[block]
+            partial[-1] += float(np.sum(values[a:b]))
+            # The kernel reads the rows' nonzeros at the absolute offsets of indptr[c:e + 1].
+            _sparsetools.csc_matvec(X.shape[1], e - c, indptr[c:e + 1], indices, data, slopes[c:e],
+                                    partial[:-1])
 
 
 def _csr_rows(X, rows):

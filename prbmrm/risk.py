@@ -14,14 +14,15 @@ in the blocks' order with :meth:`prbmrm.comm.SerialComm.ordered_sum`, so 1,
 2 or 3 ranks holding the same shards compute bitwise the same R and a, and
 BMRM takes the same path on any number of ranks. A scalar loss on CSR data
 makes one pass over the nonzeros for ``f = X w`` and one over those of the
-rows with ``l' != 0`` for ``X^T l'``, accumulated in place
-(:func:`prbmrm.kernels._csr_scalar_partial`).
+rows with ``l' != 0`` for ``X^T l'``, accumulated in place, for groups of
+consecutive blocks at a time (:func:`prbmrm.kernels._csr_scalar_pass`): a
+few numpy calls per cache-sized group, not per block.
 
 A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the
 same loop::
 
     rank 0:   [w_b, LINE], then d  --Bcast-->  every rank: F0 = X w_b, dF = X d once,
-                                               and the loss's line objects per block
+                                               and the loss's line objects of its blocks
     per round of K <= 16 trial steps:
     rank 0:   [eta_1..eta_K, lo, hi, K, flag]  --Bcast-->  every rank: its blocks' sums
               of losses, left and right slopes at F0 + eta_j dF
@@ -29,7 +30,10 @@ same loop::
               <--Allreduce-max (2 K values)-- the breakpoints nearest each eta_j
 
 so a round makes no pass over X (O(K log m_local) for piecewise-linear losses,
-O(K m_local) for the others) and moves a few numbers per rank.
+O(K m_local) for the others) and moves a few numbers per rank. A scalar loss
+gives one line object per group of blocks that keeps each block's sums
+apart (:meth:`prbmrm.losses.Loss.lines`): a round costs a few numpy calls
+per group of up to 8,192 rows, not per block.
 
 A structured loss (:class:`prbmrm.structured.StructuredLoss`) takes the
 blocks of ragged examples (:class:`prbmrm.structured.RaggedExamples`, which
@@ -55,7 +59,8 @@ import time
 import numpy as np
 
 from .errors import CollectiveError, JointError, PrbmrmError
-from .kernels import _chunk_bounds, _csr_scalar, _csr_scalar_partial, _row_block, _rows, _same_index_dtype
+from .kernels import (_block_groups, _chunk_bounds, _csr_groups, _csr_scalar, _csr_scalar_pass, _row_block, _rows,
+                      _same_index_dtype)
 from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
@@ -139,13 +144,18 @@ class DistributedRisk:
         self._csr = _csr_scalar(loss, X, qid)
         if self._csr:
             X = _same_index_dtype(X)
+        self._X, self._y, self._bounds = X, y, np.asarray(bounds, dtype=np.intp)
+        self._line_groups = _block_groups(self._bounds)
         self._blocks = [(_row_block(X, a, b), _rows(y, a, b), _rows(qid, a, b))
                         for a, b in zip(bounds[:-1], bounds[1:])]
-        # Chunks never cross a block, so sums stay the same on any number of ranks;
-        # a query must stay whole, so losses with query ids keep their blocks whole.
-        self._chunks = [[(_row_block(X, a + s, a + t), _rows(y, a + s, a + t), None)
-                         for s, t in _chunk_bounds(X, a, b)] if qid is None else [block]
-                        for block, a, b in zip(self._blocks, bounds[:-1], bounds[1:])]
+        if self._csr:
+            self._groups = _csr_groups(X, y, bounds)
+        else:
+            # Chunks never cross a block, so sums stay the same on any number of ranks;
+            # a query must stay whole, so losses with query ids keep their blocks whole.
+            self._chunks = [[(_row_block(X, a + s, a + t), _rows(y, a + s, a + t), None)
+                             for s, t in _chunk_bounds(X, a, b)] if qid is None else [block]
+                            for block, a, b in zip(self._blocks, bounds[:-1], bounds[1:])]
         self._n_parts = int(comm.allreduce_sum(np.array([len(self._blocks)], dtype=np.int64))[0])
         if not loss.decomposable:
             # Labels and query ids travel to rank 0 once; per iteration only scores do.
@@ -207,15 +217,15 @@ class DistributedRisk:
         error, exchange = None, 0.0
         if self.loss.decomposable:
             try:
-                for partial, chunks in zip(self._partials, self._chunks):
-                    if self._csr:
-                        _csr_scalar_partial(self.loss, chunks, w, partial)
-                        continue
-                    partial[:] = 0.0
-                    for X, y, qid in chunks:
-                        risk, gradient = self.loss.loss_gradient(w, X, y, qid)
-                        partial[-1] += risk
-                        partial[:-1] += gradient.ravel()
+                if self._csr:
+                    _csr_scalar_pass(self.loss, self._groups, w, self._partials)
+                else:
+                    for partial, chunks in zip(self._partials, self._chunks):
+                        partial[:] = 0.0
+                        for X, y, qid in chunks:
+                            risk, gradient = self.loss.loss_gradient(w, X, y, qid)
+                            partial[-1] += risk
+                            partial[:-1] += gradient.ravel()
             except Exception as problem:
                 # NaN partials make every rank's sum NaN, so every rank knows to check.
                 error = problem
@@ -277,8 +287,8 @@ class DistributedRisk:
         """Open a line search along ``w + eta d`` (rank 0 only; the other ranks follow in serve()).
 
         Every rank computes the scores ``F0 = X w`` and ``dF = X d`` of its
-        rows once, and the loss's line object of each block
-        (:meth:`prbmrm.losses.Loss.line`); each round of trial steps then
+        rows once, and the loss's line object of each group of its blocks
+        (:meth:`prbmrm.losses.Loss.lines`); each round of trial steps then
         costs O(K log m_local) per rank for piecewise-linear losses (O(K
         m_local) for the others), one small reproducible Allreduce and one
         Allreduce-max.
@@ -313,14 +323,34 @@ class DistributedRisk:
         """
         self._line_error = None
         try:
-            w, d = self._message[:-1], self._direction
-            # One line object per canonical block, so that the sums do not depend on the ranks.
-            self._lines = [self.loss.line(self.loss.scores(X, w), self.loss.scores(X, d), y)
-                           for X, y, _ in self._blocks]
+            F0, dF, b = self.scores(self._message[:-1]), self.scores(self._direction), self._bounds
+            # One line object per group of blocks, with the sums of each canonical block
+            # apart: they do not depend on the ranks.
+            self._lines = [self.loss.lines(F0[b[i]:b[j]], dF[b[i]:b[j]], _rows(self._y, b[i], b[j]),
+                                           b[i:j + 1] - b[i]) for i, j in self._line_groups]
             return all(line.exact for line in self._lines)
         except Exception as error:
             self._line_error = error
             return False
+
+    @property
+    def groups(self):
+        """list of (first, end, bounds, y): this rank's blocks ``first:end`` in groups of consecutive blocks
+        of up to 8,192 rows (a larger block alone), their local row boundaries (``end - first + 1``
+        values) and the labels of their rows (a view)."""
+        b = self._bounds
+        return [(i, j, b[i:j + 1], _rows(self._y, b[i], b[j])) for i, j in self._line_groups]
+
+    def scores(self, v):
+        """Return the scores ``X v`` of this rank's rows (:meth:`prbmrm.losses.Loss.scores`).
+
+        In one product on CSR data (row by row, as per block), else per
+        block: a BLAS product's sums may depend on the shape it is given,
+        and a row's score must not depend on the blocks held with it.
+        """
+        if self._csr or len(self._blocks) < 2:
+            return self.loss.scores(self._X, v)
+        return np.concatenate([self.loss.scores(X, v) for X, _, _ in self._blocks])
 
     def _line_trial(self):
         """One round of trial steps of the open line search, on every rank.
@@ -344,10 +374,10 @@ class DistributedRisk:
         error = self._line_error
         if error is None:
             try:
-                for partial, line in zip(partials, self._lines):
-                    values = line.evaluate(etas, lo, hi)
-                    partial[:] = values[:3]
-                    np.maximum(ends, [values[3], -values[4]], out=ends)
+                for (i, j), line in zip(self._line_groups, self._lines):
+                    sums, (below, above) = line.evaluate_parts(etas, lo, hi)
+                    partials[i:j] = sums
+                    np.maximum(ends, [below, -above], out=ends)
             except Exception as problem:
                 error = problem
                 partials[:] = np.nan

@@ -10,6 +10,13 @@ them into a *line object* (:meth:`prbmrm.losses.Loss.line`) with
   right slopes (one-sided derivatives in eta) at each step, and around each
   step the nearest breakpoints (steps where some example changes its linear
   piece) before the neighbouring steps. Later rounds stay inside the bracket.
+- ``evaluate_parts(etas, lo, hi)``: the same sums kept apart per *part*, a
+  block of consecutive rows: the risk oracle holds one line object per group
+  of blocks (:meth:`prbmrm.losses.Loss.lines`) and adds the parts in a
+  reproducible sum. A part's sums are formed from its own rows alone (:func:`block_sums`
+  over its rows, ``np.bincount`` in their order over its breakpoints), so
+  they do not depend on which other parts share the object: the same on
+  any number of ranks.
 
 A convex piecewise-linear loss is, per example, the maximum of a few lines in
 eta (two for the hinge loss, k for the multiclass hinge, paper 003 Alg. 4-5):
@@ -32,32 +39,105 @@ def _neighbours(etas, lo, hi):
     return np.array([steps[:-2], steps[2:]])
 
 
-class PiecewiseLinearLine:
-    """A sum of convex piecewise-linear functions of eta >= 0, from its slope jumps.
+def block_sums(values, starts):
+    """Sums of `values` over the blocks between consecutive `starts`, each of its own entries only.
 
-    The sum is ``value0 + eta slope0 + sum_{j: breaks_j <= eta} jumps_j (eta - breaks_j)``.
-    The breakpoints are never sorted: a round bins those inside the bracket
-    between its K steps (O(n log K)); as the bracket shrinks, breakpoints
-    beyond it are dropped and those below it are folded into two constants,
-    so a whole search costs about one pass over them.
+    One ``np.add.reduceat``: a block's sum depends on its entries alone, not
+    on where it lies in `values` (the same whichever blocks a rank holds).
+    """
+    values, starts = np.asarray(values, dtype=np.float64), np.asarray(starts, dtype=np.intp)
+    empty = starts[1:] == starts[:-1]
+    if len(values) == 0:
+        return np.zeros(len(empty))
+    sums = np.add.reduceat(values, np.minimum(starts[:-1], len(values) - 1))
+    sums[empty] = 0.0
+    return sums
+
+
+class _Line:
+    """What every line object shares: the whole sum from the sums per part."""
+
+    def evaluate(self, etas, lo, hi):
+        """Return the sums over all parts and the nearest breakpoints at each of `etas` (5 x K).
+
+        See :meth:`evaluate_parts` for the rows; here the three sums are
+        added over the parts.
+        """
+        sums, ends = self.evaluate_parts(etas, lo, hi)
+        return np.vstack([sums.sum(axis=0), ends])
+
+    def evaluate_parts(self, etas, lo, hi):
+        """Return ``(sums, ends)`` at the increasing steps `etas` inside [lo, hi).
+
+        Returns
+        -------
+        sums : ndarray of shape (parts, 3, K)
+            Per part: the sum of losses, of their left and of their right
+            slopes at each step.
+        ends : ndarray of shape (2, K)
+            Over all parts, around each step, the largest breakpoint after
+            the previous step (lo before the first) and the smallest before
+            the next one (hi after the last); the neighbouring step itself
+            where there is none.
+        """
+        raise NotImplementedError
+
+
+class BlockLines(_Line):
+    """The line objects of consecutive blocks, one part each: the default of :meth:`prbmrm.losses.Loss.lines`.
 
     Parameters
     ----------
-    value0, slope0 : float
-        The sum and its right derivative at eta = 0.
+    lines : list of line objects
+        One per block, each of one part.
+    """
+
+    def __init__(self, lines):
+        self._lines = lines
+        self.exact = all(line.exact for line in lines)
+
+    def evaluate_parts(self, etas, lo, hi):
+        k = len(etas)
+        sums, ends = np.empty((len(self._lines), 3, k)), np.array([[-np.inf] * k, [np.inf] * k])
+        for part, line in zip(sums, self._lines):
+            values = line.evaluate(etas, lo, hi)
+            part[:] = values[:3]
+            np.maximum(ends[0], values[3], out=ends[0])
+            np.minimum(ends[1], values[4], out=ends[1])
+        return sums, ends
+
+
+class PiecewiseLinearLine(_Line):
+    """Sums of convex piecewise-linear functions of eta >= 0, one per part, from their slope jumps.
+
+    The sum of part q is ``value0_q + eta slope0_q + sum_{j in q: breaks_j <=
+    eta} jumps_j (eta - breaks_j)``. The breakpoints are never sorted: a
+    round bins those inside the bracket between its K steps (O(n log K));
+    as the bracket shrinks, breakpoints beyond it are dropped and those
+    below it are folded into two constants per part, so a whole search
+    costs about one pass over them.
+
+    Parameters
+    ----------
+    value0, slope0 : float or ndarray of shape (parts,)
+        The sums and their right derivatives at eta = 0.
     breaks : ndarray
         Every example's breakpoints in eta > 0 (with repeats, any order).
     jumps : ndarray
         The increase of the slope at each breakpoint (>= 0 for convex functions).
+    owners : ndarray of int, optional
+        The part of each breakpoint; all in part 0 by default.
     """
 
     exact = True
 
-    def __init__(self, value0, slope0, breaks, jumps):
-        self._value0 = float(value0)
-        self._slope0 = float(slope0)  # with the jumps folded in: those at or below the bracket
-        self._offset = 0.0  # sum of jumps * breaks folded in
+    def __init__(self, value0, slope0, breaks, jumps, owners=None):
+        self._value0 = np.atleast_1d(np.asarray(value0, dtype=np.float64))
+        # With the jumps folded in: those at or below the bracket.
+        self._slope0 = np.atleast_1d(np.asarray(slope0, dtype=np.float64)).copy()
+        self._offset = np.zeros(len(self._value0))  # per part, the sum of jumps * breaks folded in
         self._breaks, self._jumps = np.asarray(breaks, dtype=np.float64), np.asarray(jumps, dtype=np.float64)
+        self._owners = np.zeros(len(self._breaks), dtype=np.intp) if owners is None else owners
         self._reach = np.inf  # every breakpoint up to here is known
 
     def _trace(self, eta):
@@ -65,44 +145,50 @@ class PiecewiseLinearLine:
 
     def _narrow(self, lo, hi):
         """Keep the breakpoints in (lo, hi]; fold those at or below lo into the constants."""
-        breaks, jumps = self._breaks, self._jumps
+        breaks, jumps, owners, parts = self._breaks, self._jumps, self._owners, len(self._value0)
         below = breaks <= lo
         if below.any():
-            self._slope0 += float(np.sum(jumps[below]))
-            self._offset += float(np.dot(jumps[below], breaks[below]))
+            self._slope0 += np.bincount(owners[below], jumps[below], parts)
+            self._offset += np.bincount(owners[below], jumps[below] * breaks[below], parts)
         keep = ~below & (breaks <= hi)
         if not keep.all():
-            self._breaks, self._jumps = breaks[keep], jumps[keep]
+            self._breaks, self._jumps, self._owners = breaks[keep], jumps[keep], owners[keep]
 
-    def evaluate(self, etas, lo, hi):
-        """Return the sum, its left and right slopes and the nearest breakpoints at each of `etas` (5 x K).
+    def _cumulative(self, slots, weights, k):
+        """Per part, the running sums over the K steps of `weights` binned by `slots` (parts x K)."""
+        binned = np.bincount(slots, weights, len(self._value0) * (k + 1)).reshape(-1, k + 1)
+        return np.cumsum(binned, axis=1)[:, :k]
 
-        `etas` increase inside [lo, hi). Rows 3 and 4: the largest breakpoint
-        between the previous step (lo before the first) and the step, and the
-        smallest between the step and the next one (hi after the last); the
-        neighbouring step itself where there is none. Beyond the breakpoints
-        known (see :class:`EnvelopeLine`) row 4 is no further than the last
-        known point: an affine stretch is never claimed longer than it is.
-        The left slope at eta = 0 is the right one (nothing is known left of 0).
+    def evaluate_parts(self, etas, lo, hi):
+        """Return the sums per part, their left and right slopes, and the nearest breakpoints at `etas`.
+
+        See :meth:`_Line.evaluate_parts`. Beyond the breakpoints known (see
+        :class:`EnvelopeLine`) the smallest breakpoint after a step is no
+        further than the last known point: an affine stretch is never
+        claimed longer than it is. The left slope at eta = 0 is the right
+        one (nothing is known left of 0).
         """
         etas = np.asarray(etas, dtype=np.float64)
         self._trace(etas[-1])
         self._narrow(lo, hi)
         breaks, jumps, k = self._breaks, self._jumps, len(etas)
         after = np.searchsorted(etas, breaks, "left")  # the steps from here on are >= the breakpoint
-        beyond = np.searchsorted(etas, breaks, "right")  # ... and from here on are > it
-        weighted = jumps * breaks
-        right = self._slope0 + np.cumsum(np.bincount(after, jumps, k + 1))[:k]
-        left = self._slope0 + np.cumsum(np.bincount(beyond, jumps, k + 1))[:k]
-        offset = self._offset + np.cumsum(np.bincount(after, weighted, k + 1))[:k]
-        below, above = _neighbours(etas, lo, hi)
         inside = after < k
-        strictly = inside & (breaks < etas[np.minimum(after, k - 1)])
+        # Breakpoints exactly at a step: the steps from after + 1 on are > them.
+        hit = inside & (breaks == etas[np.minimum(after, k - 1)])
+        slots = self._owners * (k + 1) + after
+        right = self._slope0[:, None] + self._cumulative(slots, jumps, k)
+        # Left slopes count the jumps strictly before each step: they differ only where a step hits one.
+        left = self._slope0[:, None] + self._cumulative(slots + hit, jumps, k) if hit.any() else right
+        offset = self._offset[:, None] + self._cumulative(slots, jumps * breaks, k)
+        below, above = _neighbours(etas, lo, hi)
+        between = ~hit
+        strictly = inside & between
         np.maximum.at(below, after[strictly], breaks[strictly])
-        past = beyond > 0
-        strictly = past & (breaks > etas[np.maximum(beyond, 1) - 1])
-        np.minimum.at(above, beyond[strictly] - 1, breaks[strictly])
-        return np.array([self._value0 + etas * right - offset, left, right, below, np.minimum(above, self._reach)])
+        strictly = (after > 0) & between
+        np.minimum.at(above, after[strictly] - 1, breaks[strictly])
+        sums = np.stack([self._value0[:, None] + etas * right - offset, left, right], axis=1)
+        return sums, np.array([below, np.minimum(above, self._reach)])
 
 
 class EnvelopeLine(PiecewiseLinearLine):
@@ -168,23 +254,28 @@ class EnvelopeLine(PiecewiseLinearLine):
         self._reach = reach
         self._breaks = np.concatenate([self._breaks] + breaks)
         self._jumps = np.concatenate([self._jumps] + jumps)
+        self._owners = np.zeros(len(self._breaks), dtype=np.intp)
 
 
-class GenericLine:
+class GenericLine(_Line):
     """A loss along a line evaluated afresh at every trial step, O(n): the search is not exact.
 
-    :meth:`evaluate` takes the loss's ``line_values`` at ``F0 + eta dF``;
-    left and right slopes are equal (the derivative, or one subgradient's
+    Left and right slopes are equal (the derivative, or one subgradient's
     slope where the loss has a kink), and no breakpoint is known.
+
+    Parameters
+    ----------
+    sums : callable
+        ``sums(eta)`` returns, per part, the sum of losses and of their
+        slopes in eta at the step eta (parts x 2).
     """
 
     exact = False
 
-    def __init__(self, loss, F0, dF, y):
-        self._loss, self._F0, self._dF, self._y = loss, F0, dF, y
+    def __init__(self, sums):
+        self._sums = sums
 
-    def evaluate(self, etas, lo, hi):
-        """Return the sum of losses, its slope twice and the neighbouring steps at each of `etas` (5 x K)."""
-        value, slope = np.array([self._loss.line_values(self._F0, self._dF, self._y, eta)
-                                 for eta in etas]).reshape(-1, 2).T
-        return np.vstack([value, slope, slope, _neighbours(etas, lo, hi)])
+    def evaluate_parts(self, etas, lo, hi):
+        values = np.array([self._sums(eta) for eta in etas])  # K x parts x 2
+        value, slope = values[:, :, 0].T, values[:, :, 1].T
+        return np.stack([value, slope, slope], axis=1), _neighbours(etas, lo, hi)

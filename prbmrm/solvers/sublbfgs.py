@@ -32,8 +32,8 @@ None of these methods has a lower bound of its own: every risk evaluation
 R_emp and feeds a :class:`~prbmrm.solvers._base.CuttingPlaneBound`, whose
 bound gives the certified gap the run stops on.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.risk`, :mod:`prbmrm.solvers._base`,
-:mod:`prbmrm.solvers.linesearch`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses`, :mod:`prbmrm.risk`,
+:mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.linesearch`.
 """
 
 import math
@@ -43,6 +43,8 @@ from collections import deque
 import numpy as np
 
 from ..errors import UsageError
+from ..losses import ScalarLoss
+from ..losses._line import block_sums
 from ..risk import service
 from ._base import CuttingPlaneBound, Progress, Recorder, check_finite, snapshot
 from .linesearch import open_line, search_line
@@ -69,6 +71,28 @@ class ArgsupRanks:
         self.buffer = np.zeros(2 * risk.dim)
         self._partials = np.empty((len(risk.blocks), risk.dim + 2))
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
+        # A piecewise-linear scalar loss whose steepest_gradient is the shared one: its
+        # per-row work runs per group of blocks (a few numpy calls per group, not per block).
+        loss = risk.loss
+        self._grouped = (isinstance(loss, ScalarLoss) and loss.piecewise_linear
+                         and type(loss).steepest_gradient is ScalarLoss.steepest_gradient)
+
+    def _group_partials(self, w, p):
+        """The blocks' partials as ``Loss.steepest_gradient`` forms them, with its per-row work per group.
+
+        A block's sums come from its own rows alone (``block_sums``, ``X^T c``
+        per block), so they do not depend on the blocks held with it.
+        """
+        risk = self.risk
+        F0, dF, blocks = risk.scores(w), risk.scores(p), risk.blocks
+        for first, end, bounds, y in risk.groups:
+            a, b = bounds[0], bounds[-1]
+            values, planes, coefficients = risk.loss.steepest_rows(F0[a:b], dF[a:b], y)
+            starts = bounds - a
+            self._partials[first:end, -2] = block_sums(values, starts)
+            self._partials[first:end, -1] = block_sums(planes, starts)
+            for partial, (X, _), s, e in zip(self._partials[first:end], blocks[first:end], starts[:-1], starts[1:]):
+                partial[:-2] = X.T @ coefficients[s:e]
 
     def handle(self, code):
         """Answer one request (rank 0's buffer is broadcast first); return ``(R_emp, plane value, a)``.
@@ -80,10 +104,13 @@ class ArgsupRanks:
         risk.comm.bcast_array(self.buffer)
         received = time.perf_counter()
         w, p = self.buffer[:risk.dim], self.buffer[risk.dim:]
-        for partial, (X, y) in zip(self._partials, risk.blocks):
-            value, plane, gradient = risk.loss.steepest_gradient(w, p, X, y)
-            partial[-2:] = value, plane
-            partial[:-2] = np.ravel(gradient)
+        if self._grouped:
+            self._group_partials(w, p)
+        else:
+            for partial, (X, y) in zip(self._partials, risk.blocks):
+                value, plane, gradient = risk.loss.steepest_gradient(w, p, X, y)
+                partial[-2:] = value, plane
+                partial[:-2] = np.ravel(gradient)
         computed = time.perf_counter()
         sums = risk.comm.ordered_sum(self._partials, risk.n_parts) / risk.n_total
         self.last_seconds = {"risk": computed - received,

@@ -44,10 +44,13 @@ class CuttingPlaneModel:
     bundle_size : int
         Keep at most this many planes (>= 2), aggregating the oldest
         (:meth:`Bundle.make_room`); 0: no limit.
+    bundle_memory : int
+        Keep the planes within this many bytes (``Bundle(max_bytes=...)``); 0: no limit.
     """
 
-    def __init__(self, dim, lam, regularizer, idle_age, bundle_size=0):
-        self.bundle = Bundle(dim, getattr(regularizer, "metric", None), bundle_size or None)
+    def __init__(self, dim, lam, regularizer, idle_age, bundle_size=0, bundle_memory=0):
+        self.bundle = Bundle(dim, getattr(regularizer, "metric", None), bundle_size or None,
+                             max_bytes=bundle_memory or None)
         self.lam = lam
         self.regularizer = regularizer
         self.idle_age = idle_age
@@ -69,7 +72,7 @@ class CuttingPlaneModel:
         self.bundle.add(a, r - float(np.dot(a, w)))
         alpha0 = np.append(self.alpha, 0.0)
         solved = None
-        if gap > 0.0 and self.loose and self.bundle.max_size is None and hasattr(self.regularizer, "solve_loosely"):
+        if gap > 0.0 and self.loose and not self.bundle.limited and hasattr(self.regularizer, "solve_loosely"):
             solved = self.regularizer.solve_loosely(self.bundle, self.lam, alpha0, gap, self.floor)
             # An ill-conditioned subproblem defeats projected gradient: exact QPs from now on.
             self.loose = solved is not None

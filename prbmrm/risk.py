@@ -12,7 +12,10 @@ The flag rides with ``w`` so no extra message is needed to stop the workers.
 Sums are formed per canonical block of rows (one per shard file) and added
 in the blocks' order with :meth:`prbmrm.comm.SerialComm.ordered_sum`, so 1,
 2 or 3 ranks holding the same shards compute bitwise the same R and a, and
-BMRM takes the same path on any number of ranks. A scalar loss on CSR data
+BMRM takes the same path on any number of ranks. A rank holding several
+blocks of sparse data with many columns keeps each block's partial sum on
+the block's columns only (:class:`prbmrm.comm.SupportRows`, see
+:data:`COMPACT_PARTIALS`), so its memory follows the nonzeros, not blocks x d. A scalar loss on CSR data
 makes one pass over the nonzeros for ``f = X w`` and one over those of the
 rows with ``l' != 0`` for ``X^T l'``, accumulated in place
 (:func:`prbmrm.kernels._csr_scalar_partial`).
@@ -47,13 +50,14 @@ its entry in :data:`SERVICES` and built with JSON arguments. An unknown kind
 or service stops every serving rank with a
 :class:`~prbmrm.messages.ProtocolError` naming rank 0.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.kernels`, :mod:`prbmrm.messages`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.comm`, :mod:`prbmrm.errors`, :mod:`prbmrm.kernels`, :mod:`prbmrm.messages`.
 """
 
 import time
 
 import numpy as np
 
+from .comm import SupportRows
 from .errors import CollectiveError, JointError, PrbmrmError
 from .kernels import _chunk_bounds, _csr_scalar, _csr_scalar_partial, _row_block, _rows, _same_index_dtype
 from .messages import ProtocolError
@@ -80,6 +84,23 @@ def _unexpected(what):
 
 MAX_TRIALS = 16
 """Most trial steps of one round of a line search (one broadcast, one reduction)."""
+
+
+COMPACT_PARTIALS = 0.5
+"""A rank holding several blocks of a scalar loss on CSR data keeps each block's partial sum on the
+block's columns only (:class:`prbmrm.comm.SupportRows`) when that takes at most this fraction of the
+bytes of dense rows."""
+
+
+def _partials_storage(csr, blocks, dim):
+    """Return the per-block partial sums' storage and, for :class:`~prbmrm.comm.SupportRows`, the one
+    dense row the blocks are computed into (else None)."""
+    if csr and len(blocks) > 1:
+        supports = [np.unique(X.indices) for X, _, _ in blocks]
+        # 16 bytes per kept entry (int64 index, float64 value) against 8 per entry of a dense row.
+        if 16 * sum(len(support) + 1 for support in supports) <= COMPACT_PARTIALS * 8 * len(blocks) * (dim + 1):
+            return SupportRows(supports, dim + 1), np.zeros(dim + 1)
+    return np.empty((len(blocks), dim + 1)), None  # per block: gradient, risk
 
 
 class DistributedRisk:
@@ -119,8 +140,9 @@ class DistributedRisk:
     observer : callable or None
         Called on every rank at each evaluation, before the sums travel, as
         ``observer(w, partials)``: the w evaluated and this rank's partial
-        sums (one row per block, gradient then risk; views, valid until the
-        next evaluation). Party mode's audit log is one.
+        sums (one row per block, gradient then risk; valid until the next
+        evaluation): an array, or :class:`~prbmrm.comm.SupportRows` where
+        each block's row is kept on its columns (indexing it gives dense rows). Party mode's audit log is one.
     inspector : callable or None
         Called on every rank after each evaluation's sum, as
         ``inspector(w, sums)`` (party mode's poisoning checks); it raises on
@@ -153,7 +175,7 @@ class DistributedRisk:
             self._all_y = comm.gather_scalars(y)
             self._all_qid = None if qid is None else comm.gather_scalars(qid)
         self._message = np.zeros(self.dim + 1)  # w, then the control flag
-        self._partials = np.empty((len(self._blocks), self.dim + 1))  # per block: gradient, risk
+        self._partials, self._scratch = _partials_storage(self._csr, self._blocks, self.dim)
         self._sums = np.zeros(self.dim + 1)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
         self.total_seconds = {"risk": 0.0, "comm": 0.0}
@@ -207,7 +229,12 @@ class DistributedRisk:
         error, exchange = None, 0.0
         if self.loss.decomposable:
             try:
-                for partial, chunks in zip(self._partials, self._chunks):
+                for i, chunks in enumerate(self._chunks):
+                    if self._scratch is not None:
+                        _csr_scalar_partial(self.loss, chunks, w, self._scratch)
+                        self._partials.store(i, self._scratch)
+                        continue
+                    partial = self._partials[i]
                     if self._csr:
                         _csr_scalar_partial(self.loss, chunks, w, partial)
                         continue
@@ -219,7 +246,7 @@ class DistributedRisk:
             except Exception as problem:
                 # NaN partials make every rank's sum NaN, so every rank knows to check.
                 error = problem
-                self._partials[:] = np.nan
+                self._partials.fill(np.nan)
         else:
             exchange = self._multivariate_partials(w)
         computed = time.perf_counter()

@@ -158,6 +158,18 @@ def test_sparse_planes_within_a_memory_budget_reach_the_cvxpy_optimum(monkeypatc
     assert result.fun == pytest.approx(problem.value, abs=1.1e-6)
 
 
+def test_a_memory_budget_that_never_binds_leaves_bmrm_as_it_is(monkeypatch):
+    # BMRM's loose subproblems (its default) stay on until the budget makes the bundle aggregate.
+    monkeypatch.setattr(_bundle, "SPARSE_MIN_DIM", 1)
+    X, y = text_like(rows=300, d=2**13, per_row=10, seed=9)
+    options = dict(loss="hinge", lam=1e-3, solver="bmrm", rel_epsilon=1e-3, max_iter=300, comm=SerialComm())
+    unlimited, _, _ = fit((X, y), **options)
+    within, _, _ = fit((X, y), bundle_memory=1000 * 8 * X.shape[1], **options)
+    assert within.bundle.max_bytes and unlimited.success and within.nit == unlimited.nit
+    np.testing.assert_array_equal(within.w, unlimited.w)
+    np.testing.assert_array_equal(within.history["lower_bound"], unlimited.history["lower_bound"])
+
+
 def test_memory_budget_of_a_sparse_bundle_leaves_room_for_the_aggregate_and_the_new_plane():
     d = 1000
     bundle = Bundle(d, sparse=True, max_bytes=5 * 8 * d)

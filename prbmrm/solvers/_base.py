@@ -25,7 +25,8 @@ class CuttingPlaneModel:
     the previous multipliers, and drop planes that stayed idle. Given a
     tolerance ``gap`` > 0, :meth:`minimize` solves the subproblem only that
     loosely where the regularizer offers ``solve_loosely`` (the quadratic
-    ones, :func:`prbmrm.qp.solve_simplex_pg`) and the bundle is unlimited;
+    ones, :func:`prbmrm.qp.solve_simplex_pg`) and the bundle has no
+    `bundle_size` and has not yet aggregated within its `bundle_memory`;
     then a :attr:`floor` (a lower bound of R_emp, None: none known) is an
     implicit plane ``R_emp >= floor`` with the multiplier ``1 - sum(alpha)``.
     A subproblem projected gradient cannot solve (``solve_loosely`` returns
@@ -68,11 +69,15 @@ class CuttingPlaneModel:
         lower bound of min J (weak duality: they are feasible).
         """
         started = time.perf_counter()
+        if self.bundle.room() is not None:
+            # Aggregates keep the bound whatever the multipliers, but the method's convergence
+            # (paper 000, Sec. 3.1) aggregates optimal ones: exact QPs from the first aggregation on.
+            self.loose = False
         self.alpha = self.bundle.make_room(self.alpha)
         self.bundle.add(a, r - float(np.dot(a, w)))
         alpha0 = np.append(self.alpha, 0.0)
         solved = None
-        if gap > 0.0 and self.loose and not self.bundle.limited and hasattr(self.regularizer, "solve_loosely"):
+        if gap > 0.0 and self.loose and self.bundle.max_size is None and hasattr(self.regularizer, "solve_loosely"):
             solved = self.regularizer.solve_loosely(self.bundle, self.lam, alpha0, gap, self.floor)
             # An ill-conditioned subproblem defeats projected gradient: exact QPs from now on.
             self.loose = solved is not None

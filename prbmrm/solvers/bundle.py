@@ -172,11 +172,6 @@ class Bundle:
         self._select(index, 0)
         return alpha[index]
 
-    @property
-    def limited(self):
-        """bool: whether the bundle has a limit (`max_size` or `max_bytes`) and may aggregate."""
-        return self.max_size is not None or self.max_bytes is not None
-
     def room(self):
         """Return None if one more plane fits, else how many of the newest planes stay when it is made.
 

@@ -86,10 +86,12 @@ MAX_TRIALS = 16
 """Most trial steps of one round of a line search (one broadcast, one reduction)."""
 
 
-COMPACT_PARTIALS = 0.5
+COMPACT_PARTIALS = 0.125
 """A rank holding several blocks of a scalar loss on CSR data keeps each block's partial sum on the
 block's columns only (:class:`prbmrm.comm.SupportRows`) when that takes at most this fraction of the
-bytes of dense rows."""
+bytes of dense rows: gathering and scattering a support costs more per entry than adding dense rows
+(d = 2^22, 2 blocks of a third of the bytes each: 0.13-0.18 s per evaluation against 0.11 s), so
+only a large saving (many blocks, d in the millions) pays."""
 
 
 def _partials_storage(csr, blocks, dim):

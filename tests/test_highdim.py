@@ -43,12 +43,15 @@ def serial_oracle(directory, loss):
 
 
 @pytest.mark.distributed
+@pytest.mark.parametrize("many", [False, True])
 @pytest.mark.parametrize("loss", ["hinge", "logistic", "squared_hinge"])
-def test_sparse_risk_is_bitwise_the_serial_one(comm, mpi_tmp_path, loss):
+def test_sparse_risk_is_bitwise_the_serial_one(comm, mpi_tmp_path, loss, many):
+    # Many small shards: every rank keeps its blocks' partial sums on their supports (SupportRows).
     X, y = text_like()
-    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 2)
+    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=30 if many else comm.size + 2)
     local = load_local(directory, comm)
     oracle = DistributedRisk(get_loss(loss), local.X, local.y, local.n_examples_total, comm, local.blocks)
+    assert isinstance(oracle._partials, SupportRows) or not many
     points = np.random.default_rng(1).normal(size=(3, X.shape[1]))
     values = run_distributed(oracle, lambda risk: [risk(w) for w in points])
     if comm.is_root:
@@ -109,10 +112,10 @@ def test_csr_risk_accepts_int64_indices():
 def test_partials_kept_on_the_blocks_support_are_bitwise_the_dense_rows(monkeypatch, loss):
     # Several blocks on one rank at a large d: each block's partial sum is kept on its columns only.
     X, y = text_like()
-    blocks = [0, 700, 1500, 2300, 3000]
+    blocks = list(range(0, 2000, 150)) + [2000, 2300, 3000]
     compact = DistributedRisk(get_loss(loss), X, y, len(y), SerialComm(), blocks)
     assert isinstance(compact._partials, SupportRows)
-    assert compact._partials.nbytes <= 0.5 * 8 * len(blocks[1:]) * (X.shape[1] + 1)
+    assert compact._partials.nbytes <= risk_module.COMPACT_PARTIALS * 8 * len(blocks[1:]) * (X.shape[1] + 1)
     monkeypatch.setattr(risk_module, "COMPACT_PARTIALS", 0.0)
     dense = DistributedRisk(get_loss(loss), X, y, len(y), SerialComm(), blocks)
     assert isinstance(dense._partials, np.ndarray)

@@ -38,6 +38,63 @@ SLURM_TASKS_VARIABLES = ("SLURM_NTASKS", "SLURM_NPROCS")
 _ORDERED_SUM = 13  # the tag of ordered_sum's rank-to-rank messages
 
 
+class SupportRows:
+    """Partial sums, one row per canonical block, each stored on its block's support only.
+
+    Row i is zero (+0.0) outside ``index[i]``: a scalar loss's gradient of a
+    block of CSR rows is zero on every column the block does not use, and
+    its last entry (the risk) is always kept. Where a rank holds several
+    blocks of data with millions of columns, this keeps their nonzeros, not
+    ``blocks x n`` values. :meth:`SerialComm.ordered_sum` adds the rows in
+    order as it adds dense ones: adding +0.0 leaves every sum as it is (a
+    running sum that starts at +0.0 and adds finite terms is never -0.0), so
+    the result is bitwise the dense rows' sum.
+
+    Parameters
+    ----------
+    supports : sequence of ndarray of int
+        Per row, the increasing indices of its possible nonzeros, below ``n - 1``.
+    n : int
+        The length of a row.
+    """
+
+    def __init__(self, supports, n):
+        self.index = [np.append(support, n - 1).astype(np.int64) for support in supports]
+        self.values = [np.zeros(len(index)) for index in self.index]
+        self.shape = (len(self.index), n)
+
+    @property
+    def nbytes(self):
+        """int: the bytes of the stored indices and values."""
+        return sum(index.nbytes + values.nbytes for index, values in zip(self.index, self.values))
+
+    def store(self, i, row):
+        """Keep the dense `row` (zero off the support) as row i."""
+        np.take(row, self.index[i], out=self.values[i])
+
+    def fill(self, value):
+        """Set every stored entry to `value` (NaN: mark the sum as failed)."""
+        for values in self.values:
+            values.fill(value)
+
+    def add_to(self, total):
+        """Add the rows in order onto the dense `total`, in place."""
+        for index, values in zip(self.index, self.values):
+            total[index] += values
+
+    def __array__(self, dtype=None, copy=None):
+        # The dense rows, for what needs them whole (a secure sum, party mode's audit log).
+        dense = np.zeros(self.shape)
+        for row, index, values in zip(dense, self.index, self.values):
+            row[index] = values
+        return dense if dtype is None else dense.astype(dtype)
+
+    def __getitem__(self, key):
+        if isinstance(key, int):  # iteration would make the dense rows once per row
+            raise TypeError("SupportRows: index the dense rows with a tuple or slice, e.g. partials[:, -1]")
+        return np.asarray(self)[key]
+
+
 class SerialComm:
     """Communicator of a single process; every collective is the identity.
 
@@ -136,9 +193,9 @@ class SerialComm:
 
         Parameters
         ----------
-        partials : ndarray of shape (k, n)
+        partials : ndarray of shape (k, n) or SupportRows
             This rank's partial sums, one row per canonical block, in order;
-            overwritten (the first row may hold the running sum).
+            an array is overwritten (the first row may hold the running sum).
         n_parts : int
             Number of partial sums over all ranks (what a secure sum needs,
             :class:`prbmrm.secure.SecureComm`).
@@ -153,6 +210,10 @@ class SerialComm:
     @staticmethod
     def _fold(partials, total):
         """Add the rows of `partials` in order onto `total` (None: onto the first row, in place)."""
+        if isinstance(partials, SupportRows):
+            total = np.zeros(partials.shape[1]) if total is None else total
+            partials.add_to(total)
+            return total
         rows = iter(partials)
         if total is None:
             total = next(rows, None)

@@ -137,8 +137,8 @@ class BundleOptions:
     bundle_size: int = option(0, "--bundle-size", type=int,
                               help="keep at most this many planes (>= 2), aggregating the oldest (default 0: no limit)")
     bundle_memory: int = option(0, "--bundle-memory", type=memory_bytes, metavar="SIZE",
-                                help="a budget for the bundle's planes, e.g. 2GB or 512MiB: the bundle size "
-                                "follows from it and the number of weights (default 0: none)")
+                                help="a budget for the bundle's planes, e.g. 2GB or 512MiB, counted as they are "
+                                "stored (sparse planes by their nonzeros; default 0: none)")
 
     def __post_init__(self):
         if self.idle_age < 0:

@@ -31,7 +31,6 @@ from .party import load_party
 from .regularizers import get_regularizer
 from .risk import DistributedRisk, run_distributed
 from .solvers import SOLVERS, default_solver, get_solver, minimize, solver_options
-from .solvers.bundle import planes_within
 from .solvers.lsbmrm import check_theta
 from .solvers.path import LamPath, PathResult, minimize_path
 from .structured import RaggedExamples
@@ -132,8 +131,9 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         ``idle_age`` (drop planes idle this many iterations; 0: never),
         ``bundle_size`` (keep at most this many planes, aggregating the
         oldest; 0: no limit) and ``bundle_memory`` (a budget in bytes for the
-        planes, e.g. ``"2GB"``: the bundle size is then the number of planes
-        of the model's dimension that fit, at least 2; 0: none).
+        planes, e.g. ``"2GB"``, at least two dense planes: the bytes the
+        planes hold, sparse planes counted as stored, aggregating the oldest
+        when one more might not fit; 0: none).
     checkpointing : prbmrm.options.Checkpointing, optional
         ``checkpoint`` (rank 0 writes the solver's state to this file every
         ``checkpoint_every`` iterations, at `max_iter` and on `stop`; see
@@ -202,10 +202,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
             # A noisy gap certifies nothing (it even goes negative): use the whole budget.
             epsilon = rel_epsilon = -math.inf
     loss_object = get_loss(loss, **(loss_params or {})) if isinstance(loss, str) else loss
-    # A bundle size is a parameter of the solvers that keep a bundle; others refuse it.
+    # Bundle limits are parameters of the solvers that keep a bundle; others refuse them.
     bundle_size = bundle.bundle_size
-    limited = bundle_size or (2 if bundle.bundle_memory else 0)  # the size a budget gives is known with the data
-    own = dict(solver_params or {}, **({"bundle_size": limited} if limited else {}),
+    limits = {name: value for name, value in (("bundle_size", bundle_size), ("bundle_memory", bundle.bundle_memory))
+              if value}
+    own = dict(solver_params or {}, **limits,
                **({} if theta is None else {"theta": theta}))
     options = solver_options(solver, own)
     if party is not None and party.private and solver == "proximal":
@@ -220,9 +221,6 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
                              local.qid)
     regularizer.prepare(oracle.dim, loss_object.risk_floor)
     w0 = regularizer.initial_point(oracle.dim)
-    if bundle.bundle_memory:
-        planes = planes_within(bundle.bundle_memory, oracle.dim)
-        bundle_size = options["bundle_size"] = min(bundle_size, planes) if bundle_size else planes
     path = not isinstance(lam, numbers.Real)
     if path and (checkpointing.checkpoint or checkpointing.resume):
         raise UsageError("--checkpoint and --resume do not apply to a lambda path")

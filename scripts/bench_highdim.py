@@ -12,7 +12,8 @@ seeds fixed. Each set is generated once (vectorised numpy, a few seconds)
 into `--workdir` as `--parts` shards (and, for the peer, a feature file and
 a label file), and reused by later runs.
 
-Each configuration ``EXP:RANKS`` trains hinge BMRM (lam 1e-5) on RANKS ranks
+Each configuration ``EXP:RANKS`` trains hinge (lam 1e-5, `--solver`: by default
+the solver the CLI picks for one lam) on RANKS ranks
 to the relative gap `--rel-epsilon` and prints: iterations, seconds per
 iteration in each phase (risk: the data pass on rank 0; comm: broadcast and
 the ordered sum, waiting included; subproblem: rank 0's QP and plane
@@ -29,7 +30,7 @@ takes to reach the gap the peer reached last. prbmrm and the peer run
 alternately `--repeat` times, so machine load hits both alike.
 
     python scripts/bench_highdim.py [--nnz 1e7] [--configs 20:1,22:1,22:2,24:2]
-        [--peer-dir DIR] [--peer-iterations 40] [--bundle-memory 2GB] [--workdir DIR]
+        [--peer-dir DIR] [--peer-iterations 40] [--bundle-memory 2GB] [--solver bmrm] [--workdir DIR]
 """
 
 import argparse
@@ -133,14 +134,19 @@ class _CpuTimed:
         return values
 
 
+def peak_rss():
+    """This process's peak RSS so far in bytes (the kernel's high-water mark, VmHWM)."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024.0 for line in status if line.startswith("VmHWM:"))
+
+
 def worker(args):
     """Run under mpiexec: train, then print rank 0's history and every rank's resources as JSON."""
     from prbmrm.comm import get_comm
     from prbmrm.io import load_local
     from prbmrm.losses import get_loss
     from prbmrm.risk import DistributedRisk, run_distributed
-    from prbmrm.solvers import minimize
-    from prbmrm.solvers.bundle import planes_within
+    from prbmrm.solvers import default_solver, minimize
     from prbmrm.options import memory_bytes
 
     comm = get_comm()
@@ -149,22 +155,32 @@ def worker(args):
     loss = get_loss("hinge")
     loss.prepare(local.classes, local.label_kind)
     oracle = DistributedRisk(loss, local.X, local.y, local.n_examples_total, comm, local.blocks)
-    planes = planes_within(memory_bytes(args.bundle_memory), oracle.dim)
+    budget = memory_bytes(args.bundle_memory)
+    solver = default_solver(args.lam) if args.solver == "default" else args.solver
     timed = _CpuTimed(oracle)
     solve_cpu = time.process_time()
-    cpu_total = []  # rank 0's CPU seconds at the end of each iteration, from the solver's start
+    cpu_total, rss = [], []  # rank 0's CPU seconds from the solver's start and peak RSS, per iteration
+
+    def record(row):
+        cpu_total.append(time.process_time() - solve_cpu)
+        rss.append(peak_rss())
+        if row.iteration % 10 == 0:  # progress for whoever watches a long run's output (the driver ignores it)
+            print(f"iteration {row.iteration}: relative gap {row.gap / row.best_objective:.3e}, "
+                  f"{row.planes} planes, CPU {cpu_total[-1]:.1f} s, peak RSS {rss[-1] / 2**30:.2f} GiB", flush=True)
+
     result = run_distributed(oracle, lambda risk: minimize(
-        timed, np.zeros(oracle.dim), args.lam, epsilon=0.0, rel_epsilon=args.rel_epsilon,
-        max_iter=args.max_iter, bundle_size=planes,
-        callback=lambda row: cpu_total.append(time.process_time() - solve_cpu)))
+        timed, np.zeros(oracle.dim), args.lam, solver, epsilon=0.0, rel_epsilon=args.rel_epsilon,
+        max_iter=args.max_iter, bundle_memory=budget, callback=record))
     solve_cpu = time.process_time() - solve_cpu
     usage = np.array([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0,
                       time.process_time() - cpu, time.perf_counter() - started])
     everyone = comm.gather_scalars(usage)
     if comm.is_root:
-        history = dict({k: np.asarray(v).tolist() for k, v in result.history.items()}, cpu_total=cpu_total)
+        history = dict({k: np.asarray(v).tolist() for k, v in result.history.items()}, cpu_total=cpu_total,
+                       rss=rss)
         print("RESULT " + json.dumps({
-            "nit": result.nit, "fun": result.fun, "gap": result.gap, "history": history, "planes": planes,
+            "nit": result.nit, "fun": result.fun, "gap": result.gap, "history": history, "budget": budget,
+            "solver": solver,
             "risk_cpu": timed.cpu, "solve_cpu": solve_cpu, "ranks": everyone.reshape(-1, 3).tolist(),
             "w_digest": hashlib.sha256(np.ascontiguousarray(result.w).tobytes()).hexdigest()[:16]}))
 
@@ -173,7 +189,7 @@ def run_prbmrm(args, shards, ranks):
     """Train on `ranks` ranks in a fresh process group; return the worker's JSON."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", shards, "--lam", str(args.lam),
                "--rel-epsilon", str(args.rel_epsilon), "--max-iter", str(args.max_iter),
-               "--bundle-memory", str(args.bundle_memory)]
+               "--bundle-memory", str(args.bundle_memory), "--solver", args.solver]
     if ranks > 1:
         command = ["mpiexec", "-n", str(ranks)] + command
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
@@ -231,8 +247,8 @@ def run_peer(binary, stem, args, workdir):
 
 
 def seconds_to_gap(history, gap, column="seconds_total"):
-    """The seconds of `column` (wall; ``cpu_total``: CPU) at the first iteration whose gap is at most `gap`
-    (None if never)."""
+    """The value of `column` (wall seconds; ``cpu_total``: CPU seconds, ``rss``: peak RSS) at the first
+    iteration whose gap is at most `gap` (None if never)."""
     reached = np.flatnonzero(np.asarray(history["gap"]) <= gap)
     return None if len(reached) == 0 else history[column][reached[0]]
 
@@ -243,8 +259,10 @@ def describe(name, figures):
     per = {k: float(np.mean(history[f"seconds_{k}"])) for k in ("risk", "comm", "subproblem")}
     iteration = history["seconds_total"][-1] / nit
     ranks = figures["ranks"]
-    print(f"{name}: {nit} iterations to gap {figures['gap']:.3e} (J = {figures['fun']:.8e}), "
-          f"wall {history['seconds_total'][-1]:.1f} s, bundle of at most {figures['planes']} planes, "
+    limit = f"within {figures['budget'] / 2**30:.2f} GiB, at most {max(history['planes']):.0f}" if figures["budget"] \
+        else f"unlimited, at most {max(history['planes']):.0f}"
+    print(f"{name}, {figures['solver']}: {nit} iterations to gap {figures['gap']:.3e} (J = {figures['fun']:.8e}), "
+          f"wall {history['seconds_total'][-1]:.1f} s, bundle {limit} planes, "
           f"w digest {figures['w_digest']}")
     print(f"    per iteration (wall): risk {per['risk']:.4f} s, comm {per['comm']:.4f} s "
           f"({100 * per['comm'] / iteration:.1f}% of {iteration:.4f} s), subproblem {per['subproblem']:.4f} s")
@@ -267,7 +285,9 @@ def main(argv=None):
     p.add_argument("--lam", type=float, default=1e-5)
     p.add_argument("--rel-epsilon", type=float, default=1e-4)
     p.add_argument("--max-iter", type=int, default=1000)
-    p.add_argument("--bundle-memory", default="2GB", help="prbmrm's budget for the bundle's planes")
+    p.add_argument("--bundle-memory", default="2GB", help="prbmrm's budget for the bundle's planes (0: no limit)")
+    p.add_argument("--solver", default="default",
+                   help="prbmrm's solver: a key of prbmrm.solvers.SOLVERS, or default (the CLI's for one lam)")
     p.add_argument("--peer-dir", help="a built linear-bmrm directory (with linear-bmrm-train)")
     p.add_argument("--peer-iterations", type=int, default=40, help="cap on BMRM 2.1's iterations (0: skip it)")
     p.add_argument("--peer-exp", type=int, default=22, help="the d = 2^EXP at which BMRM 2.1 runs")
@@ -319,9 +339,10 @@ def main(argv=None):
                       f"({ours / their_wall:.3f}x); CPU to that gap (the solver's, rank 0): prbmrm "
                       f"{ours_cpu:.1f} s at iteration {seconds_to_gap(history, target, 'iteration')}, "
                       f"BMRM 2.1 {theirs['cpu'][first]:.1f} s at iteration {first + 1} "
-                      f"({ours_cpu / theirs['cpu'][first]:.3f}x); peak RSS prbmrm "
-                      f"{mine['ranks'][0][0] / 2**30:.2f} GiB vs {theirs['rss'] / 2**30:.2f} GiB "
-                      f"({mine['ranks'][0][0] / theirs['rss']:.2f}x)")
+                      f"({ours_cpu / theirs['cpu'][first]:.3f}x); peak RSS by then prbmrm "
+                      f"{seconds_to_gap(history, target, 'rss') / 2**30:.2f} GiB vs BMRM 2.1's "
+                      f"{theirs['rss'] / 2**30:.2f} GiB over its run "
+                      f"({seconds_to_gap(history, target, 'rss') / theirs['rss']:.2f}x)")
     return 0
 
 

@@ -10,7 +10,8 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import shared_shards
-from prbmrm.comm import SerialComm
+from prbmrm import risk as risk_module
+from prbmrm.comm import SerialComm, SupportRows
 from prbmrm.io import load_local, write_shards
 from prbmrm.errors import InputError, UsageError
 from prbmrm.losses import get_loss
@@ -42,12 +43,15 @@ def serial_oracle(directory, loss):
 
 
 @pytest.mark.distributed
+@pytest.mark.parametrize("many", [False, True])
 @pytest.mark.parametrize("loss", ["hinge", "logistic", "squared_hinge"])
-def test_sparse_risk_is_bitwise_the_serial_one(comm, mpi_tmp_path, loss):
+def test_sparse_risk_is_bitwise_the_serial_one(comm, mpi_tmp_path, loss, many):
+    # Many small shards: every rank keeps its blocks' partial sums on their supports (SupportRows).
     X, y = text_like()
-    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 2)
+    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=30 if many else comm.size + 2)
     local = load_local(directory, comm)
     oracle = DistributedRisk(get_loss(loss), local.X, local.y, local.n_examples_total, comm, local.blocks)
+    assert isinstance(oracle._partials, SupportRows) or not many
     points = np.random.default_rng(1).normal(size=(3, X.shape[1]))
     values = run_distributed(oracle, lambda risk: [risk(w) for w in points])
     if comm.is_root:
@@ -69,7 +73,7 @@ def test_sparse_risk_is_bitwise_the_serial_one(comm, mpi_tmp_path, loss):
 def test_bmrm_on_sparse_data_is_bitwise_the_serial_run(comm, mpi_tmp_path):
     X, y = text_like()
     directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
-    memory = 8 * 8 * X.shape[1]  # eight planes
+    memory = 8 * 8 * X.shape[1]  # eight dense planes' bytes: more sparse ones
     options = dict(solver="bmrm", loss="hinge", lam=1e-3, rel_epsilon=1e-3, max_iter=150, bundle_memory=memory)
     result, _, _ = fit(directory, comm=comm, **options)
     if comm.is_root:
@@ -77,7 +81,7 @@ def test_bmrm_on_sparse_data_is_bitwise_the_serial_run(comm, mpi_tmp_path):
         assert result.nit == expected.nit
         np.testing.assert_array_equal(result.w, expected.w)
         np.testing.assert_array_equal(result.history["lower_bound"], expected.history["lower_bound"])
-        assert result.bundle.size <= 8 and result.bundle.max_size == 8
+        assert result.bundle.nbytes <= memory and result.bundle.max_bytes == memory
 
 
 def test_csr_risk_skips_inactive_rows_and_stays_exact():
@@ -102,6 +106,26 @@ def test_csr_risk_accepts_int64_indices():
     r0, a0 = DistributedRisk(get_loss("logistic"), X, y, len(y), SerialComm())(w)
     assert r == r0
     np.testing.assert_array_equal(a, a0)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "logistic"])
+def test_partials_kept_on_the_blocks_support_are_bitwise_the_dense_rows(monkeypatch, loss):
+    # Several blocks on one rank at a large d: each block's partial sum is kept on its columns only.
+    X, y = text_like()
+    blocks = list(range(0, 2000, 150)) + [2000, 2300, 3000]
+    compact = DistributedRisk(get_loss(loss), X, y, len(y), SerialComm(), blocks)
+    assert isinstance(compact._partials, SupportRows)
+    assert compact._partials.nbytes <= risk_module.COMPACT_PARTIALS * 8 * len(blocks[1:]) * (X.shape[1] + 1)
+    monkeypatch.setattr(risk_module, "COMPACT_PARTIALS", 0.0)
+    dense = DistributedRisk(get_loss(loss), X, y, len(y), SerialComm(), blocks)
+    assert isinstance(dense._partials, np.ndarray)
+    rng = np.random.default_rng(7)
+    for scale in (0.0, 1.0, 30.0):
+        w = scale * rng.normal(size=X.shape[1])
+        (r, a), (r0, a0) = compact(w), dense(w)
+        assert r == r0
+        np.testing.assert_array_equal(a, a0)
+        assert not np.any(np.signbit(a[a == 0.0]))  # no -0.0 from either storage
 
 
 def test_ordered_sum_adds_the_blocks_left_to_right():

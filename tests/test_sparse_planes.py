@@ -115,20 +115,79 @@ def test_a_run_with_sparse_planes_reaches_the_dense_runs_optimum(monkeypatch):
     np.testing.assert_allclose(sparse.w, dense.w, rtol=0, atol=1e-6 * np.abs(dense.w).max())
 
 
-def test_sparse_planes_with_aggregation_reach_the_cvxpy_optimum(monkeypatch):
+class ByteSpy(Bundle):
+    """A Bundle that asserts, after every change, that its planes hold at most max_bytes."""
+
+    largest, aggregations = 0, 0
+
+    def add(self, a, b):
+        super().add(a, b)
+        self.check()
+
+    def aggregate_oldest(self, alpha, keep):
+        ByteSpy.aggregations += 1
+        alpha = super().aggregate_oldest(alpha, keep)
+        self.check()
+        return alpha
+
+    def check(self):
+        assert self.nbytes <= self.max_bytes
+        ByteSpy.largest = max(ByteSpy.largest, self.size)
+
+
+@pytest.mark.parametrize("solver", ["bmrm", "proximal"])
+def test_sparse_planes_within_a_memory_budget_reach_the_cvxpy_optimum(monkeypatch, solver):
+    # --bundle-memory counts the bytes sparse planes hold: more of them fit than dense planes would.
     cp = pytest.importorskip("cvxpy")
     monkeypatch.setattr(_bundle, "SPARSE_MIN_DIM", 1)
-    X, y = text_like(rows=200, d=2**12, per_row=10, seed=5)
-    lam = 1e-2
-    result, _, _ = fit((X, y), loss="hinge", lam=lam, solver="bmrm", epsilon=1e-6, rel_epsilon=0, max_iter=3000,
-                       bundle_memory=10 * 8 * X.shape[1], comm=SerialComm())
-    assert result.success and result.bundle.sparse and result.bundle.max_size == 10
-    assert all(index is not None for index, _ in result.bundle._planes)  # aggregates too
+    monkeypatch.setattr(f"prbmrm.solvers.{'_base' if solver == 'bmrm' else solver}.Bundle", ByteSpy)
+    ByteSpy.largest = ByteSpy.aggregations = 0
+    X, y = text_like(rows=200, d=2**14, per_row=10, seed=5)
+    lam, dense_planes = 1e-2, 3  # per bundle: the proximal method keeps two, half the budget each
+    budget = dense_planes * 8 * X.shape[1] * (2 if solver == "proximal" else 1)
+    result, _, _ = fit((X, y), loss="hinge", lam=lam, solver=solver, epsilon=1e-6, rel_epsilon=0, max_iter=3000,
+                       bundle_memory=budget, comm=SerialComm())
+    assert result.success and ByteSpy.aggregations > 0 and ByteSpy.largest > dense_planes
+    if solver == "bmrm":
+        assert result.bundle.sparse and result.bundle.max_bytes == budget and result.bundle.max_size is None
+        assert all(index is not None for index, _ in result.bundle._planes)  # aggregates too
     w = cp.Variable(X.shape[1])
     problem = cp.Problem(cp.Minimize(lam / 2 * cp.sum_squares(w) + cp.sum(cp.pos(1 - cp.multiply(y, X @ w))) / len(y)))
     problem.solve(solver=cp.CLARABEL)
-    assert result.lower_bound <= problem.value + 1e-7
+    assert np.all(result.history["lower_bound"] <= problem.value + 1e-7)
     assert result.fun == pytest.approx(problem.value, abs=1.1e-6)
+
+
+def test_a_memory_budget_that_never_binds_leaves_bmrm_as_it_is(monkeypatch):
+    # BMRM's loose subproblems (its default) stay on until the budget makes the bundle aggregate.
+    monkeypatch.setattr(_bundle, "SPARSE_MIN_DIM", 1)
+    X, y = text_like(rows=300, d=2**13, per_row=10, seed=9)
+    options = dict(loss="hinge", lam=1e-3, solver="bmrm", rel_epsilon=1e-3, max_iter=300, comm=SerialComm())
+    unlimited, _, _ = fit((X, y), **options)
+    within, _, _ = fit((X, y), bundle_memory=1000 * 8 * X.shape[1], **options)
+    assert within.bundle.max_bytes and unlimited.success and within.nit == unlimited.nit
+    np.testing.assert_array_equal(within.w, unlimited.w)
+    np.testing.assert_array_equal(within.history["lower_bound"], unlimited.history["lower_bound"])
+
+
+def test_memory_budget_of_a_sparse_bundle_leaves_room_for_the_aggregate_and_the_new_plane():
+    d = 1000
+    bundle = Bundle(d, sparse=True, max_bytes=5 * 8 * d)
+    assert Bundle(d, sparse=True, max_bytes=8).max_bytes == 2 * 8 * d  # at least two dense planes
+    assert Bundle(d, sparse=False, max_bytes=5 * 8 * d + 7).max_size == 5  # dense: a plane count
+    rng = np.random.default_rng(8)
+    alpha = np.zeros(0)
+    largest = 0
+    for a, b in random_planes(rng, d, 40):
+        assert (bundle.room() is None) == (bundle.nbytes + 8 * d <= bundle.max_bytes)
+        alpha = bundle.make_room(alpha)
+        assert bundle.nbytes + 8 * d <= bundle.max_bytes  # a dense plane still fits
+        bundle.add(a, b)
+        largest = max(largest, bundle.size)
+        alpha = rng.random(bundle.size)
+        alpha /= alpha.sum()
+    assert bundle.nbytes <= bundle.max_bytes
+    assert largest > 5  # planes of 5% support: more than the five dense ones the budget holds
 
 
 RESUME = dict(loss="hinge", lam=1e-4, solver="bmrm", rel_epsilon=1e-4, comm=SerialComm())

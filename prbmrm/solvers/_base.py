@@ -25,7 +25,8 @@ class CuttingPlaneModel:
     the previous multipliers, and drop planes that stayed idle. Given a
     tolerance ``gap`` > 0, :meth:`minimize` solves the subproblem only that
     loosely where the regularizer offers ``solve_loosely`` (the quadratic
-    ones, :func:`prbmrm.qp.solve_simplex_pg`) and the bundle is unlimited;
+    ones, :func:`prbmrm.qp.solve_simplex_pg`) and the bundle has no
+    `bundle_size` and has not yet aggregated within its `bundle_memory`;
     then a :attr:`floor` (a lower bound of R_emp, None: none known) is an
     implicit plane ``R_emp >= floor`` with the multiplier ``1 - sum(alpha)``.
     A subproblem projected gradient cannot solve (``solve_loosely`` returns
@@ -44,10 +45,13 @@ class CuttingPlaneModel:
     bundle_size : int
         Keep at most this many planes (>= 2), aggregating the oldest
         (:meth:`Bundle.make_room`); 0: no limit.
+    bundle_memory : int
+        Keep the planes within this many bytes (``Bundle(max_bytes=...)``); 0: no limit.
     """
 
-    def __init__(self, dim, lam, regularizer, idle_age, bundle_size=0):
-        self.bundle = Bundle(dim, getattr(regularizer, "metric", None), bundle_size or None)
+    def __init__(self, dim, lam, regularizer, idle_age, bundle_size=0, bundle_memory=0):
+        self.bundle = Bundle(dim, getattr(regularizer, "metric", None), bundle_size or None,
+                             max_bytes=bundle_memory or None)
         self.lam = lam
         self.regularizer = regularizer
         self.idle_age = idle_age
@@ -65,6 +69,10 @@ class CuttingPlaneModel:
         lower bound of min J (weak duality: they are feasible).
         """
         started = time.perf_counter()
+        if self.bundle.room() is not None:
+            # Aggregates keep the bound whatever the multipliers, but the method's convergence
+            # (paper 000, Sec. 3.1) aggregates optimal ones: exact QPs from the first aggregation on.
+            self.loose = False
         self.alpha = self.bundle.make_room(self.alpha)
         self.bundle.add(a, r - float(np.dot(a, w)))
         alpha0 = np.append(self.alpha, 0.0)

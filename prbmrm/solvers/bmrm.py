@@ -49,8 +49,8 @@ class InexactSchedule:
 
 
 def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                  idle_age=10, bundle_size=0, inexact=1, callback=None, state=None, checkpoint=None, bundle=None,
-                  alpha=None):
+                  idle_age=10, bundle_size=0, bundle_memory=0, inexact=1, callback=None, state=None, checkpoint=None,
+                  bundle=None, alpha=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with BMRM.
 
     Each iteration t evaluates ``R_emp`` and a subgradient ``a_t`` at
@@ -86,6 +86,10 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         iterations (the paper's 10); 0 keeps every plane.
     bundle_size : int
         Keep at most this many planes (>= 2), aggregating the oldest; 0: no limit.
+    bundle_memory : int
+        Keep the planes within this many bytes, aggregating the oldest (a
+        sparse bundle counts the bytes its planes hold,
+        :class:`~prbmrm.solvers.bundle.Bundle`); 0: no limit.
     inexact : int
         1 (default): BMRM 2.1's rule. The subproblem is solved by projected
         gradient (:func:`prbmrm.qp.solve_simplex_pg`, a compiled kernel)
@@ -96,8 +100,9 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         iterates then move less, which on a9a cuts the iterations 2.5-4x
         (BMRM 2.1's counts). The lower bound stays certified: it is the dual
         value of the returned multipliers, which are feasible, and w their
-        primal map. Applies to quadratic regularizers and an unlimited
-        bundle. 0: the exact active-set QP every iteration (results then do
+        primal map. Applies to quadratic regularizers, without a
+        `bundle_size`, and within a `bundle_memory` until its first
+        aggregation (exact QPs from then on). 0: the exact active-set QP every iteration (results then do
         not depend on how loosely rounding lets a subproblem stop).
     callback : callable, optional
         Called with a :class:`Progress` after every iteration; raising
@@ -116,7 +121,7 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         Planes of ``R_emp`` to start from, e.g. ``result.bundle`` of a run
         with another `lam`: the planes bound ``R_emp``, not J, so they stay
         valid for any `lam` (the lambda path reuses them). Updated in place;
-        `bundle_size` then does not apply (the bundle keeps its own).
+        `bundle_size` and `bundle_memory` then do not apply (the bundle keeps its own).
     alpha : ndarray, optional
         The multipliers of `bundle`'s planes (``result.alpha``), a warm start
         of the first subproblem; zeros by default.
@@ -127,7 +132,7 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         With ``bundle`` and ``alpha``, the final planes and their multipliers.
     """
     w = np.array(w0, dtype=np.float64)
-    model = CuttingPlaneModel(len(w), lam, regularizer, idle_age, bundle_size)
+    model = CuttingPlaneModel(len(w), lam, regularizer, idle_age, bundle_size, bundle_memory)
     # R_emp >= floor is a plane too (BMRM 2.1's xi >= 0): it keeps the first
     # iterates near w0, where one plane alone would send them far.
     model.floor = getattr(regularizer, "risk_floor", None)

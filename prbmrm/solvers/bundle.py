@@ -9,6 +9,8 @@ import scipy.sparse as sp
 SPARSE_MIN_DIM = 2 ** 16
 """The smallest dimension at which a :class:`Bundle` stores planes sparsely by default."""
 
+_DENSE_BYTES = 8  # per coordinate of a dense plane: the most any plane of a sparse bundle takes
+
 
 class Bundle:
     """Cutting planes ``R_emp(w) >= <a_i, w> + b_i`` with their Gram matrix kept up to date.
@@ -42,15 +44,27 @@ class Bundle:
         Store planes of small support sparsely; by default when `dim` is at
         least :data:`SPARSE_MIN_DIM` (below it a dense plane is small anyway,
         and results stay those of the dense bundle).
+    max_bytes : int, optional
+        A budget for the planes' storage (:attr:`nbytes`), at least two
+        dense planes' worth. A dense bundle turns it into `max_size`
+        (:func:`planes_within`); a sparse one counts the bytes its planes
+        hold, so planes of small support fit in greater number, and
+        :meth:`make_room` aggregates when one more plane might not fit.
     """
 
-    def __init__(self, dim, metric=None, max_size=None, sparse=None):
+    def __init__(self, dim, metric=None, max_size=None, sparse=None, max_bytes=None):
         if max_size is not None and max_size < 2:
             raise ValueError(f"a bundle holds at least 2 planes, got max_size={max_size}")
         self._metric = metric
-        self.max_size = max_size
         self.dim = dim
         self.sparse = dim >= SPARSE_MIN_DIM if sparse is None else bool(sparse)
+        self.max_bytes = None
+        if max_bytes and not self.sparse:
+            within = planes_within(max_bytes, dim)
+            max_size = within if max_size is None else min(max_size, within)
+        elif max_bytes:
+            self.max_bytes = max(int(max_bytes), 2 * _DENSE_BYTES * dim)
+        self.max_size = max_size
         capacity = 8 if max_size is None else min(8, max_size)
         # With a limit the planes' storage is reserved whole at once: the pages of
         # np.empty are only committed as planes are written, and growing never
@@ -93,7 +107,7 @@ class Bundle:
         """int: the bytes the planes' storage holds (reserved, for a dense bundle)."""
         if not self.sparse:
             return self._A.nbytes
-        return sum(values.nbytes + (0 if index is None else index.nbytes) for index, values in self._planes)
+        return sum(_plane_bytes(plane) for plane in self._planes)
 
     def combine(self, alpha):
         """Return ``A^T alpha`` (w is ``-A^T alpha / lam`` for the L2 regularizer)."""
@@ -158,15 +172,31 @@ class Bundle:
         self._select(index, 0)
         return alpha[index]
 
+    def room(self):
+        """Return None if one more plane fits, else how many of the newest planes stay when it is made.
+
+        With `max_size`, the newest ``max_size - 2``. With `max_bytes`, the
+        newest planes that hold at most the budget less two dense planes (the
+        aggregate of the others and the new plane take at most a dense
+        plane's bytes each), so the budget holds after the aggregation.
+        """
+        keep = None
+        if self.size == self.max_size:
+            keep = self.max_size - 2
+        if self.max_bytes is not None and self.nbytes + _DENSE_BYTES * self.dim > self.max_bytes:
+            sizes = np.cumsum([_plane_bytes(plane) for plane in reversed(self._planes)])
+            fits = int(np.searchsorted(sizes, self.max_bytes - 2 * _DENSE_BYTES * self.dim, side="right"))
+            keep = fits if keep is None else min(keep, fits)
+        return keep
+
     def make_room(self, alpha):
-        """Make room for one more plane: if the bundle is full, aggregate all but the newest max_size - 2.
+        """Make room for one more plane: if the bundle is full, aggregate all but the newest :meth:`room`.
 
         For max_size 2 this is Alg. 4 of paper 000: one aggregate and the new
         plane. Returns the multipliers of the planes left.
         """
-        if self.size == self.max_size:
-            return self.aggregate_oldest(alpha, self.max_size - 2)
-        return alpha
+        keep = self.room()
+        return alpha if keep is None else self.aggregate_oldest(alpha, keep)
 
     def aggregate_oldest(self, alpha, keep):
         """Replace all planes but the newest `keep` by their aggregate; return the new multipliers.
@@ -290,6 +320,11 @@ def _plane(a):
     if 2 * len(support) < len(a):
         return support.astype(_index_type(len(a))), a[support]
     return None, np.array(a, dtype=np.float64)
+
+
+def _plane_bytes(plane):
+    index, values = plane
+    return values.nbytes + (0 if index is None else index.nbytes)
 
 
 def _dot(plane, w):

@@ -15,7 +15,7 @@ from .bundle import Bundle
 
 
 def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
-                      idle_age=10, bundle_size=0, zeta=1.0, rho=0.1, null_steps=5, callback=None, state=None,
+                      idle_age=10, bundle_size=0, bundle_memory=0, zeta=1.0, rho=0.1, null_steps=5, callback=None, state=None,
                       checkpoint=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with the proximal bundle method.
 
@@ -84,6 +84,10 @@ def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
     bundle_size : int
         Keep at most this many planes (>= 2) per bundle, aggregating the
         oldest with the stabilized subproblem's multipliers; 0: no limit.
+    bundle_memory : int
+        Keep the planes of both bundles within this many bytes, half each
+        (:class:`~prbmrm.solvers.bundle.Bundle`'s `max_bytes`), aggregating
+        as for `bundle_size`; 0: no limit.
     zeta : float
         The first proximal weight, > 0. Kiwiel's rule changes it at most
         tenfold per step, and lowers it quickly after good serious steps, so
@@ -111,9 +115,9 @@ def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
         raise UsageError(f"the proximal method needs zeta > 0, 0 < rho < 1 and null_steps >= 0, got {zeta:g}, "
                          f"{rho:g} and {null_steps:g}")
     w = np.array(w0, dtype=np.float64)
-    max_size = bundle_size or None
-    model = Bundle(len(w), None, max_size)  # planes (s_i, c_i) of J
-    lower = Bundle(len(w), getattr(regularizer, "metric", None), max_size)  # planes (a_i, b_i) of R_emp
+    max_size, max_bytes = bundle_size or None, bundle_memory // 2 or None
+    model = Bundle(len(w), None, max_size, max_bytes=max_bytes)  # planes (s_i, c_i) of J
+    lower = Bundle(len(w), getattr(regularizer, "metric", None), max_size, max_bytes=max_bytes)  # of R_emp
     control = ProximityControl(zeta)
     alpha, lower_alpha = np.zeros(0), np.zeros(0)
     best_objective, best_w = np.inf, w
@@ -197,16 +201,18 @@ def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
 def make_room_alike(model, lower, alpha, lower_alpha):
     """Make room for one more plane in both bundles, keeping them row for row alike; return both multipliers.
 
-    Where the bundles are full, each aggregates its oldest planes by its own
-    multipliers (:meth:`Bundle.make_room`), which keeps its subproblem's
+    Where either bundle is full (:meth:`Bundle.room`), each aggregates the
+    same oldest planes (those the fuller one needs aggregated) by its own
+    multipliers (:meth:`Bundle.aggregate_oldest`), which keeps its subproblem's
     value; where its own multipliers are all 0 there, by the other's (an
     aggregate with multiplier 0, which keeps the value too), so that one
     bundle never drops planes the other aggregates. Both drop them where
     both multipliers are 0.
     """
-    if model.size != model.max_size:
+    rooms = [keep for keep in (model.room(), lower.room()) if keep is not None]
+    if not rooms:
         return alpha, lower_alpha
-    keep = model.max_size - 2
+    keep = min(rooms)
     old = model.size - keep
     own = (alpha, lower_alpha)
     result = []

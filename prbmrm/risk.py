@@ -57,6 +57,7 @@ or service stops every serving rank with a
 Imports: numpy; of prbmrm: :mod:`prbmrm.comm`, :mod:`prbmrm.errors`, :mod:`prbmrm.kernels`, :mod:`prbmrm.messages`.
 """
 
+import importlib
 import time
 
 import numpy as np
@@ -71,6 +72,9 @@ _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.
 
 SERVICES = {}
 """The services a solver may attach, by name: the only code a message from rank 0 can select."""
+
+SERVICE_MODULES = {"pragam": "prbmrm.solvers.pragam", "argsup": "prbmrm.solvers.sublbfgs"}
+"""The module that enters each service (solvers load on first use: a serving rank imports it on attach)."""
 
 
 def service(name):
@@ -475,6 +479,8 @@ class DistributedRisk:
 
     def _build_service(self, message):
         """The service of the attach message ``[name, args]`` (every rank but 0)."""
+        if isinstance(message, list) and message and isinstance(message[0], str) and message[0] in SERVICE_MODULES:
+            importlib.import_module(SERVICE_MODULES[message[0]])
         if not (isinstance(message, list) and len(message) == 2 and isinstance(message[1], list)
                 and message[0] in SERVICES):
             raise _unexpected(f"the service {str(message)[:100]!r} (known: {', '.join(sorted(SERVICES))})")

@@ -11,13 +11,17 @@
 - the command line trains with both solvers on 2 ranks.
 """
 
+import os
+import subprocess
+import sys
+
 import cvxpy as cp
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import load_svmlight, run_ranks, shared_shards
+from conftest import REPO, load_svmlight, run_ranks, shared_shards
 from prbmrm.comm import SerialComm
 from prbmrm.io import load_local
 from prbmrm.dual import DistributedProjection, project_box_equality
@@ -260,3 +264,27 @@ def test_command_line_pragam_b_needs_bias(tmp_path):
                                  str(tmp_path / "model.h5")], timeout=120)
     assert completed.returncode == 2
     assert "--bias" in completed.stderr
+
+
+def test_a_serving_rank_builds_a_service_whose_solver_it_never_imported():
+    """Solver modules load on first use, so a serving rank need not have imported the module of the
+    service rank 0 attaches (found under mpiexec: the ranks of an in-process pragam run stopped with
+    "unknown service"). Every service is in SERVICE_MODULES, and attaching one imports its module."""
+    code = """
+import numpy as np
+import prbmrm.risk as r
+from prbmrm.comm import SerialComm
+from prbmrm.losses import get_loss
+
+assert not r.SERVICES, sorted(r.SERVICES)  # a fresh process has imported no solver module
+X, y = np.array([[1.0, 1.0], [-1.0, 1.0]]), np.array([1.0, -1.0])
+oracle = r.DistributedRisk(get_loss("hinge"), X, y, 2, SerialComm())
+for name, args in (("pragam", [0.001, True, None]), ("argsup", [])):
+    built = oracle._build_service([name, args])
+    assert type(built) is r.SERVICES[name] and type(built).__module__ == r.SERVICE_MODULES[name], name
+assert sorted(r.SERVICES) == sorted(r.SERVICE_MODULES)
+print("ok")
+"""
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                               stdin=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=REPO))
+    assert completed.returncode == 0 and completed.stdout.strip() == "ok", completed.stderr[-3000:]

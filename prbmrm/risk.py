@@ -479,11 +479,11 @@ class DistributedRisk:
 
     def _build_service(self, message):
         """The service of the attach message ``[name, args]`` (every rank but 0)."""
-        if isinstance(message, list) and message and isinstance(message[0], str) and message[0] in SERVICE_MODULES:
+        known = sorted({*SERVICES, *SERVICE_MODULES})  # a list: `in` takes any JSON value
+        if not (isinstance(message, list) and len(message) == 2 and isinstance(message[1], list) and message[0] in known):
+            raise _unexpected(f"the service {str(message)[:100]!r} (known: {', '.join(known)})")
+        if message[0] not in SERVICES:
             importlib.import_module(SERVICE_MODULES[message[0]])
-        if not (isinstance(message, list) and len(message) == 2 and isinstance(message[1], list)
-                and message[0] in SERVICES):
-            raise _unexpected(f"the service {str(message)[:100]!r} (known: {', '.join(sorted(SERVICES))})")
         try:
             return SERVICES[message[0]](self, *message[1])
         except (TypeError, ValueError) as error:

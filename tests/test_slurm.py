@@ -172,9 +172,12 @@ def restart_now(slurm, job):
 def test_preempted_and_requeued_job_resumes_and_equals_one_process(slurm, shards, tmp_path):
     """scontrol requeue twice (SIGTERM), then SIGUSR1 to the batch script (--signal=B:USR1@...)."""
     data, _ = shards
-    options = dict(lam=1e-6, rel_epsilon=0.0, max_iter=300)
-    job = sbatch(slurm, tmp_path, "train.sbatch", data, "model.h5", "--lam", "1e-6", "--rel-epsilon", "0",
-                 "--max-iter", "300", "--print-every", "1", wait=False, options=["--job-name=requeued"])
+    # Long enough that each interrupt lands while a run trains: 300 iterations took 0.35 CPU s in one
+    # process, so the third run could end between the poll that saw its rows and the signal.
+    options = dict(lam=1e-6, epsilon=0.0, rel_epsilon=0.0, max_iter=2000)
+    job = sbatch(slurm, tmp_path, "train.sbatch", data, "model.h5", "--lam", "1e-6", "--epsilon", "0",
+                 "--rel-epsilon", "0", "--max-iter", "2000", "--print-every", "1", wait=False,
+                 options=["--job-name=requeued"])
     log = tmp_path / f"requeued-{job}.out"
     for restart, interrupt in enumerate((["scontrol", "requeue", job], ["scontrol", "requeue", job],
                                          ["scancel", "--batch", "--signal=USR1", job])):

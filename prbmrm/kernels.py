@@ -33,18 +33,31 @@ _GROUP_ROWS = 2**13
 _ACTIVE_FRACTION = 0.5
 
 
-class _CSCView(sp.csc_matrix):
-    """The transpose of a :class:`_CSRView`, sharing its arrays (``X.T @ g`` copies nothing)."""
+class _SliceOnPrune:
+    """A compressed matrix whose ``prune`` trims ``data`` and ``indices`` to nnz by slicing.
+
+    scipy's ``prune`` copies a view of less than half of a larger array. It
+    must still trim: scipy's operations (``multiply``, ``+``) build their
+    result in arrays sized for the most nonzeros and leave the rest
+    uninitialized, and reductions such as ``sum(axis=1)`` read ``data`` to
+    its end.
+    """
 
     def prune(self):
-        """Nothing to trim: the arrays hold exactly the nonzeros (scipy's would copy a view)."""
+        """Trim the arrays to the stored nonzeros without copying them."""
+        self.indices = self.indices[:self.nnz]
+        self.data = self.data[:self.nnz]
+
+
+class _CSCView(_SliceOnPrune, sp.csc_matrix):
+    """The transpose of a :class:`_CSRView`, sharing its arrays (``X.T @ g`` copies nothing)."""
 
     @property
     def _csr_container(self):
         return _CSRView
 
 
-class _CSRView(sp.csr_matrix):
+class _CSRView(_SliceOnPrune, sp.csr_matrix):
     """Rows of a CSR matrix sharing its ``data`` and ``indices`` arrays.
 
     scipy copies the arrays handed to a sparse constructor when they are a
@@ -52,9 +65,6 @@ class _CSRView(sp.csr_matrix):
     chunk of a shard would then hold a copy (twice the shard in memory), and
     each ``X.T @ g`` of a plain CSR view would copy its chunk again.
     """
-
-    def prune(self):
-        """Nothing to trim: the arrays hold exactly the nonzeros (scipy's would copy a view)."""
 
     @property
     def _csc_container(self):

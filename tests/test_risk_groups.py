@@ -178,3 +178,18 @@ def test_grouped_argsup_equals_the_per_block_one(small_groups, loss_name):
     expected = per_block.handle(0)
     assert value == pytest.approx(expected[0], rel=1e-12) and plane == pytest.approx(expected[1], rel=1e-12)
     np.testing.assert_allclose(gradient, expected[2], rtol=1e-12, atol=1e-15)
+
+
+def test_row_views_give_scipy_results_without_stale_entries():
+    # scipy builds the result of multiply and + in arrays sized for the most nonzeros and
+    # prunes them; a view that skipped the trim kept uninitialized values that sum(axis=1)
+    # read (Pragam's ||x_i||^2 came out inf/NaN on some runs).
+    X = sp.random(400, 60, density=0.1, format="csr", random_state=3)
+    view = prbmrm.kernels._row_block(X, 100, 350)
+    dense = X.toarray()[100:350]
+    for result, expected in [(view.multiply(view), dense * dense), (view + view, 2 * dense),
+                             (view.T.multiply(view.T), (dense * dense).T)]:
+        assert len(result.data) == len(result.indices) == result.nnz
+        np.testing.assert_allclose(np.asarray(result.sum(axis=1)).ravel(), expected.sum(axis=1), rtol=1e-14)
+        np.testing.assert_array_equal(result.toarray(), expected)
+    assert np.shares_memory(view.data, X.data) and np.shares_memory(view.T.data, X.data)

@@ -90,8 +90,10 @@ prbmrm_clean_shm() {
 # --kill-on-bad-exit=1: a rank that dies ends the step at once. SIGUSR1 to
 # the batch shell (sbatch --signal=B:USR1@SECONDS, before the time limit or
 # a preemption) is passed to the step, whose ranks then checkpoint and stop
-# cleanly (MPI_Finalize on every rank); the job is then requeued, and the
-# requeued job continues from the checkpoint (--resume-if-exists).
+# cleanly (MPI_Finalize on every rank, status 138 = 128 + SIGUSR1); the job is
+# then requeued, and the requeued job continues from the checkpoint
+# (--resume-if-exists). A step that ends otherwise (it finished before the
+# signal mattered: status 0; or failed) is not requeued.
 prbmrm_step() {
     local plugin step status
     plugin=$(prbmrm_srun_mpi) || return 1
@@ -99,7 +101,7 @@ prbmrm_step() {
     _prbmrm_requeue=0
     srun --mpi="$plugin" --kill-on-bad-exit=1 "$@" &
     step=$!
-    trap 'echo "prbmrm: SIGUSR1: the step checkpoints and stops, then the job is requeued" >&2
+    trap 'echo "prbmrm: SIGUSR1: the step checkpoints and stops, and the job is requeued if it stopped" >&2
           _prbmrm_requeue=1; kill -USR1 '"$step"' 2>/dev/null || true' USR1
     while :; do
         status=0
@@ -107,7 +109,10 @@ prbmrm_step() {
         kill -0 "$step" 2>/dev/null || break  # else the trap interrupted the wait
     done
     trap - USR1
-    if [ "$_prbmrm_requeue" = 1 ]; then
+    if [ "$_prbmrm_requeue" = 1 ] && [ "$status" != 138 ]; then
+        echo "prbmrm: SIGUSR1 came, but the step ended with status $status, not 138 (stopped by it): no requeue" >&2
+    fi
+    if [ "$_prbmrm_requeue" = 1 ] && [ "$status" = 138 ]; then
         echo "prbmrm: step ended with status $status; requeueing job $SLURM_JOB_ID" >&2
         scontrol requeue "$SLURM_JOB_ID"
     fi

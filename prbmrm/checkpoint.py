@@ -435,7 +435,10 @@ class SignalFlag:
     they get to every rank. SIGUSR1 is Slurm's usual "checkpoint and stop
     before the time limit or a preemption" (``sbatch --signal``); MPICH's
     ``MPI_Init`` installs a SIGUSR1 handler of its own (libmpi), which this
-    replaces while training, since MPI is initialized before.
+    replaces while training, since MPI is initialized before. On leaving,
+    SIGUSR1 is ignored for the rest of the process: the run is over, and a
+    late "checkpoint and stop" would otherwise end it (status 138) while it
+    writes the model, and the job would be requeued for nothing.
 
     Parameters
     ----------
@@ -472,7 +475,9 @@ class SignalFlag:
 
     def __exit__(self, *exc):
         for s, previous in self._previous.items():
-            if previous is not None:  # None: a C handler (MPICH's SIGUSR1), which Python cannot restore
+            if s == signal.SIGUSR1:
+                signal.signal(s, signal.SIG_IGN)
+            elif previous is not None:  # None: a C handler, which Python cannot restore
                 signal.signal(s, previous)
         return False
 

@@ -337,3 +337,20 @@ def test_sigint_to_mpiexec_stops_every_rank_cleanly(tmp_path):
     assert "interrupted by signal 2" in stderr
     model = load_model(str(tmp_path / "model.interrupted.h5"))
     assert model.attrs["iterations"] == load_checkpoint(path)[1]["iteration"]
+
+
+def test_a_sigusr1_after_the_run_is_ignored_and_sigterm_is_restored():
+    # Slurm's "checkpoint and stop" that arrives while a finished run writes its model must not
+    # end it with status 138 (the job would be requeued for nothing); SIGTERM keeps its default.
+    code = ("import os, signal\n"
+            "from prbmrm.checkpoint import SignalFlag\n"
+            "from prbmrm.comm import SerialComm\n"
+            "with SignalFlag(SerialComm()) as flag:\n"
+            "    pass\n"
+            "os.kill(os.getpid(), signal.SIGUSR1)\n"
+            "print('alive', flag.exit_status, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, cwd=REPO)
+    assert done.stdout.split() == ["alive", "0", "True"], done.stderr
+    assert done.returncode == -signal.SIGTERM

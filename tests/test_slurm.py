@@ -228,3 +228,39 @@ def test_kill_9_of_a_rank_ends_the_step(slurm, shards, tmp_path):
     wait_for(lambda: not running(slurm, job), "the job to end", timeout=60)
     assert "FAILED" in sacct(slurm, "killed")
     assert not (tmp_path / "model.h5").exists()
+
+
+LATE_SIGNAL_JOB = """#!/bin/bash
+#SBATCH --ntasks=2
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=late-%j.out
+set -euo pipefail
+. "$PRBMRM_HOME/cluster/env.sh"
+echo "restart ${SLURM_RESTART_COUNT:-0}"
+prbmrm_step python -c "
+import time
+from prbmrm.checkpoint import SignalFlag
+from prbmrm.comm import get_comm
+comm = get_comm()
+with SignalFlag(comm):
+    pass  # the training, over
+open(f'trained-{comm.rank}', 'w').close()
+time.sleep(10)  # the model being written when Slurm's signal comes
+"
+"""
+
+
+def test_a_signal_after_training_neither_kills_the_ranks_nor_requeues_the_job(slurm, tmp_path):
+    """SIGUSR1 to the batch script (--signal=B:USR1@...) while the ranks finish after training."""
+    script = tmp_path / "late.sbatch"
+    script.write_text(LATE_SIGNAL_JOB)
+    job = command(slurm, "sbatch", "--parsable", "-D", tmp_path, "--job-name=late-signal", script).strip()
+    wait_for(lambda: all((tmp_path / f"trained-{rank}").exists() for rank in range(2)), "the ranks to train")
+    command(slurm, "scancel", "--batch", "--signal=USR1", job)
+    wait_for(lambda: "COMPLETED" in sacct(slurm, "late-signal") or state(slurm, job) == "PENDING",
+             "the job to end")
+    records = sacct(slurm, "late-signal")
+    log = (tmp_path / f"late-{job}.out").read_text()
+    assert records.split()[2:4] == ["COMPLETED", "0:0"], records + log
+    assert "SIGUSR1 came, but the step ended with status 0" in log and "requeueing" not in log, log

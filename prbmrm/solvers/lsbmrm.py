@@ -1,7 +1,7 @@
 """BMRM with line search (paper 000, Alg. 3), the generalization of OCAS (Franc and Sonnenburg, 2008).
 
 Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.solvers._base`,
-:mod:`prbmrm.solvers.linesearch`.
+:mod:`prbmrm.solvers.bmrm`, :mod:`prbmrm.solvers.linesearch`.
 """
 
 import functools

@@ -115,28 +115,38 @@ def _dense_scalar(loss, X, y, qid):
     """
     if (type(loss) not in _DENSE_LOSSES or qid is not None or not isinstance(X, np.ndarray) or X.ndim != 2
             or X.dtype != np.float64 or not X.flags.c_contiguous or not isinstance(y, np.ndarray)
-            or y.dtype != np.float64 or y.ndim != 1):
+            or y.dtype != np.float64 or y.ndim != 1 or not y.flags.c_contiguous):
         return None
     code, names = _DENSE_LOSSES[type(loss)]
     return code, np.array([getattr(loss, name) for name in names], dtype=np.float64)
 
 
 def _dense_choice(dense, values, unable):
-    """This rank's `dense` (:func:`_dense_scalar`) if every rank can take the compiled pass (`unable`
-    ranks cannot) and they hold at least :data:`DENSE_KERNEL_VALUES` `values` in all, else None: each
-    block's sums then come from the same code on any number of ranks."""
-    return dense if unable == 0 and values >= DENSE_KERNEL_VALUES else None
+    """The compiled pass with this rank's `dense` (:func:`_dense_scalar`), or None.
+
+    Taken if every rank can (`unable` ranks cannot) and they hold at least
+    :data:`DENSE_KERNEL_VALUES` `values` in all: each block's sums then come
+    from the same code on any number of ranks. numba and the compiled code
+    are loaded here, so the first evaluation's time is the pass's alone.
+    """
+    if unable or values < DENSE_KERNEL_VALUES:
+        return None
+    from ._dense_kernel import dense_pass
+
+    code, params = dense
+    dense_pass(np.zeros((0, 1)), np.zeros(0), np.zeros(1), code, params, np.zeros(1, dtype=np.intp),
+               np.zeros((0, 2)))
+    return dense_pass, code, params
 
 
 def _dense_scalar_pass(dense, X, y, bounds, w, partials):
     """Fill the per-block `partials` (gradient, then risk) of a scalar loss on dense rows, in place.
 
-    One pass over each row, compiled (:func:`prbmrm._dense_kernel.dense_pass`);
-    `dense` is :func:`_dense_scalar`'s ``(code, parameters)``.
+    One pass over each row, compiled; `dense` is :func:`_dense_choice`'s
+    ``(prbmrm._dense_kernel.dense_pass, loss code, parameters)``.
     """
-    from ._dense_kernel import dense_pass
-
-    dense_pass(X, y, w, dense[0], dense[1], bounds, partials)
+    kernel, code, params = dense
+    kernel(X, y, w, code, params, bounds, partials)
 
 
 def _same_index_dtype(X):

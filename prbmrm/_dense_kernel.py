@@ -15,7 +15,9 @@ they differ from BLAS's by rounding. The losses' formulas are compiled
 without those flags, as :mod:`prbmrm.losses.scalar` writes them.
 
 Only :func:`prbmrm.kernels._dense_scalar_pass` imports this module, so
-numba is loaded only by runs on dense data; compiled code is cached on disk.
+numba is loaded only by runs on large dense data; compiled code is cached on disk.
+
+Imports: numba; of prbmrm: nothing (:data:`prbmrm.kernels._DENSE_LOSSES` holds the codes below).
 """
 
 import math

@@ -37,9 +37,9 @@ _ACTIVE_FRACTION = 0.5
 
 
 # Dense values over all ranks from which the compiled dense pass is taken: loading numba and
-# the cached kernel costs a process about 0.5 CPU s and 100 MB of RSS (68 MB of it libllvmlite's
-# shared pages), and the pass saves about 0.25 ns per value and evaluation against BLAS's
-# (Fashion-MNIST, 47M values: 30 -> 18 ms per evaluation on 1 rank).
+# the cached kernel costs a process about 0.35 CPU s and 100 MiB of RSS (68 MiB of it libllvmlite's
+# shared pages); the pass takes half the time of BLAS's on 1 rank (Fashion-MNIST, 47M values:
+# 16-26 ms per evaluation against 41-47 ms under the same load, docs/performance.md "Dense data").
 DENSE_KERNEL_VALUES = 2**24
 
 # The scalar losses the dense kernel knows: its code (prbmrm._dense_kernel) and parameter names.

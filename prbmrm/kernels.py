@@ -1,10 +1,12 @@
-"""The blocks' sums for the risk oracle: row views that copy nothing, chunks, and the CSR pass of
-scalar losses.
+"""The blocks' sums for the risk oracle: row views that copy nothing, chunks, and the CSR and dense
+passes of scalar losses.
 
 :func:`_csr_scalar_pass` computes every block's risk and gradient for a
 scalar loss on CSR rows in one pass over this rank's nonzeros, group by
 group of consecutive blocks (:func:`_csr_groups`); the sums of each
 canonical block stay bitwise the same on any number of ranks.
+:func:`_dense_scalar_pass` does the same on dense rows with the compiled
+loop of :mod:`prbmrm._dense_kernel` (which loads numba).
 
 Imports: numpy, scipy and :mod:`prbmrm.losses`.
 """
@@ -13,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import _sparsetools
 
+from .losses import scalar
 from .losses._base import ScalarLoss
 
 
@@ -31,6 +34,21 @@ _GROUP_ROWS = 2**13
 # A CSR chunk keeps only its rows with l' != 0 for X^T l' when they are fewer than this
 # fraction: the gather costs less than the scatter of the others' zero terms.
 _ACTIVE_FRACTION = 0.5
+
+
+# Dense values over all ranks from which the compiled dense pass is taken: loading numba and
+# the cached kernel costs a process about 0.35 CPU s and 100 MiB of RSS (68 MiB of it libllvmlite's
+# shared pages); the pass takes half the time of BLAS's on 1 rank (Fashion-MNIST, 47M values:
+# 16-26 ms per evaluation against 41-47 ms under the same load, docs/performance.md "Dense data").
+DENSE_KERNEL_VALUES = 2**24
+
+# The scalar losses the dense kernel knows: its code (prbmrm._dense_kernel) and parameter names.
+_DENSE_LOSSES = {scalar.Hinge: (0, ()), scalar.SquaredHinge: (1, ()), scalar.ZeroHinge: (2, ()),
+                 scalar.SquaredZeroHinge: (3, ()), scalar.Exponential: (4, ()), scalar.Logistic: (5, ()),
+                 scalar.HuberHinge: (6, ("delta",)), scalar.Novelty: (7, ("rho",)), scalar.LeastSquares: (8, ()),
+                 scalar.LeastAbsoluteDeviation: (9, ()), scalar.Quantile: (10, ("tau",)),
+                 scalar.EpsilonInsensitive: (11, ("epsilon",)), scalar.Huber: (12, ("delta",)),
+                 scalar.Poisson: (13, ())}
 
 
 class _SliceOnPrune:
@@ -88,6 +106,48 @@ def _csr_scalar(loss, X, qid):
     """
     return (isinstance(loss, ScalarLoss) and type(loss).loss_gradient is ScalarLoss.loss_gradient
             and qid is None and sp.issparse(X) and X.format == "csr" and X.dtype == np.float64)
+
+
+def _dense_scalar(loss, X, y, qid):
+    """The dense kernel's ``(loss code, parameters)`` for `loss` on this rank's `X`, or None if it cannot run.
+
+    It runs a loss of :data:`_DENSE_LOSSES` (its exact class: a subclass may
+    change the formulas) on a C-contiguous float64 array with float64 labels.
+    """
+    if (type(loss) not in _DENSE_LOSSES or qid is not None or not isinstance(X, np.ndarray) or X.ndim != 2
+            or X.dtype != np.float64 or not X.flags.c_contiguous or not isinstance(y, np.ndarray)
+            or y.dtype != np.float64 or y.ndim != 1 or not y.flags.c_contiguous):
+        return None
+    code, names = _DENSE_LOSSES[type(loss)]
+    return code, np.array([getattr(loss, name) for name in names], dtype=np.float64)
+
+
+def _dense_choice(dense, values, unable):
+    """The compiled pass with this rank's `dense` (:func:`_dense_scalar`), or None.
+
+    Taken if every rank can (`unable` ranks cannot) and they hold at least
+    :data:`DENSE_KERNEL_VALUES` `values` in all: each block's sums then come
+    from the same code on any number of ranks. numba and the compiled code
+    are loaded here, so the first evaluation's time is the pass's alone.
+    """
+    if unable or values < DENSE_KERNEL_VALUES:
+        return None
+    from ._dense_kernel import dense_pass
+
+    code, params = dense
+    dense_pass(np.zeros((0, 1)), np.zeros(0), np.zeros(1), code, params, np.zeros(1, dtype=np.intp),
+               np.zeros((0, 2)))
+    return dense_pass, code, params
+
+
+def _dense_scalar_pass(dense, X, y, bounds, w, partials):
+    """Fill the per-block `partials` (gradient, then risk) of a scalar loss on dense rows, in place.
+
+    One pass over each row, compiled; `dense` is :func:`_dense_choice`'s
+    ``(prbmrm._dense_kernel.dense_pass, loss code, parameters)``.
+    """
+    kernel, code, params = dense
+    kernel(X, y, w, code, params, bounds, partials)
 
 
 def _same_index_dtype(X):

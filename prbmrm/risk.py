@@ -18,8 +18,8 @@ the block's columns only (:class:`prbmrm.comm.SupportRows`, see
 :data:`COMPACT_PARTIALS`), so its memory follows the nonzeros, not blocks x
 d. A scalar loss on CSR data makes one pass over the nonzeros for ``f = X w`` and one over those of the
 rows with ``l' != 0`` for ``X^T l'``, accumulated in place, for groups of
-consecutive blocks at a time (:func:`prbmrm.kernels._csr_scalar_pass`): a
-few numpy calls per cache-sized group, not per block.
+consecutive blocks at a time (:func:`prbmrm.kernels._csr_scalar_pass`); on large dense data, one
+compiled pass reads each row once for both (:func:`prbmrm.kernels._dense_scalar_pass`).
 
 A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the
 same loop::
@@ -64,8 +64,8 @@ import numpy as np
 
 from .comm import SupportRows
 from .errors import CollectiveError, JointError, PrbmrmError
-from .kernels import (_block_groups, _chunk_bounds, _csr_groups, _csr_scalar, _csr_scalar_pass, _row_block, _rows,
-                      _same_index_dtype)
+from .kernels import (_block_groups, _chunk_bounds, _csr_groups, _csr_scalar, _csr_scalar_pass, _dense_choice,
+                      _dense_scalar, _dense_scalar_pass, _row_block, _rows, _same_index_dtype)
 from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
@@ -188,7 +188,10 @@ class DistributedRisk:
             self._chunks = [[(_row_block(X, a + s, a + t), _rows(y, a + s, a + t), None)
                              for s, t in _chunk_bounds(X, a, b)] if qid is None else [block]
                             for block, a, b in zip(self._blocks, bounds[:-1], bounds[1:])]
-        self._n_parts = int(comm.allreduce_sum(np.array([len(self._blocks)], dtype=np.int64))[0])
+        dense = _dense_scalar(loss, X, y, qid)
+        counts = comm.allreduce_sum(np.array([len(self._blocks), 0 if dense is None else X.size, dense is None],
+                                             dtype=np.int64))  # blocks, and see _dense_choice
+        self._n_parts, self._dense = int(counts[0]), _dense_choice(dense, counts[1], counts[2])
         if not loss.decomposable:
             # Labels and query ids travel to rank 0 once; per iteration only scores do.
             self._counts = comm.gather_counts(X.shape[0])
@@ -199,19 +202,14 @@ class DistributedRisk:
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
         self.total_seconds = {"risk": 0.0, "comm": 0.0}
         self.evaluations = 0
-        self.observer = None
-        self.inspector = None
+        self.observer = self.inspector = None
         self.line_searches = True
-        self._received_seconds = 0.0
-        self._deferred_error = None
-        # Line search sessions: the direction, the trial message [etas, lo, hi, count, flag]
-        # and the blocks' line objects.
+        self._received_seconds, self._deferred_error = 0.0, None
+        # Line search sessions: the direction, the trial message [etas, lo, hi, count, flag], the blocks' lines.
         self._direction = np.zeros(self.dim)
         self._trial = np.zeros(MAX_TRIALS + 4)
-        self._lines = None
-        self._line_error = None
+        self._lines = self._line_error = self._service = None
         self._line_open = False
-        self._service = None
 
     @property
     def blocks(self):
@@ -255,6 +253,8 @@ class DistributedRisk:
                         self._partials.store(i, self._scratch)
                 elif self._csr:
                     _csr_scalar_pass(self.loss, self._groups, w, self._partials)
+                elif self._dense is not None:
+                    _dense_scalar_pass(self._dense, self._X, self._y, self._bounds, w, self._partials)
                 else:
                     for partial, chunks in zip(self._partials, self._chunks):
                         partial[:] = 0.0

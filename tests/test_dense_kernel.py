@@ -1,0 +1,118 @@
+"""The compiled risk pass of scalar losses on dense rows (issue 13, P8: prbmrm._dense_kernel).
+
+References: each loss's numpy formulas with BLAS products
+(:meth:`ScalarLoss.loss_gradient` per block, the path the kernel replaces),
+and oracles holding only some of the blocks (as a rank does). The
+``distributed`` test runs again under mpiexec -n 2 and -n 3
+(tests/test_mpiexec.py): ranks must agree with one rank bitwise.
+"""
+
+import numpy as np
+import pytest
+
+import prbmrm.kernels
+from conftest import shared_shards
+from prbmrm.comm import SerialComm
+from prbmrm.io import load_local
+from prbmrm.losses.scalar import SCALAR_LOSSES
+from prbmrm.risk import DistributedRisk, run_distributed
+
+# Parameters away from the defaults, so that a parameter the kernel ignored would show.
+PARAMS = {"huber_hinge": {"delta": 0.3}, "novelty": {"rho": 0.7}, "quantile": {"tau": 0.8},
+          "epsilon_insensitive": {"epsilon": 0.25}, "huber": {"delta": 0.4}}
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """Take the compiled pass whatever the data's size."""
+    monkeypatch.setattr(prbmrm.kernels, "DENSE_KERNEL_VALUES", 0)
+
+
+def data_for(loss, rows=700, features=41, seed=0):
+    """Dense rows of density 1/2 and labels the loss accepts (signs, or counts for every regression loss)."""
+    rng = np.random.default_rng(seed)
+    X = np.where(rng.random((rows, features)) < 0.5, rng.standard_normal((rows, features)), 0.0)
+    if loss.task == "classification":
+        y = np.where(rng.random(rows) < 0.5, 1.0, -1.0)
+    else:
+        y = rng.poisson(2.0, rows).astype(np.float64)
+    return X, y, rng.standard_normal(features) * 0.4
+
+
+def partials_at(oracle, w):
+    """The oracle's per-block partial sums at w, as its observer sees them (before they are added)."""
+    seen = []
+    oracle.observer = lambda _, partials: seen.append(partials.copy())
+    oracle(w)
+    return seen[0]
+
+
+def test_every_scalar_loss_has_compiled_formulas():
+    assert set(prbmrm.kernels._DENSE_LOSSES) == set(SCALAR_LOSSES)
+
+
+@pytest.mark.parametrize("cls", SCALAR_LOSSES, ids=lambda cls: cls.name)
+def test_pass_equals_the_numpy_path_per_block(compiled, cls):
+    loss = cls(**PARAMS.get(cls.name, {}))
+    X, y, w = data_for(loss)
+    bounds = np.array([0, 1, 1, 250, 700])
+    oracle = DistributedRisk(loss, X, y, len(y), SerialComm(), bounds)
+    assert oracle._dense is not None
+    partials = partials_at(oracle, w)
+    for partial, a, b in zip(partials, bounds[:-1], bounds[1:]):
+        risk, gradient = loss.loss_gradient(w, X[a:b], y[a:b])
+        assert partial[-1] == pytest.approx(risk, rel=1e-12, abs=1e-13)
+        np.testing.assert_allclose(partial[:-1], gradient, rtol=1e-12, atol=1e-12 * max(1.0, np.abs(gradient).max()))
+
+
+def test_a_blocks_sums_do_not_depend_on_the_blocks_held_with_it(compiled):
+    loss = SCALAR_LOSSES[0]()
+    X, y, w = data_for(loss, rows=900)
+    whole = partials_at(DistributedRisk(loss, X, y, len(y), SerialComm(), [0, 300, 650, 900]), w)
+    alone = partials_at(DistributedRisk(loss, X[300:650], y[300:650], len(y), SerialComm()), w)
+    np.testing.assert_array_equal(whole[1], alone[0])
+
+
+def test_the_pass_is_taken_on_large_dense_data_only(monkeypatch):
+    loss = SCALAR_LOSSES[0]()
+    X, y, w = data_for(loss)
+    monkeypatch.setattr(prbmrm.kernels, "DENSE_KERNEL_VALUES", X.size + 1)
+    numpy_path = DistributedRisk(loss, X, y, len(y), SerialComm())
+    assert numpy_path._dense is None
+    monkeypatch.setattr(prbmrm.kernels, "DENSE_KERNEL_VALUES", X.size)
+    compiled_path = DistributedRisk(loss, X, y, len(y), SerialComm())
+    assert compiled_path._dense is not None
+    np.testing.assert_allclose(compiled_path(w)[1], numpy_path(w)[1], rtol=1e-12, atol=1e-15)
+    # Arrays the kernel does not take keep the numpy path: Fortran order, float32 labels, a loss subclass.
+    assert prbmrm.kernels._dense_scalar(loss, np.asfortranarray(X), y, None) is None
+    assert prbmrm.kernels._dense_scalar(loss, X, y.astype(np.float32), None) is None
+    assert prbmrm.kernels._dense_scalar(type("Changed", (type(loss),), {})(), X, y, None) is None
+
+
+def test_non_finite_scores_make_the_risk_non_finite(compiled):
+    loss = dict((cls.name, cls) for cls in SCALAR_LOSSES)["exponential"]()
+    X, y, w = data_for(loss)
+    oracle = DistributedRisk(loss, X, y, len(y), SerialComm())
+    assert oracle(w * 1e4)[0] == np.inf
+    hinge = SCALAR_LOSSES[0]()
+    w[0] = np.nan
+    assert np.isnan(partials_at(DistributedRisk(hinge, X, y, len(y), SerialComm()), w)[0, -1])
+
+
+@pytest.mark.distributed
+def test_ranks_agree_with_one_rank_bitwise(compiled, comm, mpi_tmp_path):
+    loss = SCALAR_LOSSES[0]()
+    X, y, _ = data_for(loss, rows=1000)
+    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 2)
+    local = load_local(directory, comm, dense=True)
+    oracle = DistributedRisk(loss, local.X, local.y, local.n_examples_total, comm, local.blocks)
+    points = np.random.default_rng(1).normal(size=(3, X.shape[1])) * 0.3
+    values = run_distributed(oracle, lambda risk: [risk(w) for w in points])
+    if comm.is_root:
+        whole = load_local(directory, SerialComm(), dense=True)
+        serial = DistributedRisk(loss, whole.X, whole.y, len(y), SerialComm(), whole.blocks)
+        assert oracle._dense is not None and serial._dense is not None
+        for w, (risk, gradient) in zip(points, values):
+            expected = serial(w)
+            assert risk == expected[0]
+            np.testing.assert_array_equal(gradient, expected[1])

@@ -237,7 +237,7 @@ def test_blas_runs_one_thread_unless_a_serial_user_or_slurm_asks_for_more():
 
 
 # A plain training run's start-up: what it never uses stays unimported (loaded on first use elsewhere).
-UNUSED_BY_A_PLAIN_RUN = ("numba", "scipy.optimize", "scipy.special", "cryptography", "sklearn", "cvxpy", "matplotlib",
+UNUSED_BY_A_PLAIN_RUN = ("mpi4py", "numba", "scipy.optimize", "scipy.special", "cryptography", "sklearn", "cvxpy", "matplotlib",
                          "highspy", "charset_normalizer", "numpy.f2py.crackfortran", "numpy.testing._private",
                          "prbmrm.estimators", "prbmrm.keys", "prbmrm.secure", "prbmrm.plot", "prbmrm.solvers.lbfgs",
                          "prbmrm.solvers.pragam", "prbmrm.solvers.sublbfgs")
@@ -265,9 +265,11 @@ def test_a_plain_training_run_does_not_import_what_it_does_not_use(tmp_path, arg
     import sys
 
     from conftest import REPO
+    from prbmrm.comm import LAUNCHER_VARIABLES
 
+    plain = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}  # no launcher: no MPI
     done = subprocess.run([sys.executable, "-c", PLAIN_RUN, str(tmp_path / "demo.h5"), *args], capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
+                          text=True, stdin=subprocess.DEVNULL, timeout=600, env=dict(plain, PYTHONPATH=REPO))
     assert done.returncode == 0, done.stderr
     loaded = set(done.stdout.split())
     assert {"prbmrm.training", f"prbmrm.solvers.{solver}", "scipy.sparse", "h5py"} <= loaded  # it did train

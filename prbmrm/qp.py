@@ -20,10 +20,13 @@ and 14-220 ms per solve, this solver 0.3-0.5 ms warm and 2.5 ms cold.
 Imports: numpy, scipy; of prbmrm: :mod:`prbmrm._pg_numpy`, :mod:`prbmrm._pg_kernel` (numba) when first needed.
 """
 
+import importlib.machinery
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 
 from . import _pg_numpy
 
@@ -42,6 +45,39 @@ PG_NUMPY_STEPS = 2000
 """Projected-gradient steps a process takes in numpy (:mod:`prbmrm._pg_numpy`, ~15x a compiled step's time)
 before :func:`solve_simplex_pg` loads the numba kernel (0.6-1 s; bitwise the same steps): a run that needs
 fewer never loads numba, a longer one spends at most ~0.1 s more. 0: always the kernel."""
+
+
+def _flapack():
+    """scipy's LAPACK wrappers, the module ``scipy.linalg._flapack``, without scipy.linalg's package.
+
+    Importing any part of scipy.linalg runs its ``__init__``, which loads all
+    of it (decompositions, matrix functions, BLAS, Cython LAPACK): 50-100 ms
+    of start-up for a run whose QPs need three LAPACK routines, while the one
+    extension module that wraps them loads in ~3 ms. These are the very
+    functions ``scipy.linalg.lapack`` exports (it re-exports this module's),
+    so the results are the same; where the file is not found (another scipy
+    layout), the package is imported as usual.
+    """
+    name = "scipy.linalg._flapack"
+    if name in sys.modules:
+        return sys.modules[name]
+    import scipy
+
+    found = importlib.machinery.PathFinder.find_spec("_flapack", [os.path.join(os.path.dirname(scipy.__file__),
+                                                                               "linalg")])
+    if found is None or not isinstance(found.loader, importlib.machinery.ExtensionFileLoader):
+        from scipy.linalg import _flapack
+
+        return _flapack
+    # Not entered in sys.modules: a later import of scipy.linalg loads its own (the same extension).
+    spec = importlib.util.spec_from_file_location(name, found.origin)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_LAPACK = _flapack()
+dpotrf, dpotrs, dtrtrs = _LAPACK.dpotrf, _LAPACK.dpotrs, _LAPACK.dtrtrs
 
 
 class _NumpySteps:

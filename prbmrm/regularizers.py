@@ -22,7 +22,6 @@ import math
 import zlib
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ._params import Parametrized
 from .errors import InputError, UsageError
@@ -159,6 +158,9 @@ class Quadratic(Regularizer):
             if np.abs(B - B.T).max() > 1e-10 * np.abs(B).max():
                 raise UsageError(f"{where}: the matrix is not symmetric")
             self._matrix = 0.5 * (B + B.T)
+            # Here alone: scipy.linalg's package takes 50-100 ms to import, which no other regularizer needs.
+            from scipy.linalg import LinAlgError, cho_factor
+
             try:
                 self._factor = cho_factor(self._matrix)
             except LinAlgError:
@@ -196,7 +198,11 @@ class Quadratic(Regularizer):
         return lambda eta: (0.5 * ww + eta * (wd + 0.5 * eta * dd), wd + eta * dd)
 
     def conjugate_gradient(self, mu):
-        return mu / self._diagonal if self._matrix is None else cho_solve(self._factor, mu)
+        if self._matrix is None:
+            return mu / self._diagonal
+        from scipy.linalg import cho_solve
+
+        return cho_solve(self._factor, mu)
 
     def solve_subproblem(self, bundle, lam, alpha0=None):
         Q = bundle.gram / (lam * self._scale)

@@ -240,6 +240,7 @@ def test_blas_runs_one_thread_unless_a_serial_user_or_slurm_asks_for_more():
 UNUSED_BY_A_PLAIN_RUN = ("mpi4py", "scipy.linalg", "numba", "scipy.optimize", "scipy.special", "cryptography",
                          "sklearn", "cvxpy", "matplotlib",
                          "highspy", "charset_normalizer", "numpy.f2py.crackfortran", "numpy.testing._private",
+                         "numpy.polynomial.polynomial", "numpy.ctypeslib._ctypeslib",
                          "prbmrm.estimators", "prbmrm.keys", "prbmrm.secure", "prbmrm.plot", "prbmrm.solvers.lbfgs",
                          "prbmrm.solvers.pragam", "prbmrm.solvers.sublbfgs")
 
@@ -253,6 +254,8 @@ except SystemExit as done:
 print(" ".join(sorted(sys.modules)))
 import numpy
 numpy.testing.assert_equal(1, 1)  # deferred, not gone: loaded when first used
+assert numpy.ma.masked_array([1, 2], mask=[0, 1]).sum() == 1 and numpy.polynomial.Polynomial([1, 2])(2) == 5
+assert numpy.ctypeslib.as_array(numpy.ctypeslib.as_ctypes(numpy.arange(3.0)))[2] == 2.0
 import numpy.f2py
 assert callable(numpy.f2py.run_main) and "numpy.f2py.crackfortran" in sys.modules
 """

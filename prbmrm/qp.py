@@ -334,7 +334,7 @@ class _ActiveSet:
             return True
         shift = 0.0
         for _ in range(30):
-            L, info = dpotrf(H, lower=1, clean=1)
+            L, info = dpotrf(H, 1, 1)  # lower=1, clean=1: positional, f2py parses them faster
             if info == 0 and L.diagonal().min() ** 2 > self.pd_floor:
                 self.L = L
                 return shift == 0.0
@@ -358,7 +358,7 @@ class _ActiveSet:
         Hn[n, n] = h
         if n:
             c = Q[o, j] - Q[o, r] - (qrj - qrr)
-            ell = dtrtrs(L, c, lower=1)[0]
+            ell = dtrtrs(L, c, 1)[0]  # lower=1
             Hn[:n, :n] = H
             Hn[n, :n] = c
             Hn[:n, n] = c
@@ -369,8 +369,8 @@ class _ActiveSet:
         # hull of the support: regularise, the next step runs to a bound.
         Ln[n, n] = np.sqrt(max(h, self.pd_floor))
         self.H, self.L = Hn, Ln
-        self.S = np.append(S, j)
-        self.rg = np.append(self.rg, rg_j)
+        self.S = np.concatenate((S, (j,)))
+        self.rg = np.concatenate((self.rg, (rg_j,)))
         self.in_S[j] = True
 
     def newton_step(self):
@@ -383,7 +383,7 @@ class _ActiveSet:
         if S.size == 1:
             return True
         # In the free coordinates the Newton direction is -z.
-        z = dpotrs(self.L, rg, lower=1)[0]
+        z = dpotrs(self.L, rg, 1)[0]  # lower=1
         slope = -(rg @ z)
         if slope >= 0.0:
             # No descent left on S (only rounding in the gradient).
@@ -553,7 +553,7 @@ def _result(Q, b, x, iterations, converged, below=False, scale=1.0):
     total = x.sum()
     if not below or total > 1.0:
         x /= total
-    S = np.flatnonzero(x)
+    S = x.nonzero()[0]
     xs = x[S]
     value = float(b[S] @ xs - 0.5 * xs @ Q[S[:, None], S] @ xs * scale)
     return SimplexQPResult(x=x, value=value, iterations=iterations, converged=converged)

@@ -547,7 +547,7 @@ def launched_by_mpi(environ=None):
     Parameters
     ----------
     environ : mapping, optional
-        Defaults to ``os.environ``.
+        The environment to read (by default this process's).
 
     Returns
     -------

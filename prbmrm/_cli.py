@@ -8,8 +8,8 @@ leaving the others blocked in a collective call. Before anything else, the
 ranks check that the launcher started as many of them as MPI connected
 (:func:`prbmrm.comm.check_launch`).
 
-Importing this module defers numpy.f2py and numpy.testing (:class:`DeferredModules`): the
-command-line modules import it before scipy, which otherwise loads both at start-up.
+Importing this module defers numpy.f2py, numpy.testing and two more (:class:`DeferredModules`): the
+command-line modules import it before scipy, which otherwise loads them all at start-up.
 
 Imports: threadpoolctl; of prbmrm: :mod:`prbmrm.comm`, :mod:`prbmrm.errors`, :mod:`prbmrm.messages`.
 """
@@ -38,12 +38,14 @@ class DeferredModules:
     ``scipy.sparse``) copies numpy's namespace with ``from numpy import *``,
     which imports every submodule numpy lists in ``__all__``: numpy.f2py (and
     through it charset_normalizer) and numpy.testing, ~0.15 s of a run's
-    start-up (0.3-0.4 s on a loaded machine) that nothing here uses. Found
+    start-up (0.3-0.4 s on a loaded machine) that nothing here uses, and
+    numpy.polynomial and numpy.ctypeslib, ~0.01 s more (not numpy.ma, which
+    every ``np.unique`` loads, nor numpy.random, which scipy.sparse uses). Found
     through this finder they become modules that load when an attribute of
     theirs is first read, so code that does use them works as before.
     """
 
-    NAMES = ("numpy.f2py", "numpy.testing")
+    NAMES = ("numpy.f2py", "numpy.testing", "numpy.polynomial", "numpy.ctypeslib")
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):

@@ -33,6 +33,14 @@ from .watch import DEFAULT_TIMEOUT, Watch, abort
 # ranks may also see the daemons' SLURM_STEP_NUM_TASKS: the first one set wins.
 LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
                            "SLURM_STEP_NUM_TASKS")
+# Set by any launcher that may start this process as an MPI rank: the counts
+# above, the PMI of MPICH's hydra, Intel MPI, Flux and Slurm's pmi2 plugin
+# (PMI_RANK, PMI_FD or PMI_PORT), PMIx servers (Open MPI 5's prterun, srun
+# --mpi=pmix), any srun step (SLURM_STEP_ID), Cray's ALPS and PALS. A process
+# that sees none of them was started by no launcher, so MPI would only make
+# it a 1-rank singleton: it need not load MPI at all.
+LAUNCHER_VARIABLES = LAUNCHER_SIZE_VARIABLES + ("PMI_RANK", "PMI_FD", "PMI_PORT", "PMIX_RANK", "PMIX_NAMESPACE",
+                                                "SLURM_STEP_ID", "ALPS_APP_PE", "PALS_RANKID")
 # The task count of the Slurm job, or under srun of the step (SLURM_NPROCS is its old name).
 SLURM_TASKS_VARIABLES = ("SLURM_NTASKS", "SLURM_NPROCS")
 _ORDERED_SUM = 13  # the tag of ordered_sum's rank-to-rank messages
@@ -533,18 +541,40 @@ def check_launch(comm, environ=None):
     comm.check(error)
 
 
+def launched_by_mpi(environ=None):
+    """Whether a launcher may have started this process as an MPI rank, or MPI is loaded already.
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        The environment to read (by default this process's).
+
+    Returns
+    -------
+    bool
+        True if any of :data:`LAUNCHER_VARIABLES` is set or mpi4py's MPI
+        module is imported; False only for a process that MPI would make a
+        1-rank singleton.
+    """
+    environ = os.environ if environ is None else environ
+    return "mpi4py.MPI" in sys.modules or any(name in environ for name in LAUNCHER_VARIABLES)
+
+
 def get_comm():
     """Return the communicator of this process.
 
     An :class:`MPIComm` over ``COMM_WORLD`` when the process was started by an
-    MPI launcher with more than one rank, a :class:`SerialComm` otherwise (a
-    plain ``python -m prbmrm.train`` never needs MPI to be initialised, but
-    works the same if it is).
+    MPI launcher with more than one rank, a :class:`SerialComm` otherwise. A
+    process that no launcher started (:func:`launched_by_mpi`), e.g. a plain
+    ``python -m prbmrm.train``, never imports mpi4py nor initialises MPI
+    (50-100 ms of its start-up); one that MPI is a single rank of works the same.
 
     Returns
     -------
     SerialComm or MPIComm
     """
+    if not launched_by_mpi():
+        return SerialComm()
     from mpi4py import MPI
 
     if MPI.COMM_WORLD.Get_size() == 1:

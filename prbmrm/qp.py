@@ -20,10 +20,13 @@ and 14-220 ms per solve, this solver 0.3-0.5 ms warm and 2.5 ms cold.
 Imports: numpy, scipy; of prbmrm: :mod:`prbmrm._pg_numpy`, :mod:`prbmrm._pg_kernel` (numba) when first needed.
 """
 
+import importlib.machinery
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 
 from . import _pg_numpy
 
@@ -42,6 +45,39 @@ PG_NUMPY_STEPS = 2000
 """Projected-gradient steps a process takes in numpy (:mod:`prbmrm._pg_numpy`, ~15x a compiled step's time)
 before :func:`solve_simplex_pg` loads the numba kernel (0.6-1 s; bitwise the same steps): a run that needs
 fewer never loads numba, a longer one spends at most ~0.1 s more. 0: always the kernel."""
+
+
+def _flapack():
+    """scipy's LAPACK wrappers, the module ``scipy.linalg._flapack``, without scipy.linalg's package.
+
+    Importing any part of scipy.linalg runs its ``__init__``, which loads all
+    of it (decompositions, matrix functions, BLAS, Cython LAPACK): 50-100 ms
+    of start-up for a run whose QPs need three LAPACK routines, while the one
+    extension module that wraps them loads in ~3 ms. These are the very
+    functions ``scipy.linalg.lapack`` exports (it re-exports this module's),
+    so the results are the same; where the file is not found (another scipy
+    layout), the package is imported as usual.
+    """
+    name = "scipy.linalg._flapack"
+    if name in sys.modules:
+        return sys.modules[name]
+    import scipy
+
+    found = importlib.machinery.PathFinder.find_spec("_flapack", [os.path.join(os.path.dirname(scipy.__file__),
+                                                                               "linalg")])
+    if found is None or not isinstance(found.loader, importlib.machinery.ExtensionFileLoader):
+        from scipy.linalg import _flapack
+
+        return _flapack
+    # Not entered in sys.modules: a later import of scipy.linalg loads its own (the same extension).
+    spec = importlib.util.spec_from_file_location(name, found.origin)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_LAPACK = _flapack()
+dpotrf, dpotrs, dtrtrs = _LAPACK.dpotrf, _LAPACK.dpotrs, _LAPACK.dtrtrs
 
 
 class _NumpySteps:
@@ -298,7 +334,7 @@ class _ActiveSet:
             return True
         shift = 0.0
         for _ in range(30):
-            L, info = dpotrf(H, lower=1, clean=1)
+            L, info = dpotrf(H, 1, 1)  # lower=1, clean=1: positional, f2py parses them faster
             if info == 0 and L.diagonal().min() ** 2 > self.pd_floor:
                 self.L = L
                 return shift == 0.0
@@ -322,7 +358,7 @@ class _ActiveSet:
         Hn[n, n] = h
         if n:
             c = Q[o, j] - Q[o, r] - (qrj - qrr)
-            ell = dtrtrs(L, c, lower=1)[0]
+            ell = dtrtrs(L, c, 1)[0]  # lower=1
             Hn[:n, :n] = H
             Hn[n, :n] = c
             Hn[:n, n] = c
@@ -333,8 +369,8 @@ class _ActiveSet:
         # hull of the support: regularise, the next step runs to a bound.
         Ln[n, n] = np.sqrt(max(h, self.pd_floor))
         self.H, self.L = Hn, Ln
-        self.S = np.append(S, j)
-        self.rg = np.append(self.rg, rg_j)
+        self.S = np.concatenate((S, (j,)))
+        self.rg = np.concatenate((self.rg, (rg_j,)))
         self.in_S[j] = True
 
     def newton_step(self):
@@ -347,7 +383,7 @@ class _ActiveSet:
         if S.size == 1:
             return True
         # In the free coordinates the Newton direction is -z.
-        z = dpotrs(self.L, rg, lower=1)[0]
+        z = dpotrs(self.L, rg, 1)[0]  # lower=1
         slope = -(rg @ z)
         if slope >= 0.0:
             # No descent left on S (only rounding in the gradient).
@@ -517,7 +553,7 @@ def _result(Q, b, x, iterations, converged, below=False, scale=1.0):
     total = x.sum()
     if not below or total > 1.0:
         x /= total
-    S = np.flatnonzero(x)
+    S = x.nonzero()[0]
     xs = x[S]
     value = float(b[S] @ xs - 0.5 * xs @ Q[S[:, None], S] @ xs * scale)
     return SimplexQPResult(x=x, value=value, iterations=iterations, converged=converged)

@@ -20,9 +20,9 @@ Imports: highspy, numpy, scipy; of prbmrm: :mod:`prbmrm._params`, :mod:`prbmrm.e
 
 import math
 import zlib
+from functools import partial
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ._params import Parametrized
 from .errors import InputError, UsageError
@@ -152,15 +152,17 @@ class Quadratic(Regularizer):
         where = self._where("B")
         if not np.isfinite(B).all():
             raise UsageError(f"{where}: B has a non-finite entry")
-        self._diagonal = self._matrix = self._factor = None
+        self._diagonal = self._matrix = self._solve = None
         if B.ndim == 2:
             if B.shape[0] != B.shape[1]:
                 raise UsageError(f"{where}: expected d numbers or a d x d matrix, got {B.shape[0]} x {B.shape[1]}")
             if np.abs(B - B.T).max() > 1e-10 * np.abs(B).max():
                 raise UsageError(f"{where}: the matrix is not symmetric")
             self._matrix = 0.5 * (B + B.T)
+            from scipy.linalg import LinAlgError, cho_factor, cho_solve  # here alone: 50-100 ms to import
+
             try:
-                self._factor = cho_factor(self._matrix)
+                self._solve = partial(cho_solve, cho_factor(self._matrix))
             except LinAlgError:
                 raise UsageError(f"{where}: the matrix is not positive definite") from None
         elif (B > 0).all():
@@ -196,7 +198,7 @@ class Quadratic(Regularizer):
         return lambda eta: (0.5 * ww + eta * (wd + 0.5 * eta * dd), wd + eta * dd)
 
     def conjugate_gradient(self, mu):
-        return mu / self._diagonal if self._matrix is None else cho_solve(self._factor, mu)
+        return mu / self._diagonal if self._matrix is None else self._solve(mu)
 
     def solve_subproblem(self, bundle, lam, alpha0=None):
         Q = bundle.gram / (lam * self._scale)

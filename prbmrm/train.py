@@ -32,7 +32,7 @@ from .files import OutputClaim
 from .losses import LOSSES, get_loss
 from .model import check_writable
 from .party import Party, party_path
-from .plugins import plugin_names
+from .plugins import PluginHelp
 from .regularizers import REGULARIZERS, get_regularizer
 from .shard import add_label_column_option
 from .solvers import SOLVERS, default_solver, solver_options
@@ -240,7 +240,7 @@ def build_parser():
                         "(python -m prbmrm.shard makes them), or an SVMlight/LIBSVM, .npz or .csv file "
                         "(read on every rank, each keeping its rows); with --parties each party's, a "
                         "template such as 'site-{rank}.h5'; default: the embedded demo data")
-    parser.add_argument("--loss", default="hinge", help=f"loss: {', '.join([*LOSSES, *plugin_names('loss')])} (default hinge)")
+    parser.add_argument("--loss", default="hinge", help=PluginHelp("loss: {names} (default hinge)", "loss", LOSSES))
     parser.add_argument("--loss-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the loss, e.g. tau=0.3 for quantile (repeatable)")
     parser.add_argument("--lam", type=lam_values, default=1e-4,
@@ -251,14 +251,14 @@ def build_parser():
     parser.add_argument("--lam-max", type=float, metavar="LAM",
                         help="the first lambda of --lam-path (default: the smallest lambda at which "
                         "w = 0 is optimal for l1 and elastic_net, 1.0 for other regularizers)")
-    parser.add_argument("--solver", help=f"solver: {', '.join([*SOLVERS, *plugin_names('solver')])} (default: "
-                        "proximal for one --lam with a quadratic --reg, else bmrm)")
+    parser.add_argument("--solver", help=PluginHelp("solver: {names} (default: proximal for one --lam with a "
+                                                    "quadratic --reg, else bmrm)", "solver", SOLVERS))
     parser.add_argument("--theta", type=float, help="lsbmrm: next plane at (1 - theta) w_b + theta w_t, "
                         "0 < theta <= 1 (default 0.9)")
     parser.add_argument("--solver-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the solver, e.g. mu=1e-6 for smooth_lbfgs (repeatable)")
-    parser.add_argument("--reg", default="l2", help=f"regularizer: {', '.join([*REGULARIZERS, *plugin_names('regularizer')])} "
-                        "(default l2)")
+    parser.add_argument("--reg", default="l2",
+                        help=PluginHelp("regularizer: {names} (default l2)", "regularizer", REGULARIZERS))
     parser.add_argument("--reg-param", action="append", metavar="NAME=VALUE",
                         help="a parameter of the regularizer, e.g. p=1.5 for lp (repeatable)")
     add_arguments(parser, Stopping)

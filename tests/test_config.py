@@ -5,10 +5,15 @@ import os
 import numpy as np
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 from conftest import run_ranks
 from prbmrm import train
 from prbmrm._cli import ArgumentParser, run
-from prbmrm._config import add_config_options, parse_configured, tomllib
+from prbmrm._config import add_config_options, parse_configured
 from prbmrm.comm import SerialComm
 from prbmrm.model import load_model
 

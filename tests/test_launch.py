@@ -15,9 +15,10 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_ranks
+from conftest import REPO, mpiexec, run_ranks
 from prbmrm import shard
-from prbmrm.comm import LAUNCHER_SIZE_VARIABLES, SLURM_TASKS_VARIABLES, SerialComm, check_launch
+from prbmrm.comm import (LAUNCHER_SIZE_VARIABLES, LAUNCHER_VARIABLES, SLURM_TASKS_VARIABLES, SerialComm, check_launch,
+                         launched_by_mpi)
 from prbmrm.errors import CollectiveError
 
 TIMEOUT = 60
@@ -91,6 +92,37 @@ def test_matching_slurm_ntasks_under_mpiexec_trains(tmp_path):
                              env={"SLURM_NTASKS": "2", "SLURM_NPROCS": "2"})
     assert completed.returncode == 0, completed.stderr
     assert out.exists()
+
+
+# ---- MPI only where a launcher may have started the process ----
+
+WHICH_COMM = ("import sys; from prbmrm.comm import get_comm; comm = get_comm(); "
+              "print(type(comm).__name__, comm.size, 'mpi4py' in sys.modules)")
+
+
+@pytest.mark.parametrize("ranks", [0, 1, 2])
+def test_mpi_is_loaded_only_under_a_launcher(ranks):
+    """A plain process never imports mpi4py; ``mpiexec -n 1`` and ``-n 2`` still initialise MPI."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES + SLURM_TASKS_VARIABLES}
+    env["PYTHONPATH"] = REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+    command = [sys.executable, "-c", WHICH_COMM]
+    if ranks:
+        command = [mpiexec(), "-n", str(ranks), *command]
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO,
+                               stdin=subprocess.DEVNULL, timeout=600)
+    assert completed.returncode == 0, completed.stderr
+    expected = {0: ["SerialComm 1 False"], 1: ["SerialComm 1 True"], 2: ["MPIComm 2 True"] * 2}[ranks]
+    assert completed.stdout.splitlines() == expected
+
+
+@pytest.mark.parametrize("variable", LAUNCHER_VARIABLES)
+def test_every_launcher_variable_asks_for_mpi(variable):
+    assert launched_by_mpi({variable: "0"})
+
+
+def test_no_launcher_variable_no_mpi(monkeypatch):
+    monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
+    assert not launched_by_mpi({"SLURM_NTASKS": "4", "SLURM_JOB_ID": "7", "PATH": "/usr/bin"})
 
 
 # ---- check_launch on a given environment: which variable wins ----

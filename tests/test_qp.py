@@ -1,6 +1,9 @@
 """Tests of prbmrm.qp: the BMRM dual QP over the simplex, checked against cvxpy."""
 
 import lzma
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -8,7 +11,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from conftest import data_path
+from conftest import REPO, data_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -397,3 +400,12 @@ def test_projected_gradient_switches_to_the_kernel_without_changing_a_result(mon
         assert mixed.x.tobytes() == kernel.x.tobytes() == numpy_only.x.tobytes()
         assert mixed.value == kernel.value == numpy_only.value
         assert mixed.iterations == kernel.iterations == numpy_only.iterations
+
+
+def test_lapack_without_scipy_linalg_is_scipys_own():
+    # prbmrm.qp loads scipy.linalg._flapack alone (scipy.linalg's package costs 50-100 ms of start-up).
+    code = ("import sys, prbmrm.qp as qp; print('scipy.linalg' in sys.modules); import scipy.linalg.lapack as lapack; "
+            "print(all(getattr(qp, f) is getattr(lapack, f) for f in ('dpotrf', 'dpotrs', 'dtrtrs')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
+    assert done.stdout.split() == ["False", "True"], done.stderr

@@ -85,6 +85,21 @@ def test_a_blocks_sums_do_not_depend_on_the_blocks_held_with_it(small_groups, lo
         np.testing.assert_array_equal(partials_at(part, w), whole[first:end])
 
 
+@pytest.mark.parametrize("loss_name", ["hinge", "squared_hinge"])
+def test_gathering_the_active_rows_or_not_gives_the_same_bits(small_groups, loss_name, monkeypatch):
+    """X^T l' over the rows with l' != 0 alone (gathered) or over all rows: the same sums, bitwise."""
+    X, y = a9a_rows()
+    bounds = blocks_of(X.shape[0])
+    rng = np.random.default_rng(4)
+    for scale in (0.0, 0.05, 1.0):
+        w = scale * rng.normal(size=X.shape[1])
+        results = []
+        for fraction in (0.0, 1.01):  # never, always gather
+            monkeypatch.setattr(prbmrm.kernels, "_ACTIVE_FRACTION", fraction)
+            results.append(partials_at(DistributedRisk(get_loss(loss_name), X, y, len(y), SerialComm(), bounds), w))
+        np.testing.assert_array_equal(*results)
+
+
 def test_block_sums_are_those_of_each_block_alone():
     values = np.random.default_rng(3).normal(size=1000) * 1e3
     starts = np.array([0, 0, 1, 17, 17, 500, 999, 1000])

@@ -335,6 +335,23 @@ def test_plugins_found_through_entry_points(monkeypatch):
         get_loss("multiclass_structured", n_classes="1")
 
 
+def test_help_lists_the_plugins_but_parsing_never_looks_for_them(monkeypatch):
+    from importlib import metadata
+
+    from prbmrm.train import build_parser
+
+    monkeypatch.syspath_prepend(PLUGIN_DIR)
+    scans = []
+    entry_points = metadata.entry_points
+    monkeypatch.setattr(metadata, "entry_points", lambda **group: scans.append(group) or entry_points(**group))
+    parser = build_parser()
+    assert parser.parse_args(["--loss", "logistic"]).loss == "logistic"
+    assert scans == []  # reading every distribution's entry points is for --help alone
+    text = " ".join(parser.format_help().split())
+    assert "loss: hinge, squared_hinge," in text and "squared_hinge_example" in text
+    assert "bmrm_example (default: proximal" in text and "l2_example (default l2)" in text
+
+
 def test_plugin_trains_from_the_command_line_on_two_ranks(tmp_path):
     _, _, examples = dna(90)
     write_structured_shards(examples, tmp_path / "s", 3)

@@ -120,8 +120,8 @@ class ByteSpy(Bundle):
 
     largest, aggregations = 0, 0
 
-    def add(self, a, b):
-        super().add(a, b)
+    def add(self, a, b, point=None):
+        super().add(a, b, point)
         self.check()
 
     def aggregate_oldest(self, alpha, keep):

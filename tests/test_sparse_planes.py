@@ -311,3 +311,16 @@ def test_products_at_the_recorded_point_are_bitwise_a_fresh_pass():
     bundle.make_room(alpha)
     bundle.add(*next(random_planes(rng, d, 1)))  # an add without a point ends the record
     assert bundle._point is None
+
+
+def test_a_plane_with_the_last_planes_support_shares_its_indices():
+    d = 100
+    bundle = Bundle(d, sparse=True)
+    for support in ([1, 5, 7], [1, 5, 7], [1, 5, 8], [1, 5, 8]):
+        a = np.zeros(d)
+        a[support] = np.arange(1.0, 4.0)
+        bundle.add(a, 0.0)
+    index = [plane[0] for plane in bundle._planes]
+    assert index[1] is index[0] and index[2] is not index[1] and index[3] is index[2]
+    np.testing.assert_array_equal(bundle.A[:, [1, 5, 7, 8]], [[1, 2, 3, 0], [1, 2, 3, 0], [1, 2, 0, 3], [1, 2, 0, 3]])
+    assert bundle.nbytes == 4 * 3 * 12  # counted per plane

@@ -171,7 +171,7 @@ class Quadratic(Regularizer):
         self._scale = float(B) if B.ndim == 0 else 1.0
         self.metric = None if B.ndim == 0 else self.conjugate_gradient
         self._size = None if B.ndim == 0 else B.shape[0]
-        self._identity = B.ndim == 0 and float(B) == 1.0
+        self._identity = B.ndim == 0 and float(B) == 1.0  # B = I: w * 1.0 and w / 1.0 are w; no copies of d
 
     def prepare(self, dim, risk_floor=0.0):
         """Check that B has one row (or diagonal entry) per weight; record `risk_floor` (BMRM's floor plane)."""
@@ -181,7 +181,6 @@ class Quadratic(Regularizer):
                              f"(expected {dim} numbers or a {dim} x {dim} matrix)")
 
     def value(self, w):
-        # B = I: w * 1.0 is w, bitwise; no copy of w.
         Bw = w if self._identity else w * self._diagonal if self._matrix is None else self._matrix @ w
         return 0.5 * float(np.dot(w, Bw))
 
@@ -202,10 +201,8 @@ class Quadratic(Regularizer):
 
     def solve_subproblem(self, bundle, lam, alpha0=None):
         Q = bundle.gram / (lam * self._scale)
-        if bundle.size == 2:  # paper 000, Alg. 4 (eq. 14): a closed form, no QP
-            qp = solve_two_plane_qp(Q, bundle.b)
-        else:
-            qp = solve_simplex_qp(Q, bundle.b, x0=alpha0)
+        # Two planes: paper 000, Alg. 4 (eq. 14), a closed form, no QP.
+        qp = solve_two_plane_qp(Q, bundle.b) if bundle.size == 2 else solve_simplex_qp(Q, bundle.b, x0=alpha0)
         return self._primal(bundle.combine(qp.x), lam), qp.value, qp.x
 
     def solve_loosely(self, bundle, lam, alpha0, tol, floor=None):
@@ -223,9 +220,9 @@ class Quadratic(Regularizer):
         return self._primal(bundle.combine(qp.x), lam), qp.value, qp.x
 
     def _primal(self, combined, lam):
-        """``B^-1 (-combined / lam)``, overwriting `combined` (a vector of d: no further temporaries for B = I)."""
-        np.divide(combined, -lam, out=combined)  # bitwise -combined / lam
-        return combined if self._identity else self.conjugate_gradient(combined)
+        """``B^-1 (-combined / lam)``, overwriting `combined` (bitwise ``-combined / lam`` first)."""
+        mu = np.divide(combined, -lam, out=combined)
+        return mu if self._identity else self.conjugate_gradient(mu)
 
 
 class L2(Quadratic):

@@ -267,7 +267,7 @@ def test_sparse_planes_are_bitwise_equal_across_ranks(comm, mpi_tmp_path):
 
 
 def test_plane_kernels_are_bitwise_scipys_and_numpys():
-    # The compiled loops replace scipy's CSR product and numpy's fancy-index add: the same bits.
+    # The compiled loops replace scipy's CSR product, numpy's fancy-index add and flatnonzero: the same bits.
     import scipy.sparse as sp
 
     rng = np.random.default_rng(11)
@@ -288,6 +288,13 @@ def test_plane_kernels_are_bitwise_scipys_and_numpys():
         if weight != 0.0:
             expected[index] += weight * values
     np.testing.assert_array_equal(_bundle._combine(alpha, planes, d), expected)
+    a = np.zeros(d)
+    a[[0, 7, 9, d - 1]] = [1.5, -0.0, np.nan, -2.0]  # -0.0 is a zero, NaN is not (as for flatnonzero)
+    for a in (a, -a, np.zeros(d)):
+        index, values = _bundle._plane(a)
+        np.testing.assert_array_equal(index, np.flatnonzero(a))
+        np.testing.assert_array_equal(values, a[np.flatnonzero(a)])
+        assert index.dtype == np.int32 and values.dtype == np.float64
 
 
 def test_products_at_the_recorded_point_are_bitwise_a_fresh_pass():

@@ -351,14 +351,17 @@ def _index_type(dim):
 def _plane(a, last=None):
     """A sparse bundle's storage of the vector `a`: ``(indices, values)`` if under half of it is nonzero,
     else ``(None, a copy of a)``. The indices are the array `last` if equal to it."""
-    support = np.flatnonzero(a)
-    if 2 * len(support) < len(a):
-        # The proximal method's planes of J all have w's support: sharing it saves a third of their bytes.
-        index = support.astype(_index_type(len(a)))
-        if last is not None and np.array_equal(index, last):
-            index = last
-        return index, a[support]
-    return None, np.array(a, dtype=np.float64)
+    count = np.count_nonzero(a)
+    if 2 * count >= len(a):
+        return None, np.array(a, dtype=np.float64)
+    from .._plane_kernel import fill_support
+    index, values = np.empty(count + 1, dtype=_index_type(len(a))), np.empty(count + 1)
+    fill_support(a, index, values)
+    index, values = index[:count], values[:count]
+    # The proximal method's planes of J all have w's support: sharing it saves a third of their bytes.
+    if last is not None and np.array_equal(index, last):
+        index = last
+    return index, values
 
 
 def _plane_bytes(plane):

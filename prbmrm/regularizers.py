@@ -173,6 +173,7 @@ class Quadratic(Regularizer):
         self._scale = float(B) if B.ndim == 0 else 1.0
         self.metric = None if B.ndim == 0 else self.conjugate_gradient
         self._size = None if B.ndim == 0 else B.shape[0]
+        self._identity = B.ndim == 0 and float(B) == 1.0  # B = I: w * 1.0 and w / 1.0 are w; no copies of d
 
     def prepare(self, dim, risk_floor=0.0):
         """Check that B has one row (or diagonal entry) per weight; record `risk_floor` (BMRM's floor plane)."""
@@ -182,7 +183,7 @@ class Quadratic(Regularizer):
                              f"(expected {dim} numbers or a {dim} x {dim} matrix)")
 
     def value(self, w):
-        Bw = w * self._diagonal if self._matrix is None else self._matrix @ w
+        Bw = w if self._identity else w * self._diagonal if self._matrix is None else self._matrix @ w
         return 0.5 * float(np.dot(w, Bw))
 
     def subgradient(self, w):
@@ -202,12 +203,9 @@ class Quadratic(Regularizer):
 
     def solve_subproblem(self, bundle, lam, alpha0=None):
         Q = bundle.gram / (lam * self._scale)
-        if bundle.size == 2:  # paper 000, Alg. 4 (eq. 14): a closed form, no QP
-            qp = solve_two_plane_qp(Q, bundle.b)
-        else:
-            qp = solve_simplex_qp(Q, bundle.b, x0=alpha0)
-        w = self.conjugate_gradient(-bundle.combine(qp.x) / lam)
-        return w, qp.value, qp.x
+        # Two planes: paper 000, Alg. 4 (eq. 14), a closed form, no QP.
+        qp = solve_two_plane_qp(Q, bundle.b) if bundle.size == 2 else solve_simplex_qp(Q, bundle.b, x0=alpha0)
+        return self._primal(bundle.combine(qp.x), lam), qp.value, qp.x
 
     def solve_loosely(self, bundle, lam, alpha0, tol, floor=None):
         """Like :meth:`solve_subproblem`, to BMRM 2.1's loose tolerance `tol` (:func:`prbmrm.qp.solve_simplex_pg`),
@@ -221,8 +219,12 @@ class Quadratic(Regularizer):
                               scale=1.0 / (lam * self._scale))
         if not qp.converged:
             return None
-        w = self.conjugate_gradient(-bundle.combine(qp.x) / lam)
-        return w, qp.value, qp.x
+        return self._primal(bundle.combine(qp.x), lam), qp.value, qp.x
+
+    def _primal(self, combined, lam):
+        """``B^-1 (-combined / lam)``, overwriting `combined` (bitwise ``-combined / lam`` first)."""
+        mu = np.divide(combined, -lam, out=combined)
+        return mu if self._identity else self.conjugate_gradient(mu)
 
 
 class L2(Quadratic):

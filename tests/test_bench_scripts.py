@@ -89,3 +89,13 @@ def test_bench_peers_runs_bmrm21_and_prbmrm_to_the_same_gap(tmp_path, capsys):
     # Both stopped at the absolute gap: their objectives agree to it.
     assert abs(peer["J"] - ours["J"]) <= gap
     assert float(rows[1]["iter ratio"]) == pytest.approx(ours["iterations"] / peer["iterations"], abs=0.01)
+
+
+def test_bench_highdim_smoke(tmp_path, capsys):
+    # Tiny d, 2 iterations, no peer: generation, the worker under a subprocess and the summary.
+    load_script("bench_highdim").main(["--nnz", "3000", "--mean-len", "10", "--configs", "12:1",
+                                       "--peer-iterations", "0", "--max-iter", "2", "--bundle-memory", "0",
+                                       "--workdir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "prbmrm d=2^12 on 1 rank(s), proximal: 2 iterations" in out
+    assert "per iteration (CPU, rank 0)" in out and "rank 0: peak RSS" in out and "BMRM 2.1" not in out

@@ -83,8 +83,8 @@ class CapacitySpy(Bundle):
 
     largest = 0
 
-    def add(self, a, b):
-        super().add(a, b)
+    def add(self, a, b, point=None):
+        super().add(a, b, point)
         self.check()
 
     def aggregate_oldest(self, alpha, keep):

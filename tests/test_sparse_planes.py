@@ -120,8 +120,8 @@ class ByteSpy(Bundle):
 
     largest, aggregations = 0, 0
 
-    def add(self, a, b):
-        super().add(a, b)
+    def add(self, a, b, point=None):
+        super().add(a, b, point)
         self.check()
 
     def aggregate_oldest(self, alpha, keep):
@@ -264,3 +264,70 @@ def test_sparse_planes_are_bitwise_equal_across_ranks(comm, mpi_tmp_path):
         assert result.nit == expected.nit
         np.testing.assert_array_equal(result.w, expected.w)
         np.testing.assert_array_equal(result.history["lower_bound"], expected.history["lower_bound"])
+
+
+def test_plane_kernels_are_bitwise_scipys_and_numpys():
+    # The compiled loops replace scipy's CSR product, numpy's fancy-index add and flatnonzero: the same bits.
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(11)
+    d = 5000
+    x, y = rng.normal(size=d), rng.normal(size=d)
+    planes = [_bundle._plane(a) for a, _ in random_planes(rng, d, 6)]
+    alpha = rng.random(len(planes))
+    alpha[2] = 0.0
+    expected = np.zeros(d)
+    for (index, values), weight in zip(planes, alpha):
+        if index is None:
+            assert _bundle._dot((index, values), x) == float(np.dot(values, x))
+            expected += weight * values
+            continue
+        row = sp.csr_matrix((values, index, np.array([0, len(index)])), shape=(1, d))
+        assert _bundle._dot((index, values), x) == float((row @ x)[0])
+        assert _bundle._dots((index, values), x, y) == (float((row @ x)[0]), float((row @ y)[0]))
+        if weight != 0.0:
+            expected[index] += weight * values
+    np.testing.assert_array_equal(_bundle._combine(alpha, planes, d), expected)
+    a = np.zeros(d)
+    a[[0, 7, 9, d - 1]] = [1.5, -0.0, np.nan, -2.0]  # -0.0 is a zero, NaN is not (as for flatnonzero)
+    for a in (a, -a, np.zeros(d)):
+        index, values = _bundle._plane(a)
+        np.testing.assert_array_equal(index, np.flatnonzero(a))
+        np.testing.assert_array_equal(values, a[np.flatnonzero(a)])
+        assert index.dtype == np.int32 and values.dtype == np.float64
+
+
+def test_products_at_the_recorded_point_are_bitwise_a_fresh_pass():
+    # Bundle.add(point=...) records A w; adds at the same point, a new point, prunes and aggregation keep it.
+    rng = np.random.default_rng(13)
+    d = 600
+    bundle, alpha = Bundle(d, max_size=6, sparse=True), np.zeros(0)
+    point = rng.normal(size=d)
+    for k, (a, b) in enumerate(random_planes(rng, d, 25)):
+        if k % 3 == 0:
+            point = rng.normal(size=d)  # a new array: the record starts afresh
+        alpha = np.append(bundle.make_room(alpha), 0.0)
+        bundle.add(a, b, point=point)
+        alpha[rng.random(len(alpha)) < 0.4] = 0.0
+        alpha = alpha + (alpha.sum() == 0)
+        bundle.update_idle(alpha)
+        alpha = bundle.prune(2, alpha)
+        recorded = bundle.products(point)
+        assert bundle._point is point
+        np.testing.assert_array_equal(recorded, bundle.products(point.copy()))
+    bundle.make_room(alpha)
+    bundle.add(*next(random_planes(rng, d, 1)))  # an add without a point ends the record
+    assert bundle._point is None
+
+
+def test_a_plane_with_the_last_planes_support_shares_its_indices():
+    d = 100
+    bundle = Bundle(d, sparse=True)
+    for support in ([1, 5, 7], [1, 5, 7], [1, 5, 8], [1, 5, 8]):
+        a = np.zeros(d)
+        a[support] = np.arange(1.0, 4.0)
+        bundle.add(a, 0.0)
+    index = [plane[0] for plane in bundle._planes]
+    assert index[1] is index[0] and index[2] is not index[1] and index[3] is index[2]
+    np.testing.assert_array_equal(bundle.A[:, [1, 5, 7, 8]], [[1, 2, 3, 0], [1, 2, 3, 0], [1, 2, 0, 3], [1, 2, 0, 3]])
+    assert bundle.nbytes == 4 * 3 * 12  # counted per plane

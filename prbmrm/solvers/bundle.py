@@ -1,10 +1,9 @@
 """The bundle: cutting planes of R_emp, dense or sparse, their Gram matrix and products.
 
-Imports: numpy, scipy; nothing of prbmrm.
+Imports: numpy; of prbmrm: :mod:`prbmrm._plane_kernel` (numba) when a bundle first holds a sparse plane.
 """
 
 import numpy as np
-import scipy.sparse as sp
 
 SPARSE_MIN_DIM = 2 ** 16
 """The smallest dimension at which a :class:`Bundle` stores planes sparsely by default."""
@@ -29,6 +28,14 @@ class Bundle:
     by plane in a fixed order, so the results depend on the planes only (not
     on the ranks), but they may differ in the last bits from the dense
     bundle's BLAS products.
+
+    :meth:`add` may be given a point w (the proximal method's center): a
+    sparse bundle then records ``A w``, in the same pass over the planes as
+    the Gram row, or, if the record is at that same array already, extends
+    it by the new plane's product; :meth:`products` at that array returns
+    the record, kept up to date as planes are dropped and aggregated,
+    instead of another pass over the planes (bitwise the same values). The
+    record assumes the point is not modified in place.
 
     Parameters
     ----------
@@ -76,6 +83,7 @@ class Bundle:
         self._gram = np.empty((capacity, capacity))
         self._idle = np.empty(capacity, dtype=np.int64)
         self.size = 0
+        self._point, self._at_point = None, np.zeros(0)  # the point of add(point=...) and A w there
 
     @property
     def A(self):
@@ -104,7 +112,12 @@ class Bundle:
 
     @property
     def nbytes(self):
-        """int: the bytes the planes' storage holds (reserved, for a dense bundle)."""
+        """int: the bytes the planes' storage holds (reserved, for a dense bundle).
+
+        A plane whose indices are those of the plane added before it shares
+        that array (:meth:`add`), but each plane counts it: the budget's
+        decisions do not depend on sharing, and the memory held is at most this.
+        """
         if not self.sparse:
             return self._A.nbytes
         return sum(_plane_bytes(plane) for plane in self._planes)
@@ -116,13 +129,19 @@ class Bundle:
         return _combine(alpha, self._planes, self.dim)
 
     def products(self, w):
-        """Return ``A w``, the planes' slopes at `w`."""
+        """Return ``A w``, the planes' slopes at `w` (the record, if `w` is the point of the last :meth:`add`)."""
+        if w is self._point:
+            return self._at_point.copy()
         if not self.sparse:
             return self.A @ w
         return np.array([_dot(plane, w) for plane in self._planes])
 
-    def add(self, a, b):
-        """Append the plane (a, b)."""
+    def add(self, a, b, point=None):
+        """Append the plane (a, b); with a `point` (an array not modified later), record ``A point``.
+
+        The record (sparse planes only) makes :meth:`products` at `point`
+        free until an ``add`` at another point or none.
+        """
         t = self.size
         if t == len(self._b):
             if t == self.max_size:
@@ -130,9 +149,20 @@ class Bundle:
             self._grow(2 * t if self.max_size is None else min(2 * t, self.max_size))
         self._b[t] = b
         image = a if self._metric is None else self._metric(a)
+        if point is not self._point or not self.sparse:
+            self._point = None
         if self.sparse:
-            self._planes.append(_plane(a))
-            row = self.products(image)
+            plane = _plane(a, self._planes[-1][0] if self._planes else None)
+            self._planes.append(plane)
+            if self._point is not None:
+                row = self.products(image)
+                self._at_point = np.append(self._at_point, _dot(plane, point))
+            elif point is None:
+                row = self.products(image)
+            else:
+                # One pass over the planes: a plane is read once for both products.
+                row, at_point = np.array([_dots(plane, image, point) for plane in self._planes]).reshape(-1, 2).T
+                self._point, self._at_point = point, at_point.copy()
         else:
             self._A[t] = a
             row = self._A[:t + 1] @ image
@@ -246,6 +276,8 @@ class Bundle:
             self._planes[0] = a
         else:
             self._A[0] = a
+        if self._point is not None:
+            self._at_point[0] = _dot(a, self._point)
         self._b[0] = b
         self._gram[0, 1:keep + 1] = cross[old:]
         self._gram[1:keep + 1, 0] = cross[old:]
@@ -294,6 +326,7 @@ class Bundle:
         self._gram[:t, :t] = state["gram"]
         self._idle[:t] = state["idle"]
         self.size = t
+        self._point = None
 
     def _select(self, index, start):
         """Move the planes `index` (increasing) to rows ``start, start + 1, ...``; keep only those."""
@@ -307,19 +340,28 @@ class Bundle:
         self._gram[rows, rows] = self._gram[np.ix_(index, index)]
         self._idle[rows] = self._idle[index]
         self.size = start + n
+        if self._point is not None:
+            self._at_point = np.concatenate((self._at_point[:start], self._at_point[index]))
 
 
 def _index_type(dim):
     return np.int32 if dim <= np.iinfo(np.int32).max else np.int64
 
 
-def _plane(a):
+def _plane(a, last=None):
     """A sparse bundle's storage of the vector `a`: ``(indices, values)`` if under half of it is nonzero,
-    else ``(None, a copy of a)``."""
-    support = np.flatnonzero(a)
-    if 2 * len(support) < len(a):
-        return support.astype(_index_type(len(a))), a[support]
-    return None, np.array(a, dtype=np.float64)
+    else ``(None, a copy of a)``. The indices are the array `last` if equal to it."""
+    count = np.count_nonzero(a)
+    if 2 * count >= len(a):
+        return None, np.array(a, dtype=np.float64)
+    from .._plane_kernel import fill_support
+    index, values = np.empty(count + 1, dtype=_index_type(len(a))), np.empty(count + 1)
+    fill_support(a, index, values)
+    index, values = index[:count], values[:count]
+    # The proximal method's planes of J all have w's support: sharing it saves a third of their bytes.
+    if last is not None and np.array_equal(index, last):
+        index = last
+    return index, values
 
 
 def _plane_bytes(plane):
@@ -331,13 +373,23 @@ def _dot(plane, w):
     index, values = plane
     if index is None:
         return float(np.dot(values, w))
-    # scipy's CSR kernel reads the plane once; w[index] would first copy the gathered values (5x slower).
-    row = sp.csr_matrix((values, index, np.array([0, len(index)], dtype=index.dtype)), shape=(1, len(w)))
-    return float((row @ w)[0])
+    # A compiled loop reads the plane once; w[index] would first copy the gathered values (5x slower).
+    from .._plane_kernel import sparse_dot
+    return sparse_dot(index, values, w)
+
+
+def _dots(plane, x, y):
+    """``(<plane, x>, <plane, y>)``, each bitwise :func:`_dot`."""
+    index, values = plane
+    if index is None:
+        return float(np.dot(values, x)), float(np.dot(values, y))
+    from .._plane_kernel import sparse_dots
+    return sparse_dots(index, values, x, y)
 
 
 def _combine(alpha, planes, dim):
     """``sum_i alpha_i a_i`` over sparse-bundle `planes`, dense, summed plane by plane in order."""
+    from .._plane_kernel import scatter_add
     total = np.zeros(dim)
     for weight, (index, values) in zip(alpha, planes):
         # A zero weight adds only zeros: skipping it leaves every bit of the sum as it is.
@@ -345,7 +397,7 @@ def _combine(alpha, planes, dim):
             if index is None:
                 total += weight * values
             else:
-                total[index] += weight * values
+                scatter_add(index, values, weight, total)
     return total
 
 

@@ -142,7 +142,8 @@ def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
         if objective < best_objective:
             best_objective, best_w = objective, w
         solve_started = time.perf_counter()
-        s = lam * regularizer.subgradient(w) + a
+        s = np.multiply(regularizer.subgradient(w), lam)
+        s += a  # in place: one temporary of d less, bitwise lam * grad + a
         if step is None:
             center, center_objective = w, objective
         elif cutting_plane:
@@ -160,7 +161,8 @@ def minimize_proximal(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
             if serious:
                 center, center_objective = w, objective
         alpha, lower_alpha = (np.append(m, 0.0) for m in make_room_alike(model, lower, alpha, lower_alpha))
-        model.add(s, objective - float(np.dot(s, w)))
+        # The center's record of the planes' values (Bundle.add) spares stabilized_step a pass over them.
+        model.add(s, objective - float(np.dot(s, w)), point=center)
         lower.add(a, r - float(np.dot(a, w)))
         w_cutting, bound, lower_alpha = regularizer.solve_subproblem(lower, lam, lower_alpha)
         lower_bound = max(lower_bound, bound)
@@ -257,7 +259,8 @@ def stabilized_step(bundle, center, zeta, alpha0=None):
     """
     qp = solve_simplex_qp(bundle.gram / zeta, bundle.products(center) + bundle.b, x0=alpha0)
     p = bundle.combine(qp.x)
-    return center - p / zeta, qp.value, qp.x, p
+    w = np.divide(p, zeta)
+    return np.subtract(center, w, out=w), qp.value, qp.x, p
 
 
 class ProximityControl:

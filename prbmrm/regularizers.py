@@ -160,7 +160,6 @@ class Quadratic(Regularizer):
                 raise UsageError(f"{where}: the matrix is not symmetric")
             self._matrix = 0.5 * (B + B.T)
             from scipy.linalg import LinAlgError, cho_factor, cho_solve  # here alone: 50-100 ms to import
-
             try:
                 self._solve = partial(cho_solve, cho_factor(self._matrix))
             except LinAlgError:
@@ -202,8 +201,7 @@ class Quadratic(Regularizer):
         return mu / self._diagonal if self._matrix is None else self._solve(mu)
 
     def solve_subproblem(self, bundle, lam, alpha0=None):
-        Q = bundle.gram / (lam * self._scale)
-        # Two planes: paper 000, Alg. 4 (eq. 14), a closed form, no QP.
+        Q = bundle.gram / (lam * self._scale)  # two planes: a closed form (paper 000, Alg. 4, eq. 14)
         qp = solve_two_plane_qp(Q, bundle.b) if bundle.size == 2 else solve_simplex_qp(Q, bundle.b, x0=alpha0)
         return self._primal(bundle.combine(qp.x), lam), qp.value, qp.x
 

@@ -96,8 +96,10 @@ def test_matching_slurm_ntasks_under_mpiexec_trains(tmp_path):
 
 # ---- MPI only where a launcher may have started the process ----
 
+# One write of the whole line: print writes its arguments one by one, and under mpiexec (unbuffered)
+# the two ranks' pieces interleaved ("MPICommMPIComm 2 True").
 WHICH_COMM = ("import sys; from prbmrm.comm import get_comm; comm = get_comm(); "
-              "print(type(comm).__name__, comm.size, 'mpi4py' in sys.modules)")
+              "sys.stdout.write(f\"{type(comm).__name__} {comm.size} {'mpi4py' in sys.modules}\\n\")")
 
 
 @pytest.mark.parametrize("ranks", [0, 1, 2])
@@ -112,8 +114,7 @@ def test_mpi_is_loaded_only_under_a_launcher(ranks):
                                stdin=subprocess.DEVNULL, timeout=600)
     assert completed.returncode == 0, completed.stderr
     expected = {0: ["SerialComm 1 False"], 1: ["SerialComm 1 True"], 2: ["MPIComm 2 True"] * 2}[ranks]
-    # The launcher forwards the ranks' output as it comes: their words may interleave.
-    assert sorted(completed.stdout.split()) == sorted(" ".join(expected).split()), completed.stdout
+    assert sorted(completed.stdout.splitlines()) == expected, completed.stdout
 
 
 @pytest.mark.parametrize("variable", LAUNCHER_VARIABLES)

@@ -215,7 +215,7 @@ def solve_simplex_qp(Q, b, x0=None, tol=1e-10, max_iter=None):
         # first.
         if priced or gS.max() - gS.min() <= threshold:
             viol = mu - g
-            viol[state.in_S] = 0.0
+            viol[S] = 0.0
             cand = (viol > threshold).nonzero()[0]
             if cand.size:
                 # Enter the index whose step from x to its vertex e_j would
@@ -357,7 +357,7 @@ class _ActiveSet:
         Ln = np.zeros((n + 1, n + 1), order="F")  # LAPACK's order, as dpotrf returns L: f2py passes it uncopied
         Hn[n, n] = h
         if n:
-            c = Q[o, j] - Q[o, r] - (qrj - qrr)
+            c = Q[:, j].take(o) - Q[:, r].take(o) - (qrj - qrr)  # Q[o, j] - Q[o, r], gathered faster
             ell = dtrtrs(L, c, 1)[0]  # lower=1
             Hn[:n, :n] = H
             Hn[n, :n] = c

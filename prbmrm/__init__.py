@@ -52,23 +52,21 @@ def fit(data=None, **options):
     import time
 
     from .comm import get_comm
-    from .solvers import default_solver
     from .training import DEMO_NAME, build_model
     from .training import fit as train
 
     comm = options.pop("comm", None) or get_comm()
-    if options.get("solver") is None:  # resolved here too: the model records the solver that ran
-        options["solver"] = default_solver(options.get("lam", 1e-4), options.get("reg", "l2"),
-                                           options.get("warm") is not None)
     started = time.perf_counter()
     result, local, loss = train(data, comm=comm, **options)
     model = None
     if comm.is_root:
         name = options.get("loss", "hinge")
         settings = {key: options.get(key, default) for key, default in
-                    (("lam", 1e-4), ("loss_params", None), ("solver", None), ("reg", "l2"),
-                     ("reg_params", None), ("bias", False))}
-        shown = {key: value for key, value in options.items() if isinstance(value, (str, int, float, bool))}
+                    (("lam", 1e-4), ("loss_params", None), ("reg", "l2"), ("reg_params", None), ("bias", False))}
+        # The model records the solver that ran: without one named, fit picked it by the data.
+        settings["solver"] = getattr(result, "last", result).solver
+        shown = {key: value for key, value in dict(options, solver=settings["solver"]).items()
+                 if isinstance(value, (str, int, float, bool))}
         model = build_model(result, local, loss, comm.size, time.perf_counter() - started,
                             loss_name=name if isinstance(name, str) else loss.name,
                             data=data if isinstance(data, str) else DEMO_NAME if data is None else "arrays",

@@ -70,7 +70,8 @@ class _BMRMEstimator(BaseEstimator):
     solver : str or None, default None
         A key of :data:`prbmrm.solvers.SOLVERS`; None: that of
         :func:`prbmrm.solvers.default_solver` (``bmrm`` with `warm_start`,
-        whose planes carry over, else ``proximal`` for a quadratic `reg`).
+        whose planes carry over, else ``proximal`` for a quadratic `reg`
+        below :data:`prbmrm.solvers.BMRM_FEATURES` features).
     reg : str, default "l2"
         A key of :data:`prbmrm.regularizers.REGULARIZERS`.
     epsilon, rel_epsilon : float or None, default None
@@ -175,7 +176,8 @@ class _BMRMEstimator(BaseEstimator):
         # One BLAS thread for the fit, as the command line runs (see prbmrm._cli.run): threads
         # gain nothing on these small products and lose many-fold on a busy machine.
         limits = blas_threads(comm.size, os.environ)
-        solver = self.solver or default_solver(self.lam, self.reg, self.warm_start)
+        # None: fit picks by the data's dimension; a warm start wants planes that carry over (BMRM).
+        solver = self.solver or (default_solver(self.lam, self.reg, True) if self.warm_start else None)
         key = _fit_key(X, y, options, (loss, loss_params, self.bias, solver, self.reg))
         warm = _WARM_STARTS.get(key) if self.warm_start and comm.is_root else None
         try:
@@ -197,10 +199,11 @@ class _BMRMEstimator(BaseEstimator):
         comm.bcast_array(w)
         summary = None
         if comm.is_root:
-            summary = (result.nit, result.fun, result.gap, result.success, result.message, result.history)
-        self.n_iter_, self.objective_, self.gap_, success, message, self.history_ = comm.bcast_object(summary)
+            summary = (result.nit, result.fun, result.gap, result.success, result.message, result.history,
+                       result.solver)
+        self.n_iter_, self.objective_, self.gap_, success, message, self.history_, ran = comm.bcast_object(summary)
         if not success:
-            warnings.warn(f"{solver} stopped before its gap test: {message}", ConvergenceWarning)
+            warnings.warn(f"{ran} stopped before its gap test: {message}", ConvergenceWarning)
         W = w.reshape(-1, k)
         self.coef_ = np.ascontiguousarray(W[:-1].T if self.bias else W.T)
         self.intercept_ = W[-1].copy() if self.bias else np.zeros(k)

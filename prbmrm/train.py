@@ -252,7 +252,8 @@ def build_parser():
                         help="the first lambda of --lam-path (default: the smallest lambda at which "
                         "w = 0 is optimal for l1 and elastic_net, 1.0 for other regularizers)")
     parser.add_argument("--solver", help=PluginHelp("solver: {names} (default: proximal for one --lam with a "
-                                                    "quadratic --reg, else bmrm)", "solver", SOLVERS))
+                                                    "quadratic --reg and under 2^20 features, else bmrm)",
+                                                    "solver", SOLVERS))
     parser.add_argument("--theta", type=float, help="lsbmrm: next plane at (1 - theta) w_b + theta w_t, "
                         "0 < theta <= 1 (default 0.9)")
     parser.add_argument("--solver-param", action="append", metavar="NAME=VALUE",
@@ -361,15 +362,16 @@ def _main(argv, comm, held):
         return 0
     comm.set_rank_timeout(args.rank_timeout)
     lam = lam_option(args)
-    args.solver = args.solver or default_solver(lam, args.reg)
+    # Without --solver, fit picks one by the data's dimension too: `planned` is its choice without it.
+    planned = args.solver or default_solver(lam, args.reg)
     check_options(lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age, args.bundle_size,
-                  args.solver, args.theta)
+                  planned, args.theta)
     loss_params = parse_params(args.loss_param, "--loss-param")
     get_loss(args.loss, **loss_params)
     reg_params = parse_params(args.reg_param, "--reg-param")
     regularizer = get_regularizer(args.reg, **reg_params)
     solver_params = parse_params(args.solver_param, "--solver-param")
-    solver_options(args.solver, solver_params)
+    solver_options(planned, solver_params)
     party = party_from_args(args)
     # In party mode each party that receives the model writes its own file.
     out = args.out if party is None else party_path(args.out, comm.rank)
@@ -410,6 +412,7 @@ def _main(argv, comm, held):
         return status
     seconds = time.perf_counter() - started
     path = result if isinstance(result, PathResult) else None
+    args.solver = (result if path is None else path.last).solver or planned
     options = {key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")}
     model = build_model(result, local, loss, comm.size, seconds, lam=args.lam, loss_name=args.loss,
                         loss_params=loss_params, solver=args.solver, reg=args.reg, reg_params=reg_params,

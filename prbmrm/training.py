@@ -113,7 +113,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         Append a constant feature whose weight is the (regularized) offset.
     solver : str or None
         A key of :data:`prbmrm.solvers.SOLVERS` or a solver plug-in's name;
-        None: :func:`prbmrm.solvers.default_solver`'s choice.
+        None: :func:`prbmrm.solvers.default_solver`'s choice for the data (its dimension),
+        recorded in ``result.solver``.
     reg : str or prbmrm.regularizers.Regularizer
         A key of :data:`prbmrm.regularizers.REGULARIZERS`, or a regularizer
         object (then `reg_params` is ignored).
@@ -190,7 +191,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
 
     comm = get_comm() if comm is None else comm
     stopping, bundle, checkpointing = option_groups(stopping, bundle, checkpointing, fields)
-    solver = solver or default_solver(lam, reg, warm is not None)
+    chosen, solver = solver, solver or default_solver(lam, reg, warm is not None)
     check_options(lam, stopping.epsilon, stopping.rel_epsilon, stopping.max_iter, bundle.idle_age,
                   bundle.bundle_size, solver, theta)
     epsilon, rel_epsilon = stopping.tolerances
@@ -220,6 +221,10 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     oracle = DistributedRisk(evaluated, local.X, local.y, local.n_examples_total, comm, local.blocks,
                              local.qid)
     regularizer.prepare(oracle.dim, loss_object.risk_floor)
+    if chosen is None and party is None:
+        # The default weighs the model's dimension, known only now (the same on every rank).
+        solver = default_solver(lam, regularizer, warm is not None, oracle.dim)
+        options = solver_options(solver, own)
     w0 = regularizer.initial_point(oracle.dim)
     path = not isinstance(lam, numbers.Real)
     if path and (checkpointing.checkpoint or checkpointing.resume):
@@ -239,9 +244,12 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     def solve(risk):
         if "state" in options:  # a resumed run: check the checkpoint's claims before trusting them
             verify_state(options["state"], risk, lam, regularizer, checkpointing.resume)
-        return (minimize_path if path else minimize)(
+        result = (minimize_path if path else minimize)(
             risk, w0, lam, method=solver, reg=regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
             max_iter=stopping.max_iter, idle_age=bundle.idle_age, callback=callback, **options)
+        for one in result.results if path else [result]:
+            one.solver = solver
+        return result
 
     if party is None:
         return run_distributed(oracle, solve), local, loss_object

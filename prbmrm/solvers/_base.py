@@ -242,6 +242,9 @@ class Result:
         on from them.
     alpha : ndarray or None
         The multipliers of `bundle`'s planes.
+    solver : str or None
+        The key of ``prbmrm.solvers.SOLVERS`` that ran, set by
+        :func:`prbmrm.training.fit` (which may pick it by the data's dimension).
     """
 
     w: np.ndarray
@@ -255,6 +258,7 @@ class Result:
     history: dict = field(default_factory=dict)
     bundle: object = None
     alpha: np.ndarray = None
+    solver: str = None
 
     @property
     def success(self):

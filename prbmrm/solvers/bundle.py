@@ -134,7 +134,7 @@ class Bundle:
             return self._at_point.copy()
         if not self.sparse:
             return self.A @ w
-        return np.array([_dot(plane, w) for plane in self._planes])
+        return _dot_planes(self._planes, w)
 
     def add(self, a, b, point=None):
         """Append the plane (a, b); with a `point` (an array not modified later), record ``A point``.
@@ -387,17 +387,36 @@ def _dots(plane, x, y):
     return sparse_dots(index, values, x, y)
 
 
+def _typed_planes(planes, dim):
+    """The (indices, values) of sparse-bundle `planes` as two numba typed lists; a dense plane has no indices."""
+    from numba.typed import List
+    none = np.zeros(0, dtype=_index_type(dim))
+    return (List([none if index is None else index for index, _ in planes]),
+            List([values for _, values in planes]))
+
+
+def _dot_planes(planes, w):
+    """``[_dot(plane, w) for plane in planes]`` bitwise, the sparse planes in one pass over `w`."""
+    out = np.empty(len(planes))
+    sparse = [i for i, (index, _) in enumerate(planes) if index is not None]
+    if sparse:
+        from .._plane_kernel import sparse_dot_planes
+        products = np.empty(len(sparse))
+        sparse_dot_planes(*_typed_planes([planes[i] for i in sparse], len(w)), w, products)
+        out[sparse] = products
+    for i, (index, values) in enumerate(planes):
+        if index is None:
+            out[i] = _dot((index, values), w)
+    return out
+
+
 def _combine(alpha, planes, dim):
     """``sum_i alpha_i a_i`` over sparse-bundle `planes`, dense, summed plane by plane in order."""
-    from .._plane_kernel import scatter_add
     total = np.zeros(dim)
-    for weight, (index, values) in zip(alpha, planes):
-        # A zero weight adds only zeros: skipping it leaves every bit of the sum as it is.
-        if weight != 0.0:
-            if index is None:
-                total += weight * values
-            else:
-                scatter_add(index, values, weight, total)
+    if planes:
+        from .._plane_kernel import scatter_add_planes
+        weights = np.ascontiguousarray(alpha[:len(planes)], dtype=np.float64)
+        scatter_add_planes(*_typed_planes(planes, dim), weights, total)
     return total
 
 

@@ -298,13 +298,14 @@ def test_plane_kernels_are_bitwise_scipys_and_numpys():
 
 
 def test_blocked_plane_kernels_are_bitwise_plane_by_plane():
-    # The Gram row and A^T alpha go over all planes a slice of the coordinates at a time, four planes
-    # in lockstep: the same bits as one plane at a time, across slices and with planes of any length.
-    from prbmrm._plane_kernel import CHUNK, sparse_dot
+    # The Gram row and A^T alpha go over groups of planes a slice of the coordinates at a time, four
+    # planes in lockstep: the same bits as one plane at a time, across slices and groups (a last group
+    # padded), with planes of any length and dense ones among them.
+    from prbmrm._plane_kernel import CHUNK, GROUP, sparse_dot
 
     rng = np.random.default_rng(12)
     d = 3 * CHUNK + 17
-    planes = [_bundle._plane(a) for a, _ in random_planes(rng, d, 7)]
+    planes = [_bundle._plane(a) for a, _ in random_planes(rng, d, GROUP + 7)]
     planes.insert(2, _bundle._plane(np.zeros(d)))  # no nonzeros
     a = np.zeros(d)
     a[CHUNK - 1:CHUNK + 1] = [0.5, -1.5]  # a plane whose nonzeros straddle a slice's edge

@@ -25,8 +25,8 @@ class CuttingPlaneModel:
     the previous multipliers, and drop planes that stayed idle. Given a
     tolerance ``gap`` > 0, :meth:`minimize` solves the subproblem only that
     loosely where the regularizer offers ``solve_loosely`` (the quadratic
-    ones, :func:`prbmrm.qp.solve_simplex_pg`) and the bundle has no
-    `bundle_size` and has not yet aggregated within its `bundle_memory`;
+    ones, :func:`prbmrm.qp.solve_simplex_pg`) and the bundle has not yet
+    aggregated (within its `bundle_size` or `bundle_memory`);
     then a :attr:`floor` (a lower bound of R_emp, None: none known) is an
     implicit plane ``R_emp >= floor`` with the multiplier ``1 - sum(alpha)``.
     A subproblem projected gradient cannot solve (``solve_loosely`` returns
@@ -78,7 +78,7 @@ class CuttingPlaneModel:
         self.bundle.add(a, r - float(np.dot(a, w)))
         alpha0 = np.append(self.alpha, 0.0)
         solved = None
-        if gap > 0.0 and self.loose and self.bundle.max_size is None and hasattr(self.regularizer, "solve_loosely"):
+        if gap > 0.0 and self.loose and hasattr(self.regularizer, "solve_loosely"):
             solved = self.regularizer.solve_loosely(self.bundle, self.lam, alpha0, gap, self.floor, out)
             # An ill-conditioned subproblem defeats projected gradient: exact QPs from now on.
             self.loose = solved is not None

@@ -111,9 +111,9 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         iterates then move less, which on a9a cuts the iterations 2.5-4x
         (BMRM 2.1's counts). The lower bound stays certified: it is the dual
         value of the returned multipliers, which are feasible, and w their
-        primal map. Applies to quadratic regularizers, without a
-        `bundle_size`, and within a `bundle_memory` until its first
-        aggregation (exact QPs from then on). 0: the exact active-set QP every iteration (results then do
+        primal map. Applies to quadratic regularizers, and within a
+        `bundle_size` or `bundle_memory` until the first aggregation
+        (exact QPs from then on). 0: the exact active-set QP every iteration (results then do
         not depend on how loosely rounding lets a subproblem stop).
     callback : callable, optional
         Called with a :class:`Progress` after every iteration; raising

@@ -56,8 +56,8 @@ import numpy as np
 
 from .comm import SupportRows
 from .errors import CollectiveError, JointError, PrbmrmError
-from .kernels import (_block_groups, _chunk_bounds, _csr_groups, _csr_scalar, _csr_scalar_pass, _dense_choice,
-                      _dense_scalar, _dense_scalar_pass, _row_block, _rows, _same_index_dtype)
+from .kernels import (_block_groups, _chunk_bounds, _csr_compact_pass, _csr_groups, _csr_scalar, _csr_scalar_pass,
+                      _dense_choice, _dense_scalar, _dense_scalar_pass, _row_block, _rows, _same_index_dtype)
 from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
@@ -248,10 +248,7 @@ class DistributedRisk:
         if self.loss.decomposable:
             try:
                 if self._scratch is not None:
-                    # Compact rows: each block alone into the one dense row, then kept on its support.
-                    for i, groups in enumerate(self._groups):
-                        _csr_scalar_pass(self.loss, groups, w, self._scratch[None])
-                        self._partials.store(i, self._scratch)
+                    _csr_compact_pass(self.loss, self._groups, w, self._scratch, self._partials)
                 elif self._csr:
                     _csr_scalar_pass(self.loss, self._groups, w, self._partials)
                 elif self._dense is not None:

@@ -204,7 +204,24 @@ def _block_groups(bounds):
     return groups
 
 
-def _csr_scalar_pass(loss, groups, w, partials):
+def _csr_compact_pass(loss, blocks, w, scratch, partials):
+    """Fill :class:`~prbmrm.comm.SupportRows` `partials`: per block, :func:`_csr_scalar_pass` of its groups
+    (``blocks[i]``) into the dense row `scratch`, kept on the block's support.
+
+    `scratch` must be zero on entry and is zero on return: the pass writes only on the block's support (its
+    columns and the risk), so clearing that is enough, not a row of length d per block.
+    """
+    try:
+        for i, groups in enumerate(blocks):
+            _csr_scalar_pass(loss, groups, w, scratch[None], zeroed=True)
+            partials.store(i, scratch)
+            scratch[partials.index[i]] = 0.0
+    except BaseException:
+        scratch.fill(0.0)
+        raise
+
+
+def _csr_scalar_pass(loss, groups, w, partials, zeroed=False):
     """Fill the per-block `partials` (gradient, then risk) of a scalar loss on CSR groups, in place.
 
     Per group of rows (:func:`_csr_groups`): ``f = X w`` in one pass over
@@ -218,9 +235,10 @@ def _csr_scalar_pass(loss, groups, w, partials):
     rows are skipped (a zero term leaves every sum as it is, its sign
     included: the gradient starts at +0 and never becomes -0), so a block's
     sums are the same bitwise wherever the group cuts fall: on any number
-    of ranks, and as one call per chunk would form them.
+    of ranks, and as one call per chunk would form them. `zeroed`: `partials` are zero already.
     """
-    partials[:] = 0.0
+    if not zeroed:
+        partials[:] = 0.0
     for X, y, starts, owners in groups:
         # scipy's kernels are called directly: through X @ w and X[rows] their
         # checks cost more than the products on a9a-sized groups.

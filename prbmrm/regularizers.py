@@ -205,19 +205,19 @@ class Quadratic(Regularizer):
         qp = solve_two_plane_qp(Q, bundle.b) if bundle.size == 2 else solve_simplex_qp(Q, bundle.b, x0=alpha0)
         return self._primal(bundle.combine(qp.x), lam), qp.value, qp.x
 
-    def solve_loosely(self, bundle, lam, alpha0, tol, floor=None):
+    def solve_loosely(self, bundle, lam, alpha0, tol, floor=None, out=None):
         """Like :meth:`solve_subproblem`, to BMRM 2.1's loose tolerance `tol` (:func:`prbmrm.qp.solve_simplex_pg`),
-        with the implicit plane ``R_emp >= floor`` if a `floor` is given (the multipliers then sum to at most 1).
+        with the implicit plane ``R_emp >= floor`` if a `floor` is given (the multipliers then sum to at most 1);
+        w may be written into `out`, an array of length d that nothing else holds (``Bundle.combine``).
 
-        Projected gradient is slow on ill-conditioned subproblems (least
-        squares): after 100,000 steps (BMRM 2.1 allows 300,000; a9a's
-        subproblems at lam 1e-6 need up to 10,000) it gives up and returns None.
+        Projected gradient is slow on ill-conditioned subproblems (least squares): after 100,000 steps (BMRM 2.1
+        allows 300,000; a9a's subproblems at lam 1e-6 need up to 10,000) it gives up and returns None.
         """
         qp = solve_simplex_pg(bundle.gram_buffer, bundle.b, alpha0, tol, floor, max_iter=100000,
                               scale=1.0 / (lam * self._scale))
         if not qp.converged:
             return None
-        return self._primal(bundle.combine(qp.x), lam), qp.value, qp.x
+        return self._primal(bundle.combine(qp.x, out), lam), qp.value, qp.x
 
     def _primal(self, combined, lam):
         """``B^-1 (-combined / lam)``, overwriting `combined` (bitwise ``-combined / lam`` first)."""

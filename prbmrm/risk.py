@@ -8,18 +8,15 @@ Rank 0 runs the solver and calls the oracle; every other rank sits in
               <--ordered sum (d + 1 values, rank to rank, then Bcast)-->
                                                  R = risk_sum / m,  a = grad_sum / m
 
-The flag rides with ``w`` so no extra message is needed to stop the workers.
-Sums are formed per canonical block of rows (one per shard file) and added
-in the blocks' order with :meth:`prbmrm.comm.SerialComm.ordered_sum`, so 1,
-2 or 3 ranks holding the same shards compute bitwise the same R and a, and
-BMRM takes the same path on any number of ranks. A rank holding several
-blocks of sparse data with many columns keeps each block's partial sum on
-the block's columns only (:class:`prbmrm.comm.SupportRows`, see
-:data:`COMPACT_PARTIALS`), so its memory follows the nonzeros, not blocks x
-d. A scalar loss on CSR data makes one pass over the nonzeros for ``f = X w`` and one over those of the
-rows with ``l' != 0`` for ``X^T l'``, accumulated in place, for groups of
-consecutive blocks at a time (:func:`prbmrm.kernels._csr_scalar_pass`); on large dense data, one
-compiled pass reads each row once for both (:func:`prbmrm.kernels._dense_scalar_pass`).
+The flag rides with ``w`` so no extra message is needed to stop the workers. Sums are formed per canonical block
+of rows (one per shard file) and added in the blocks' order with :meth:`prbmrm.comm.SerialComm.ordered_sum`, so
+1, 2 or 3 ranks holding the same shards compute bitwise the same R and a, and BMRM takes the same path on any
+number of ranks. A rank holding several blocks of sparse data with many columns keeps each block's partial sum
+on the block's columns only (:class:`prbmrm.comm.SupportRows`, see :data:`COMPACT_PARTIALS`), so its memory
+follows the nonzeros, not blocks x d. A scalar loss on CSR data makes one pass over the nonzeros for ``f = X w``
+and one over those of the rows with ``l' != 0`` for ``X^T l'``, accumulated in place, for groups of consecutive
+blocks at a time (:func:`prbmrm.kernels._csr_scalar_pass`); on large dense data, one compiled pass reads each
+row once for both (:func:`prbmrm.kernels._dense_scalar_pass`).
 
 A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the
 same loop::
@@ -32,27 +29,22 @@ same loop::
               <--reproducible Allreduce (3 K values per block)--
               <--Allreduce-max (2 K values)-- the breakpoints nearest each eta_j
 
-so a round makes no pass over X (O(K log m_local) for piecewise-linear losses,
-O(K m_local) for the others) and moves a few numbers per rank. A scalar loss
-gives one line object per group of blocks that keeps each block's sums
-apart (:meth:`prbmrm.losses.Loss.lines`): a round costs a few numpy calls
-per group of up to 8,192 rows, not per block.
+so a round makes no pass over X (O(K log m_local) for piecewise-linear losses, O(K m_local) for the others) and
+moves a few numbers per rank. A scalar loss gives one line object per group of blocks that keeps each block's
+sums apart (:meth:`prbmrm.losses.Loss.lines`): a round costs a few numpy calls per group of up to 8,192 rows,
+not per block.
 
-A structured loss (:class:`prbmrm.structured.StructuredLoss`) takes the
-blocks of ragged examples (:class:`prbmrm.structured.RaggedExamples`, which
-slice by example like rows) and runs the same loop; it has no scores ``X w``,
-so :meth:`DistributedRisk.line` declines and line searches go through ``risk(w)``.
+A structured loss (:class:`prbmrm.structured.StructuredLoss`) takes the blocks of ragged examples
+(:class:`prbmrm.structured.RaggedExamples`, which slice by example like rows) and runs the same loop; it has no
+scores ``X w``, so :meth:`DistributedRisk.line` declines and line searches go through ``risk(w)``.
 
-Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every
-rank) attach a service through the same protocol: :meth:`DistributedRisk.attach`
-builds it on every rank, and each :meth:`DistributedRisk.request` runs one of
-its collective steps everywhere.
+Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every rank) attach a service through the
+same protocol: :meth:`DistributedRisk.attach` builds it on every rank, and each :meth:`DistributedRisk.request`
+runs one of its collective steps everywhere.
 
-Every message a serving rank acts on is a fixed-shape float64 buffer whose
-flag must be one of the closed table of kinds above; a service is named by
-its entry in :data:`SERVICES` and built with JSON arguments. An unknown kind
-or service stops every serving rank with a
-:class:`~prbmrm.messages.ProtocolError` naming rank 0.
+Every message a serving rank acts on is a fixed-shape float64 buffer whose flag must be one of the closed table
+of kinds above; a service is named by its entry in :data:`SERVICES` and built with JSON arguments. An unknown
+kind or service stops every serving rank with a :class:`~prbmrm.messages.ProtocolError` naming rank 0.
 
 Imports: numpy; of prbmrm: :mod:`prbmrm.comm`, :mod:`prbmrm.errors`, :mod:`prbmrm.kernels`, :mod:`prbmrm.messages`.
 """
@@ -64,8 +56,8 @@ import numpy as np
 
 from .comm import SupportRows
 from .errors import CollectiveError, JointError, PrbmrmError
-from .kernels import (_block_groups, _chunk_bounds, _csr_groups, _csr_scalar, _csr_scalar_pass, _dense_choice,
-                      _dense_scalar, _dense_scalar_pass, _row_block, _rows, _same_index_dtype)
+from .kernels import (_block_groups, _chunk_bounds, _csr_compact_pass, _csr_groups, _csr_scalar, _csr_scalar_pass,
+                      _dense_choice, _dense_scalar, _dense_scalar_pass, _row_block, _rows, _same_index_dtype)
 from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
@@ -221,36 +213,42 @@ class DistributedRisk:
         """int: the number of canonical blocks over all ranks (see ``comm.reproducible_sum``)."""
         return self._n_parts
 
-    def __call__(self, w):
+    def __call__(self, w, out=None):
         """Return ``(R_emp(w), a)`` with ``a`` a subgradient of R_emp at `w` (rank 0 only).
+
+        Parameters
+        ----------
+        w : ndarray of shape (dim,)
+        out : ndarray of shape (dim,), optional
+            Where to write ``a`` (float64, not `w`) instead of a new array.
 
         Returns
         -------
         risk : float
         subgradient : ndarray of shape (dim,)
-            A new array, owned by the caller.
+            `out`, or a new array, owned by the caller.
         """
-        self._message[:-1] = w
-        self._message[-1] = _EVALUATE
         started = time.perf_counter()
-        self.comm.bcast_array(self._message)
-        self._evaluate(time.perf_counter() - started)
+        if self.comm.size == 1 and isinstance(w, np.ndarray) and w.dtype == np.float64 and w.shape == (self.dim,):
+            self._evaluate(0.0, np.ascontiguousarray(w))  # nothing to send: the pass reads w, not a copy
+        else:
+            self._message[:-1], self._message[-1] = w, _EVALUATE
+            self.comm.bcast_array(self._message)
+            self._evaluate(time.perf_counter() - started)
         if self._deferred_error is not None:
             error, self._deferred_error = self._deferred_error, None
             raise error
-        return self._sums[-1] / self.n_total, self._sums[:-1] / self.n_total
+        return self._sums[-1] / self.n_total, np.divide(self._sums[:-1], self.n_total, out=out)
 
-    def _evaluate(self, bcast_seconds):
+    def _evaluate(self, bcast_seconds, w=None):
+        """Evaluate this rank's share at `w` (by default the w of the message) and sum over the ranks."""
         started = time.perf_counter()
-        w = self._message[:-1]
+        w = self._message[:-1] if w is None else w
         error, exchange = None, 0.0
         if self.loss.decomposable:
             try:
                 if self._scratch is not None:
-                    # Compact rows: each block alone into the one dense row, then kept on its support.
-                    for i, groups in enumerate(self._groups):
-                        _csr_scalar_pass(self.loss, groups, w, self._scratch[None])
-                        self._partials.store(i, self._scratch)
+                    _csr_compact_pass(self.loss, self._groups, w, self._scratch, self._partials)
                 elif self._csr:
                     _csr_scalar_pass(self.loss, self._groups, w, self._partials)
                 elif self._dense is not None:
@@ -341,8 +339,7 @@ class DistributedRisk:
                 or not self.line_searches):
             return None
         started = time.perf_counter()
-        self._message[:-1] = w
-        self._message[-1] = _LINE
+        self._message[:-1], self._message[-1] = w, _LINE
         self.comm.bcast_array(self._message)
         self._direction[:] = d
         self.comm.bcast_array(self._direction)

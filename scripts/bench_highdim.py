@@ -127,9 +127,10 @@ class _CpuTimed:
     def last_seconds(self):
         return self.oracle.last_seconds
 
-    def __call__(self, w):
+    def __call__(self, w, out=None):
+        # out= passes through: the solver's own array for the subgradient, as the oracle gets it without this wrapper.
         started = time.process_time()
-        values = self.oracle(w)
+        values = self.oracle(w, out=out)
         self.cpu += time.process_time() - started
         return values
 

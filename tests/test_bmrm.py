@@ -176,3 +176,51 @@ def test_inexact_subproblems_report_only_valid_lower_bounds(loss, lam):
     assert reference - eps <= result.fun <= reference + eps
     exact = train(X, y, loss, lam, reg=reg, epsilon=eps, rel_epsilon=0, max_iter=20000, inexact=0)
     assert abs(exact.fun - result.fun) <= eps
+
+
+def test_a_risk_that_takes_out_gives_the_same_run_and_planes_that_own_their_values():
+    # BMRM hands a risk that takes out= the same array every iteration and writes w_t into earlier
+    # iterates' storage: the run must be bitwise the one with a new array per call, the planes must
+    # hold the subgradients of their own iterates, and the result must not change after it is returned.
+    from prbmrm.solvers.bmrm import minimize_bmrm
+    from prbmrm.regularizers import get_regularizer
+
+    import scipy.sparse as sp
+    rng = np.random.default_rng(4)
+    d = 2 ** 16 + 5  # a sparse bundle, whose combine writes into the spare iterate
+    X = sp.random(400, d, density=20 / d, random_state=4, format="csr")
+    y = np.where(rng.random(400) < 0.5, 1.0, -1.0)
+    oracle = DistributedRisk(get_loss("hinge"), X, y, len(y), SerialComm())
+    given, points = [], []
+
+    def with_out(w, out=None):
+        points.append(w.copy())
+        r, a = oracle(w, out=out)
+        given.append(a)
+        return r, a
+
+    def fresh(w):
+        return oracle(w)
+
+    runs = []
+    for risk in (with_out, fresh):
+        regularizer = get_regularizer("l2")
+        regularizer.prepare(d, 0.0)
+        runs.append(minimize_bmrm(risk, np.zeros(d), 1e-4, regularizer, rel_epsilon=1e-6, max_iter=40))
+    mine, theirs = runs
+    assert mine.nit == theirs.nit > 5
+    assert len({id(a) for a in given}) == 1  # one array, written every iteration
+    for name in ("objective", "lower_bound", "gap"):
+        np.testing.assert_array_equal(mine.history[name], theirs.history[name])
+    np.testing.assert_array_equal(mine.w, theirs.w)
+    np.testing.assert_array_equal(mine.w_last, theirs.w_last)
+    assert not np.shares_memory(mine.w, given[0]) and not np.shares_memory(mine.w_last, given[0])
+    # The best iterate is still the one whose objective was recorded (not overwritten by a later w_t).
+    r, _ = oracle(mine.w)
+    assert 1e-4 * regularizer.value(mine.w) + r == mine.fun == min(mine.history["objective"])
+    # Every plane still kept is the subgradient at one of the iterates, not the last one written.
+    bundle = mine.bundle
+    fresh_planes = [oracle(point)[1] for point in points]
+    for row in bundle.A:
+        assert any(np.array_equal(row, plane) for plane in fresh_planes)
+    assert not all(np.array_equal(row, bundle.A[-1]) for row in bundle.A[:-1])

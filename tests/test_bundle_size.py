@@ -122,6 +122,23 @@ def test_bounded_bundle_reaches_the_optimum(a9a_sample, monkeypatch, solver, k):
         assert CapacitySpy.largest == k and result.history["planes"].max() == k
 
 
+def test_a_bundle_size_keeps_loose_subproblems_until_it_first_aggregates(a9a_sample):
+    # Before the bundle is full a bounded run is the unlimited one, loose QPs included (BMRM 2.1's
+    # rule): bitwise the same rows; from the first aggregation on exact QPs, every bound still valid.
+    X, y, reference = a9a_sample
+    k = 12
+    bounded = train(X, y, "hinge", 1e-3, epsilon=1e-4, rel_epsilon=0, bundle_size=k)
+    free = train(X, y, "hinge", 1e-3, epsilon=1e-4, rel_epsilon=0, max_iter=k)
+    exact = train(X, y, "hinge", 1e-3, epsilon=1e-4, rel_epsilon=0, max_iter=k, inexact=0)
+    first = int(np.argmax(bounded.history["planes"] == k))  # the row after which the bundle is full
+    assert 3 <= first < k
+    for name in ("objective", "lower_bound", "planes"):
+        np.testing.assert_array_equal(bounded.history[name][:first + 1], free.history[name][:first + 1])
+    assert not np.array_equal(free.history["lower_bound"][:first + 1], exact.history["lower_bound"][:first + 1])
+    assert bounded.success and abs(bounded.fun - reference) <= 1e-4 + 1e-7 * reference
+    assert np.all(bounded.history["lower_bound"] <= reference + 1e-7 * reference)
+
+
 def test_bundle_size_2_gives_algorithm_4():
     """Alg. 4 run by hand: w_t = (1 - eta) w_{t-1} - eta a_t / lam with eta of eq. 14."""
     X, y = load_svmlight("a9a.xz")

@@ -192,3 +192,40 @@ def test_float32_shards_store_rounded_values_and_train(tmp_path):
     huge = sp.csr_matrix(np.array([[1e39, 0.0], [0.0, 1.0]]))
     with pytest.raises(InputError, match="float32 range"):
         write_shards(huge, np.array([1.0, -1.0]), tmp_path / "huge", 1, float32=True)
+
+
+def test_compact_rows_clear_only_their_supports_and_recover_from_a_failed_pass(monkeypatch):
+    # The dense row each block is computed into is cleared on the block's support only (not a row of
+    # length d per block): it must be all zero between evaluations, also after a pass that failed midway.
+    import prbmrm.kernels
+
+    monkeypatch.setattr(prbmrm.kernels, "_CHUNK_NONZEROS", 500)  # several groups per block
+    monkeypatch.setattr(prbmrm.kernels, "_GROUP_ROWS", 50)
+    X, y = text_like()
+    blocks = list(range(0, 2000, 150)) + [2000, 2300, 3000]
+    loss = get_loss("hinge")
+    compact = DistributedRisk(loss, X, y, len(y), SerialComm(), blocks)
+    assert isinstance(compact._partials, SupportRows)
+    assert min(len(groups) for groups in compact._groups[:2]) >= 2
+    rng = np.random.default_rng(8)
+    w1, w2 = rng.normal(size=X.shape[1]), rng.normal(size=X.shape[1])
+    compact(w1)
+    assert not np.any(compact._scratch)
+    calls = []
+    derivative = loss.derivative
+
+    def failing(f, y):
+        calls.append(1)
+        if len(calls) == len(compact._groups[0]) + 2:  # in the second block, after its first group wrote
+            raise RuntimeError("a loss that fails once")
+        return derivative(f, y)
+
+    monkeypatch.setattr(loss, "derivative", failing)
+    with pytest.raises(Exception, match="fails once"):
+        compact(w2)
+    assert not np.any(compact._scratch)
+    monkeypatch.setattr(loss, "derivative", derivative)
+    r, a = compact(w2)
+    r0, a0 = DistributedRisk(get_loss("hinge"), X, y, len(y), SerialComm(), blocks)(w2)
+    assert r == r0
+    np.testing.assert_array_equal(a, a0)

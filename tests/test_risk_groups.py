@@ -208,3 +208,31 @@ def test_row_views_give_scipy_results_without_stale_entries():
         np.testing.assert_allclose(np.asarray(result.sum(axis=1)).ravel(), expected.sum(axis=1), rtol=1e-14)
         np.testing.assert_array_equal(result.toarray(), expected)
     assert np.shares_memory(view.data, X.data) and np.shares_memory(view.T.data, X.data)
+
+
+def test_gradients_into_out_are_the_new_arrays_bits_and_never_alias_one():
+    # out= reuses one array; without it every call hands over a new one. On one rank the pass reads w
+    # itself (no copy into the message): any w, contiguous or not, gives the bits of a copy of it.
+    X, y = a9a_rows(1200)
+    oracle = DistributedRisk(get_loss("hinge"), X, y, len(y), SerialComm(), blocks=[0, 500, 1200])
+    rng = np.random.default_rng(5)
+    w1, w2 = rng.normal(size=X.shape[1]) * 0.1, rng.normal(size=X.shape[1]) * 0.1
+    r1, a1 = oracle(w1)
+    r2, a2 = oracle(w2)
+    assert a1 is not a2 and not np.shares_memory(a1, a2)
+    assert r1 != r2 and not np.array_equal(a1, a2)
+    out = np.full(X.shape[1], np.nan)
+    s1, b1 = oracle(w1, out=out)
+    assert b1 is out and s1 == r1
+    np.testing.assert_array_equal(out, a1)
+    kept = out.copy()
+    s2, b2 = oracle(w2, out=out)
+    assert b2 is out and s2 == r2
+    np.testing.assert_array_equal(out, a2)
+    assert not np.array_equal(kept, out)  # the first gradient, kept by copying, is not the second
+    strided = np.repeat(w1, 2)[::2]
+    assert not strided.flags.c_contiguous
+    r3, a3 = oracle(strided)
+    assert r3 == r1
+    np.testing.assert_array_equal(a3, a1)
+    np.testing.assert_array_equal(a1, per_block_reference(get_loss("hinge"), X, y, [0, 1200], w1)[0, :-1] / len(y))

@@ -297,6 +297,34 @@ def test_plane_kernels_are_bitwise_scipys_and_numpys():
         assert index.dtype == np.int32 and values.dtype == np.float64
 
 
+def test_blocked_plane_kernels_are_bitwise_plane_by_plane():
+    # The Gram row and A^T alpha go over groups of planes a slice of the coordinates at a time, four
+    # planes in lockstep: the same bits as one plane at a time, across slices and groups (a last group
+    # padded), with planes of any length and dense ones among them.
+    from prbmrm._plane_kernel import CHUNK, GROUP, sparse_dot
+
+    rng = np.random.default_rng(12)
+    d = 3 * CHUNK + 17
+    planes = [_bundle._plane(a) for a, _ in random_planes(rng, d, GROUP + 7)]
+    planes.insert(2, _bundle._plane(np.zeros(d)))  # no nonzeros
+    a = np.zeros(d)
+    a[CHUNK - 1:CHUNK + 1] = [0.5, -1.5]  # a plane whose nonzeros straddle a slice's edge
+    planes.append(_bundle._plane(a))
+    x = rng.normal(size=d) * np.exp(rng.normal(size=d) * 5)  # wide exponents make order show in the bits
+    expected = [float(np.dot(values, x)) if index is None else sparse_dot(index, values, x) for index, values in planes]
+    np.testing.assert_array_equal(_bundle._dot_planes(planes, x), expected)
+    alpha = rng.random(len(planes)) * np.exp(rng.normal(size=len(planes)) * 5)
+    alpha[4] = 0.0
+    total = np.zeros(d)
+    for (index, values), weight in zip(planes, alpha):
+        if weight != 0.0:
+            if index is None:
+                total += weight * values
+            else:
+                total[index] += weight * values
+    np.testing.assert_array_equal(_bundle._combine(alpha, planes, d), total)
+
+
 def test_products_at_the_recorded_point_are_bitwise_a_fresh_pass():
     # Bundle.add(point=...) records A w; adds at the same point, a new point, prunes and aggregation keep it.
     rng = np.random.default_rng(13)

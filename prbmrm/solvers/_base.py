@@ -25,8 +25,8 @@ class CuttingPlaneModel:
     the previous multipliers, and drop planes that stayed idle. Given a
     tolerance ``gap`` > 0, :meth:`minimize` solves the subproblem only that
     loosely where the regularizer offers ``solve_loosely`` (the quadratic
-    ones, :func:`prbmrm.qp.solve_simplex_pg`) and the bundle has no
-    `bundle_size` and has not yet aggregated within its `bundle_memory`;
+    ones, :func:`prbmrm.qp.solve_simplex_pg`) and the bundle has not yet
+    aggregated (within its `bundle_size` or `bundle_memory`);
     then a :attr:`floor` (a lower bound of R_emp, None: none known) is an
     implicit plane ``R_emp >= floor`` with the multiplier ``1 - sum(alpha)``.
     A subproblem projected gradient cannot solve (``solve_loosely`` returns
@@ -59,14 +59,15 @@ class CuttingPlaneModel:
         self.floor = None
         self.loose = True
 
-    def minimize(self, w, r, a, gap=0.0):
+    def minimize(self, w, r, a, gap=0.0, out=None):
         """Add the plane ``(a, r - <a, w>)`` of R_emp at `w`; return ``(w_t, lower_bound, seconds)``.
 
         ``w_t`` minimizes J_t and ``lower_bound``, the dual value, is a
         certified lower bound of min J. With a `gap` > 0 the subproblem may be
         solved only to that tolerance: ``w_t`` is then the primal map of the
         multipliers returned and ``lower_bound`` their dual value, still a
-        lower bound of min J (weak duality: they are feasible).
+        lower bound of min J (weak duality: they are feasible). ``w_t`` may be
+        written into `out`, an array of length d that nothing else holds.
         """
         started = time.perf_counter()
         if self.bundle.room() is not None:
@@ -77,8 +78,8 @@ class CuttingPlaneModel:
         self.bundle.add(a, r - float(np.dot(a, w)))
         alpha0 = np.append(self.alpha, 0.0)
         solved = None
-        if gap > 0.0 and self.loose and self.bundle.max_size is None and hasattr(self.regularizer, "solve_loosely"):
-            solved = self.regularizer.solve_loosely(self.bundle, self.lam, alpha0, gap, self.floor)
+        if gap > 0.0 and self.loose and hasattr(self.regularizer, "solve_loosely"):
+            solved = self.regularizer.solve_loosely(self.bundle, self.lam, alpha0, gap, self.floor, out)
             # An ill-conditioned subproblem defeats projected gradient: exact QPs from now on.
             self.loose = solved is not None
         if solved is None:
@@ -108,7 +109,9 @@ def snapshot(recorder, model, **values):
 
     `model` is a :class:`CuttingPlaneModel` (BMRM variants) or a
     :class:`CuttingPlaneBound` (solvers that only bound the gap with planes).
+    Arrays among `values` are copied: a solver may write into its iterates' storage later.
     """
+    values = {name: value.copy() if isinstance(value, np.ndarray) else value for name, value in values.items()}
     return dict(recorder.state(), **model.state(), **values)
 
 

@@ -3,6 +3,8 @@
 Imports: numpy; of prbmrm: :mod:`prbmrm._plane_kernel` (numba) when a bundle first holds a sparse plane.
 """
 
+import mmap
+
 import numpy as np
 
 SPARSE_MIN_DIM = 2 ** 16
@@ -122,11 +124,15 @@ class Bundle:
             return self._A.nbytes
         return sum(_plane_bytes(plane) for plane in self._planes)
 
-    def combine(self, alpha):
-        """Return ``A^T alpha`` (w is ``-A^T alpha / lam`` for the L2 regularizer)."""
+    def combine(self, alpha, out=None):
+        """Return ``A^T alpha`` (w is ``-A^T alpha / lam`` for the L2 regularizer).
+
+        Sparse planes sum into `out` if given (an array of length `dim`, overwritten), else into a new
+        array; dense planes always give a new array (BLAS's product, as without `out`).
+        """
         if not self.sparse:
             return alpha @ self.A
-        return _combine(alpha, self._planes, self.dim)
+        return _combine(alpha, self._planes, self.dim, out)
 
     def products(self, w):
         """Return ``A w``, the planes' slopes at `w` (the record, if `w` is the point of the last :meth:`add`)."""
@@ -134,7 +140,7 @@ class Bundle:
             return self._at_point.copy()
         if not self.sparse:
             return self.A @ w
-        return np.array([_dot(plane, w) for plane in self._planes])
+        return _dot_planes(self._planes, w)
 
     def add(self, a, b, point=None):
         """Append the plane (a, b); with a `point` (an array not modified later), record ``A point``.
@@ -355,13 +361,28 @@ def _plane(a, last=None):
     if 2 * count >= len(a):
         return None, np.array(a, dtype=np.float64)
     from .._plane_kernel import fill_support
-    index, values = np.empty(count + 1, dtype=_index_type(len(a))), np.empty(count + 1)
+    index, values = _mapped(count + 1, _index_type(len(a))), _mapped(count + 1, np.float64)
     fill_support(a, index, values)
     index, values = index[:count], values[:count]
     # The proximal method's planes of J all have w's support: sharing it saves a third of their bytes.
     if last is not None and np.array_equal(index, last):
         index = last
     return index, values
+
+
+def _mapped(n, dtype):
+    """``np.empty(n, dtype)``; from 1 MB up in pages of its own, which the system gets back when it is freed.
+
+    Planes come and go (pruned, aggregated) in sizes that vary: from the
+    heap, the holes they leave and the free memory the allocator keeps at
+    its top would add tens of MB to the peak RSS at d = 2^22.
+    """
+    nbytes = n * np.dtype(dtype).itemsize
+    if nbytes < 2 ** 20:
+        return np.empty(n, dtype=dtype)
+    # The plane is written whole at once: its pages are mapped in one call (half the cost of a fault per page).
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), dtype=dtype, count=n)
 
 
 def _plane_bytes(plane):
@@ -387,17 +408,45 @@ def _dots(plane, x, y):
     return sparse_dots(index, values, x, y)
 
 
-def _combine(alpha, planes, dim):
-    """``sum_i alpha_i a_i`` over sparse-bundle `planes`, dense, summed plane by plane in order."""
-    from .._plane_kernel import scatter_add
-    total = np.zeros(dim)
-    for weight, (index, values) in zip(alpha, planes):
-        # A zero weight adds only zeros: skipping it leaves every bit of the sum as it is.
-        if weight != 0.0:
-            if index is None:
-                total += weight * values
-            else:
-                scatter_add(index, values, weight, total)
+def _groups(planes, dim, weights=None):
+    """Yield `planes` (of a sparse bundle) as :data:`prbmrm._plane_kernel.GROUP`-tuples of indices and of
+    values (a dense plane has no indices; the last group is padded with empty planes), with their `weights`."""
+    from .._plane_kernel import GROUP
+    empty = np.zeros(0, dtype=_index_type(dim)), np.zeros(0)
+    for start in range(0, len(planes), GROUP):
+        group = planes[start:start + GROUP]
+        padded = [(empty[0] if index is None else index, values) for index, values in group]
+        padded += [empty] * (GROUP - len(group))
+        indices, values = zip(*padded)
+        if weights is not None:
+            group_weights = np.zeros(GROUP)
+            group_weights[:len(group)] = weights[start:start + GROUP]
+        yield indices, values, None if weights is None else group_weights
+
+
+def _dot_planes(planes, w):
+    """``[_dot(plane, w) for plane in planes]`` bitwise, the sparse planes a group at a time in one pass over `w`."""
+    from .._plane_kernel import sparse_dot_group
+    from .._plane_kernel import GROUP
+    sparse = [plane for plane in planes if plane[0] is not None]
+    products = np.empty(GROUP * -(-len(sparse) // GROUP))
+    for start, (indices, values, _) in zip(range(0, len(sparse), GROUP), _groups(sparse, len(w))):
+        sparse_dot_group(indices, values, w, products[start:start + GROUP])
+    products = iter(products)
+    return np.array([_dot(plane, w) if plane[0] is None else next(products) for plane in planes])
+
+
+def _combine(alpha, planes, dim, out=None):
+    """``sum_i alpha_i a_i`` over sparse-bundle `planes`, dense, summed plane by plane in order (into `out`)."""
+    from .._plane_kernel import scatter_add_group
+    if out is None:
+        total = np.zeros(dim)
+    else:
+        total = out
+        total[:] = 0.0
+    weights = np.asarray(alpha[:len(planes)], dtype=np.float64)
+    for indices, values, group_weights in _groups(planes, dim, weights):
+        scatter_add_group(indices, values, group_weights, total)
     return total
 
 

@@ -238,7 +238,7 @@ def test_blas_runs_one_thread_unless_a_serial_user_or_slurm_asks_for_more():
 
 # A plain training run's start-up: what it never uses stays unimported (loaded on first use elsewhere).
 UNUSED_BY_A_PLAIN_RUN = ("mpi4py", "scipy.linalg", "numba", "scipy.optimize", "scipy.special", "cryptography",
-                         "sklearn", "cvxpy", "matplotlib", "tomllib",
+                         "sklearn", "cvxpy", "matplotlib", "tomllib", "importlib.metadata", "socket",
                          "highspy", "charset_normalizer", "numpy.f2py.crackfortran", "numpy.testing._private",
                          "numpy.polynomial.polynomial", "numpy.ctypeslib._ctypeslib",
                          "prbmrm.estimators", "prbmrm.keys", "prbmrm.secure", "prbmrm.plot", "prbmrm.solvers.lbfgs",

@@ -15,6 +15,7 @@ Imports: threadpoolctl; of prbmrm: :mod:`prbmrm.comm`, :mod:`prbmrm.errors`, :mo
 """
 
 import argparse
+import atexit
 import importlib.machinery
 import importlib.util
 import os
@@ -85,6 +86,41 @@ def blas_threads(size, environ):
     if size > 1:
         return int(cores) if cores.isdigit() and int(cores) > 0 else 1
     return None if any(name in environ for name in _THREAD_VARIABLES) else 1
+
+
+def exit_program(status, module):
+    """End the process with `status`, skipping the interpreter's teardown when `module` is the program.
+
+    Run as ``python -m MODULE`` (also under mpiexec or srun), nothing follows
+    the entry point: once the exit functions have run (the rank watch's
+    thread), MPI is finalized and stdout and stderr are flushed, the process
+    ends with ``os._exit``. The teardown it skips frees
+    every module's objects one by one: 30-45 ms of a 0.4-0.6 s run on a9a
+    (numpy, scipy.sparse and h5py loaded), per rank. Otherwise (``runpy``,
+    ``python -m prbmrm``, a caller's own interpreter) it raises SystemExit as
+    ``sys.exit`` does.
+
+    Parameters
+    ----------
+    status : int
+        The exit status.
+    module : str
+        The entry point's module, e.g. ``"prbmrm.train"``.
+    """
+    if sys.orig_argv[1:3] != ["-m", module]:
+        sys.exit(status)
+    atexit._run_exitfuncs()
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
+        # mpi4py finalizes in the teardown (Py_AtExit), after the exit functions: a rank that
+        # ended without it would make the launcher kill the others.
+        MPI.Finalize()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: what it lost is lost either way
+            pass
+    os._exit(status)
 
 
 def run(main, prog, argv=None):

@@ -88,6 +88,19 @@ def blas_threads(size, environ):
     return None if any(name in environ for name in _THREAD_VARIABLES) else 1
 
 
+def pinned(threads, environ):
+    """Whether a process just started with `environ` runs every BLAS and OpenMP pool on `threads` threads.
+
+    ``OMP_NUM_THREADS`` says so for OpenMP, and for OpenBLAS, MKL and BLIS
+    unless their own variables say otherwise. Then the command line need not
+    set the limit (threadpoolctl: 10 ms of a rank's start-up, finding the
+    pools in every loaded library).
+    """
+    own = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+    return (environ.get("OMP_NUM_THREADS", "").strip() == str(threads)
+            and all(environ.get(name, "").strip() in ("", str(threads)) for name in own))
+
+
 def exit_program(status, module):
     """End the process with `status`, skipping the interpreter's teardown when `module` is the program.
 
@@ -145,7 +158,7 @@ def run(main, prog, argv=None):
     # Warnings (e.g. party mode's LeakWarning) read like errors: one line, the program's name.
     warnings.formatwarning = lambda message, category, *_: f"{prog}: warning: {message}\n"
     threads = blas_threads(comm.size, os.environ)
-    if threads is not None:
+    if threads is not None and not pinned(threads, os.environ):
         # The dense products here are vectors of m or d and bundles of a few hundred
         # planes, too small to gain from BLAS threads; under MPI every core runs a rank
         # already, and OpenBLAS threads on a busy machine slow them many-fold (a

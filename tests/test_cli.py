@@ -236,6 +236,37 @@ def test_blas_runs_one_thread_unless_a_serial_user_or_slurm_asks_for_more():
     assert blas_threads(3, {"SLURM_CPUS_PER_TASK": "2"}) == 2
 
 
+def test_the_command_line_sets_no_limit_the_environment_already_sets():
+    from prbmrm._cli import pinned
+
+    assert pinned(1, {"OMP_NUM_THREADS": "1"}) and pinned(1, {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
+    assert pinned(2, {"OMP_NUM_THREADS": " 2", "MKL_NUM_THREADS": "2"})
+    assert not pinned(1, {}) and not pinned(1, {"OPENBLAS_NUM_THREADS": "1"})  # OpenMP's or MKL's pool is not
+    assert not pinned(1, {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "2"})
+    assert not pinned(1, {"OMP_NUM_THREADS": "1", "BLIS_NUM_THREADS": "4"}) and not pinned(1, {"OMP_NUM_THREADS": "2"})
+
+
+THREADS_OF_A_RANK = ("import sys; from threadpoolctl import threadpool_info; from prbmrm import _cli, qp; "
+                     "import numpy; numpy.ones(3) @ numpy.ones(3); "
+                     "sys.stdout.write(' '.join(sorted({str(pool['num_threads']) for pool in threadpool_info()})) + '\\n')")
+
+
+def test_omp_num_threads_one_pins_every_pool_of_a_rank():
+    """The premise of :func:`prbmrm._cli.pinned`: under mpiexec with OMP_NUM_THREADS=1 every BLAS pool
+    (numpy's and scipy's OpenBLAS here) runs one thread without a limit set."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, mpiexec
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    done = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-c", THREADS_OF_A_RANK], capture_output=True,
+                          text=True, env=env, stdin=subprocess.DEVNULL, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["1", "1"], done.stdout
+
+
 # A plain training run's start-up: what it never uses stays unimported (loaded on first use elsewhere).
 UNUSED_BY_A_PLAIN_RUN = ("mpi4py", "scipy.linalg", "numba", "scipy.optimize", "scipy.special", "cryptography",
                          "sklearn", "cvxpy", "matplotlib", "tomllib", "importlib.metadata", "socket",

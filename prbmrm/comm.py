@@ -61,7 +61,7 @@ def one_node(environ=None):
     Parameters
     ----------
     environ : mapping, optional
-        Defaults to ``os.environ``.
+        The environment holding the launcher's variables (by default this process's).
 
     Returns
     -------
@@ -79,19 +79,18 @@ def one_node(environ=None):
     return _first_count(("SLURM_STEP_NUM_NODES",), environ)[1] == 1
 
 
-def load_mpi(environ=None):
-    """Return mpi4py's ``MPI`` module, first putting :data:`ONE_NODE_ENVIRONMENT` into `environ` if loading it
-    loads the MPI library on a single node (:func:`one_node`).
+def load_mpi():
+    """Return mpi4py's ``MPI`` module; on one node (:func:`one_node`), put :data:`ONE_NODE_ENVIRONMENT` into
+    ``os.environ`` first if this call loads the MPI library.
 
-    Parameters
-    ----------
-    environ : mapping, optional
-        Defaults to ``os.environ`` (the one the MPI library reads).
+    Returns
+    -------
+    module
+        ``mpi4py.MPI``.
     """
-    environ = os.environ if environ is None else environ
-    if "mpi4py.MPI" not in sys.modules and one_node(environ):
+    if "mpi4py.MPI" not in sys.modules and one_node():
         for name, value in ONE_NODE_ENVIRONMENT.items():
-            environ.setdefault(name, value)
+            os.environ.setdefault(name, value)
     from mpi4py import MPI
 
     return MPI

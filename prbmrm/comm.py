@@ -44,6 +44,56 @@ LAUNCHER_VARIABLES = LAUNCHER_SIZE_VARIABLES + ("PMI_RANK", "PMI_FD", "PMI_PORT"
 # The task count of the Slurm job, or under srun of the step (SLURM_NPROCS is its old name).
 SLURM_TASKS_VARIABLES = ("SLURM_NTASKS", "SLURM_NPROCS")
 _ORDERED_SUM = 13  # the tag of ordered_sum's rank-to-rank messages
+# Per launcher: the variables of its process count and of its count on this node.
+_NODE_SIZE_VARIABLES = (("PMI_SIZE", "MPI_LOCALNRANKS"), ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+                        ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE"))
+
+ONE_NODE_ENVIRONMENT = {"UCX_MEM_EVENTS": "no"}
+"""Settings put in the environment, where it does not set them, before mpi4py loads the MPI library, when
+the launcher started every rank on this node. Loading UCX (linked by the MPICH of the mpich wheel) patches
+the memory functions for its registration cache of network transfers, which ranks of one node never make:
+40 ms of each rank's start-up (a 2-rank run on a9a takes 0.2-0.5 s in all). The user's value wins."""
+
+
+def one_node(environ=None):
+    """Whether the launcher says that it started every rank on this node (from its environment alone).
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        The environment holding the launcher's variables (by default this process's).
+
+    Returns
+    -------
+    bool
+        True if MPICH's hydra (``MPI_LOCALNRANKS``), Open MPI or MVAPICH2
+        counts as many processes on this node as in all, or else the srun
+        step runs on one node (``SLURM_STEP_NUM_NODES``, e.g. under
+        ``--mpi=pmi2``); False when none says so.
+    """
+    environ = os.environ if environ is None else environ
+    for total, local in _NODE_SIZE_VARIABLES:
+        (_, size), (_, here) = _first_count((total,), environ), _first_count((local,), environ)
+        if size is not None and here is not None:
+            return here == size
+    return _first_count(("SLURM_STEP_NUM_NODES",), environ)[1] == 1
+
+
+def load_mpi():
+    """Return mpi4py's ``MPI`` module; on one node (:func:`one_node`), put :data:`ONE_NODE_ENVIRONMENT` into
+    ``os.environ`` first if this call loads the MPI library.
+
+    Returns
+    -------
+    module
+        ``mpi4py.MPI``.
+    """
+    if "mpi4py.MPI" not in sys.modules and one_node():
+        for name, value in ONE_NODE_ENVIRONMENT.items():
+            os.environ.setdefault(name, value)
+    from mpi4py import MPI
+
+    return MPI
 
 
 class SupportRows:
@@ -313,8 +363,7 @@ class MPIComm(SerialComm):
     """
 
     def __init__(self, mpi_comm=None, timeout=DEFAULT_TIMEOUT):
-        from mpi4py import MPI
-
+        MPI = load_mpi()
         self._MPI = MPI
         self.comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self.rank = self.comm.Get_rank()
@@ -489,9 +538,7 @@ def launched_size(environ=None):
 
 
 def _mpi_library():
-    from mpi4py import MPI
-
-    return " ".join(MPI.Get_library_version().split("\n")[0].split())
+    return " ".join(load_mpi().Get_library_version().split("\n")[0].split())
 
 
 def check_launch(comm, environ=None):
@@ -575,8 +622,7 @@ def get_comm():
     """
     if not launched_by_mpi():
         return SerialComm()
-    from mpi4py import MPI
-
+    MPI = load_mpi()
     if MPI.COMM_WORLD.Get_size() == 1:
         return SerialComm()
     return MPIComm(MPI.COMM_WORLD)

@@ -21,7 +21,7 @@ import datetime
 import fcntl
 import io
 import os
-import socket
+import platform
 
 import h5py
 
@@ -181,7 +181,7 @@ class OutputClaim:
             os.close(descriptor)
         started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, f"{self.program} (pid {os.getpid()} on {socket.gethostname()}, "
+        os.pwrite(descriptor, f"{self.program} (pid {os.getpid()} on {platform.node()}, "
                               f"started {started})\n".encode(), 0)
         return descriptor
 

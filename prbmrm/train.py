@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from ._version import __version__
-from ._cli import ArgumentParser, run
+from ._cli import ArgumentParser, exit_program, run
 from ._config import add_config_options, config_section, parse_configured
 from ._params import parse_params
 from .checkpoint import SignalFlag
@@ -486,4 +486,4 @@ def print_audit_summary(party):
 
 
 if __name__ == "__main__":
-    sys.exit(run(main, "prbmrm.train"))
+    exit_program(run(main, "prbmrm.train"), "prbmrm.train")

@@ -236,9 +236,40 @@ def test_blas_runs_one_thread_unless_a_serial_user_or_slurm_asks_for_more():
     assert blas_threads(3, {"SLURM_CPUS_PER_TASK": "2"}) == 2
 
 
+def test_the_command_line_sets_no_limit_the_environment_already_sets():
+    from prbmrm._cli import pinned
+
+    assert pinned(1, {"OMP_NUM_THREADS": "1"}) and pinned(1, {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
+    assert pinned(2, {"OMP_NUM_THREADS": " 2", "MKL_NUM_THREADS": "2"})
+    assert not pinned(1, {}) and not pinned(1, {"OPENBLAS_NUM_THREADS": "1"})  # OpenMP's or MKL's pool is not
+    assert not pinned(1, {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "2"})
+    assert not pinned(1, {"OMP_NUM_THREADS": "1", "BLIS_NUM_THREADS": "4"}) and not pinned(1, {"OMP_NUM_THREADS": "2"})
+
+
+THREADS_OF_A_RANK = ("import sys; from threadpoolctl import threadpool_info; from prbmrm import _cli, qp; "
+                     "import numpy; numpy.ones(3) @ numpy.ones(3); "
+                     "sys.stdout.write(' '.join(sorted({str(pool['num_threads']) for pool in threadpool_info()})) + '\\n')")
+
+
+def test_omp_num_threads_one_pins_every_pool_of_a_rank():
+    """The premise of :func:`prbmrm._cli.pinned`: under mpiexec with OMP_NUM_THREADS=1 every BLAS pool
+    (numpy's and scipy's OpenBLAS here) runs one thread without a limit set."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, mpiexec
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    done = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-c", THREADS_OF_A_RANK], capture_output=True,
+                          text=True, env=env, stdin=subprocess.DEVNULL, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["1", "1"], done.stdout
+
+
 # A plain training run's start-up: what it never uses stays unimported (loaded on first use elsewhere).
 UNUSED_BY_A_PLAIN_RUN = ("mpi4py", "scipy.linalg", "numba", "scipy.optimize", "scipy.special", "cryptography",
-                         "sklearn", "cvxpy", "matplotlib", "tomllib",
+                         "sklearn", "cvxpy", "matplotlib", "tomllib", "importlib.metadata", "socket",
                          "highspy", "charset_normalizer", "numpy.f2py.crackfortran", "numpy.testing._private",
                          "numpy.polynomial.polynomial", "numpy.ctypeslib._ctypeslib",
                          "prbmrm.estimators", "prbmrm.keys", "prbmrm.secure", "prbmrm.plot", "prbmrm.solvers.lbfgs",
@@ -279,3 +310,39 @@ def test_a_plain_training_run_does_not_import_what_it_does_not_use(tmp_path, arg
     assert {"prbmrm.training", f"prbmrm.solvers.{solver}", "scipy.sparse", "h5py"} <= loaded  # it did train
     assert not loaded & set(UNUSED_BY_A_PLAIN_RUN)
     assert load_model(str(tmp_path / "demo.h5")).attrs["solver"] == solver
+
+
+# ---- the end of a command-line process: exit functions and buffers, then no teardown ----
+
+EXIT_PROBE = """
+import atexit, pathlib, sys
+from prbmrm._cli import exit_program
+
+atexit.register(lambda: pathlib.Path("exit-functions-ran").write_text("yes"))
+sys.stdout.write("buffered, no newline")
+if __name__ == "__main__":
+    exit_program(int(sys.argv[1]), "exit_probe")
+"""
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_a_program_ends_with_its_status_after_its_exit_functions_and_buffers(tmp_path, status):
+    """``python -m MODULE`` ends through os._exit only after the exit functions ran and stdout was flushed;
+    run any other way (here through runpy, as ``python -m prbmrm`` runs a subcommand) it raises SystemExit."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    (tmp_path / "exit_probe.py").write_text(EXIT_PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout a buffered pipe
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), REPO])
+    for command, expected in (([sys.executable, "-m", "exit_probe", str(status)], "buffered, no newline"),
+                              ([sys.executable, "-c", "import runpy, sys\ntry:\n    runpy.run_module('exit_probe', "
+                                "run_name='__main__')\nexcept SystemExit as done:\n    print(' raised', done.code)",
+                                str(status)], f"buffered, no newline raised {status}\n")):
+        (tmp_path / "exit-functions-ran").unlink(missing_ok=True)
+        done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env,
+                              stdin=subprocess.DEVNULL, timeout=600)
+        assert (done.returncode, done.stdout, done.stderr) == (status if "-m" in command else 0, expected, "")
+        assert (tmp_path / "exit-functions-ran").read_text() == "yes"

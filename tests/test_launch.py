@@ -17,8 +17,8 @@ import pytest
 
 from conftest import REPO, mpiexec, run_ranks
 from prbmrm import shard
-from prbmrm.comm import (LAUNCHER_SIZE_VARIABLES, LAUNCHER_VARIABLES, SLURM_TASKS_VARIABLES, SerialComm, check_launch,
-                         launched_by_mpi)
+from prbmrm.comm import (LAUNCHER_SIZE_VARIABLES, LAUNCHER_VARIABLES, ONE_NODE_ENVIRONMENT, SLURM_TASKS_VARIABLES,
+                         SerialComm, check_launch, launched_by_mpi, one_node)
 from prbmrm.errors import CollectiveError
 
 TIMEOUT = 60
@@ -125,6 +125,45 @@ def test_every_launcher_variable_asks_for_mpi(variable):
 def test_no_launcher_variable_no_mpi(monkeypatch):
     monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
     assert not launched_by_mpi({"SLURM_NTASKS": "4", "SLURM_JOB_ID": "7", "PATH": "/usr/bin"})
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({"PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"}, True),  # hydra on one host
+    ({"PMI_SIZE": "4", "MPI_LOCALNRANKS": "2"}, False),  # hydra on two
+    ({"OMPI_COMM_WORLD_SIZE": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, True),
+    ({"OMPI_COMM_WORLD_SIZE": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"}, False),
+    ({"MV2_COMM_WORLD_SIZE": "2", "MV2_COMM_WORLD_LOCAL_SIZE": "2"}, True),
+    ({"PMI_SIZE": "2", "MPI_LOCALNRANKS": "1", "SLURM_STEP_NUM_NODES": "1"}, False),  # the launcher's count wins
+    ({"PMI_SIZE": "2"}, False),
+    ({"PMI_SIZE": "2", "SLURM_STEP_NUM_NODES": "1"}, True),  # srun --mpi=pmi2
+    ({"SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1"}, True),  # srun --mpi=pmix
+    ({"SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2"}, False),
+    ({}, False),
+])
+def test_one_node_from_the_launchers_variables(environ, expected):
+    assert one_node(environ) is expected
+
+
+# Which environment the MPI library got: the C library's, which it reads, after MPI is loaded.
+SEEN_ENVIRONMENT = ("import ctypes, sys; from prbmrm.comm import get_comm; comm = get_comm(); "
+                    "getenv = ctypes.CDLL(None).getenv; getenv.restype = ctypes.c_char_p; "
+                    "sys.stdout.write(f\"{comm.size} {(getenv(sys.argv[1].encode()) or b'-').decode()}\\n\")")
+
+
+@pytest.mark.parametrize("user", [None, "yes"])
+def test_one_node_settings_reach_the_mpi_library_unless_the_user_set_them(user):
+    """mpiexec -n 2 on this host: every rank loads MPI with :data:`ONE_NODE_ENVIRONMENT` where the user set
+    nothing, with the user's value where they did; a plain process sets nothing."""
+    (name, value), = ONE_NODE_ENVIRONMENT.items()
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES + SLURM_TASKS_VARIABLES + (name,)}
+    env["PYTHONPATH"] = REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+    if user is not None:
+        env[name] = user
+    for command, expected in (([mpiexec(), "-n", "2"], [f"2 {user or value}"] * 2), ([], [f"1 {user or '-'}"])):
+        completed = subprocess.run([*command, sys.executable, "-c", SEEN_ENVIRONMENT, name], capture_output=True,
+                                   text=True, env=env, cwd=REPO, stdin=subprocess.DEVNULL, timeout=600)
+        assert completed.returncode == 0, completed.stderr
+        assert completed.stdout.splitlines() == expected, completed.stdout
 
 
 # ---- check_launch on a given environment: which variable wins ----

@@ -4,7 +4,8 @@
 subcommands; ``prbmrm train ...`` is exactly ``python -m prbmrm.train ...``
 (also under ``mpiexec -n P``), and so on for each entry of :data:`COMMANDS`.
 
-Imports: the standard library only; the subcommand's module is run by name.
+Imports: of prbmrm: :mod:`prbmrm._cli` (once a subcommand is named, to tell it the name the user
+typed); the subcommand's module is run by name.
 """
 
 import runpy
@@ -44,6 +45,9 @@ def main(argv=None):
         print(f"prbmrm: error: unknown subcommand {argv[0]!r}; one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     module = COMMANDS[argv[0]][0]
+    from . import _cli
+
+    _cli.INVOKED_AS[module] = f"prbmrm {argv[0]}"
     sys.argv = [module, *argv[1:]]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)

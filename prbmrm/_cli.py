@@ -69,8 +69,25 @@ class DeferredModules:
 DeferredModules.install()
 
 
+INVOKED_AS = {}
+"""Entry module -> the name the user typed for it (``"prbmrm.train"`` -> ``"prbmrm train"``), set by the
+``prbmrm`` command (:mod:`prbmrm.__main__`) before it runs the module."""
+
+
+def program(module):
+    """The program name of entry module `module` in usage and messages: as the user typed it.
+
+    ``prbmrm train ...`` reports as ``prbmrm train``, ``python -m prbmrm.train ...`` as ``prbmrm.train``.
+    """
+    return INVOKED_AS.get(module, module)
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """An argparse parser whose errors become :class:`UsageError` (no usage dump per rank)."""
+    """An argparse parser whose errors become :class:`UsageError` (no usage dump per rank); its
+    ``prog``, an entry module's name, is shown as the user typed it (:func:`program`)."""
+
+    def __init__(self, prog=None, **kwargs):
+        super().__init__(prog=None if prog is None else program(prog), **kwargs)
 
     def error(self, message):
         raise UsageError(f"{message} (see {self.prog} --help)")
@@ -157,6 +174,8 @@ def run(main, prog, argv=None):
         The exit status (0 on success).
     """
     from .comm import check_launch, get_comm
+
+    prog = program(prog)
 
     comm = get_comm()
     # Warnings (e.g. party mode's LeakWarning) read like errors: one line, the program's name.

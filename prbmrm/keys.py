@@ -12,7 +12,7 @@ A key file holds the 32-byte private key in hex; a ``.pub`` file and the
 roster hold public keys in hex, the roster as ``{"parties": [{"party": r,
 "public_key": hex, "fingerprint": hex}, ...]}`` in rank order.
 
-Imports: cryptography; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.secure`.
+Imports: cryptography; of prbmrm: :mod:`prbmrm._cli`, :mod:`prbmrm.errors`, :mod:`prbmrm.secure`.
 """
 
 import argparse
@@ -23,6 +23,7 @@ import sys
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ._cli import program
 from .errors import InputError
 from .secure import fingerprint
 
@@ -117,7 +118,7 @@ def load_roster(path):
 
 def main(argv=None):
     """``python -m prbmrm.keys keygen PREFIX`` or ``roster PUB... --out FILE``."""
-    parser = argparse.ArgumentParser(prog="prbmrm.keys", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=program("prbmrm.keys"), description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("keygen", help="make this party's signing key: PREFIX.key and PREFIX.pub")
     make.add_argument("prefix")
@@ -133,7 +134,7 @@ def main(argv=None):
             write_roster(args.public, args.out)
             print(f"roster of {len(args.public)} parties written to {args.out}")
     except (InputError, OSError) as error:
-        print(f"prbmrm.keys: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
     return 0
 

@@ -25,7 +25,7 @@ import os
 import sys
 from argparse import ArgumentTypeError
 
-from ._cli import EXIT_INPUT, ArgumentParser  # first: it defers modules scipy would load (DeferredModules)
+from ._cli import EXIT_INPUT, ArgumentParser, program  # first: it defers modules scipy would load (DeferredModules)
 from .io import read_input, write_shards
 from .io.shards import _shard_summary
 from .comm import launched_size
@@ -205,10 +205,10 @@ def main(argv=None):
     try:
         return _main(argv)
     except PrbmrmError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr, flush=True)
+        print(f"{program(PROG)}: error: {error}", file=sys.stderr, flush=True)
         return EXIT_INPUT
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr, flush=True)
+        print(f"{program(PROG)}: interrupted", file=sys.stderr, flush=True)
         return 130
 
 

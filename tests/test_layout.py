@@ -150,7 +150,19 @@ def test_the_console_script_is_declared():
 def test_a_subcommand_is_its_module(name, module):
     through, direct = run_command("prbmrm", name, "--help"), run_command(module, "--help")
     assert through.returncode == direct.returncode == 0, through.stderr + direct.stderr
-    assert through.stdout == direct.stdout and "usage:" in through.stdout
+    # The same help, under the name the user typed.
+    assert through.stdout.startswith(f"usage: prbmrm {name} ") and direct.stdout.startswith(f"usage: {module} ")
+    assert through.stdout.replace(f"prbmrm {name}", module) == direct.stdout
+
+
+@pytest.mark.parametrize("name, module, argv", [("train", "prbmrm.train", ["--lam", "-1"]),
+                                                ("shard", "prbmrm.shard", ["no-such-file", "--out", "x"]),
+                                                ("party", "prbmrm.keys", [])])
+def test_a_subcommand_reports_errors_under_the_name_typed(name, module, argv):
+    through, direct = run_command("prbmrm", name, *argv), run_command(module, *argv)
+    assert through.returncode == direct.returncode == 2
+    assert through.stderr.splitlines()[-1].startswith(f"prbmrm {name}: error: "), through.stderr
+    assert direct.stderr.splitlines()[-1].startswith(f"{module}: error: "), direct.stderr
 
 
 def test_prbmrm_train_trains_like_python_m_prbmrm_train(tmp_path):

@@ -115,7 +115,6 @@ class LocalData:
         return int(self.X.shape[0])
 
 
-
 def _canonical_blocks(metas, ranks):
     """The canonical blocks of a shard set: (file number, first row, end row), in order.
 

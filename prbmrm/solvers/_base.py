@@ -16,7 +16,6 @@ HISTORY_COLUMNS = ("iteration", "objective", "best_objective", "lower_bound", "g
 """The progress-table columns, also the datasets of a model file's ``/history``."""
 
 
-
 class CuttingPlaneModel:
     """BMRM's model ``J_t(w) = lam * Omega(w) + max_i <a_i, w> + b_i``: its planes and their multipliers.
 

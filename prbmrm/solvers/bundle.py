@@ -426,8 +426,7 @@ def _groups(planes, dim, weights=None):
 
 def _dot_planes(planes, w):
     """``[_dot(plane, w) for plane in planes]`` bitwise, the sparse planes a group at a time in one pass over `w`."""
-    from .._plane_kernel import sparse_dot_group
-    from .._plane_kernel import GROUP
+    from .._plane_kernel import GROUP, sparse_dot_group
     sparse = [plane for plane in planes if plane[0] is not None]
     products = np.empty(GROUP * -(-len(sparse) // GROUP))
     for start, (indices, values, _) in zip(range(0, len(sparse), GROUP), _groups(sparse, len(w))):

@@ -89,6 +89,9 @@ def test_bench_peers_runs_bmrm21_and_prbmrm_to_the_same_gap(tmp_path, capsys):
     # Both stopped at the absolute gap: their objectives agree to it.
     assert abs(peer["J"] - ours["J"]) <= gap
     assert float(rows[1]["iter ratio"]) == pytest.approx(ours["iterations"] / peer["iterations"], abs=0.01)
+    # Each program's own clock around its iterations lies within the wall time of its process.
+    for row in rows:
+        assert 0.0 <= float(row["solve s"]) <= float(row["wall s"])
 
 
 def test_bench_highdim_smoke(tmp_path, capsys):

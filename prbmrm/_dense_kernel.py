@@ -14,8 +14,10 @@ block's sums are the same bitwise on any number of ranks of a machine;
 they differ from BLAS's by rounding. The losses' formulas are compiled
 without those flags, as :mod:`prbmrm.losses.scalar` writes them.
 
-Only :func:`prbmrm.kernels._dense_scalar_pass` imports this module, so
-numba is loaded only by runs on large dense data; compiled code is cached on disk.
+:mod:`prbmrm._native` runs the entry point (:func:`dense_entry`) from a
+file without loading numba (the pass allocates nothing and, with numpy's
+error model, raises nothing); only there, or where that file cannot be
+made, is this module imported. Only runs on large dense data call it.
 
 Imports: numba; of prbmrm: nothing (:data:`prbmrm.kernels._DENSE_LOSSES` holds the codes below).
 """
@@ -31,7 +33,7 @@ NOVELTY, LEAST_SQUARES, LEAST_ABSOLUTE_DEVIATION, QUANTILE, EPSILON_INSENSITIVE,
 _FAST = {"reassoc", "contract"}
 
 
-@numba.njit(fastmath=_FAST, cache=True)
+@numba.njit(fastmath=_FAST, cache=True, error_model="numpy")
 def _dot(x, w):
     total = 0.0
     for j in range(x.size):
@@ -39,13 +41,13 @@ def _dot(x, w):
     return total
 
 
-@numba.njit(fastmath=_FAST, cache=True)
+@numba.njit(fastmath=_FAST, cache=True, error_model="numpy")
 def _add_scaled(g, c, x):
     for j in range(x.size):
         g[j] += c * x[j]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _expit(z):
     """``1 / (1 + exp(-z))`` without overflow (scipy's ``expit``)."""
     if z >= 0.0:
@@ -54,7 +56,7 @@ def _expit(z):
     return e / (1.0 + e)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def loss_at(code, p, f, y):
     """Return ``(l(f, y), l'(f, y))`` of the loss `code` with parameters `p` (as in :mod:`prbmrm.losses.scalar`)."""
     if code == HINGE:
@@ -101,7 +103,7 @@ def loss_at(code, p, f, y):
     return e - y * f, e - y
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def dense_pass(X, y, w, code, p, bounds, partials):
     """Fill ``partials[b]`` (the gradient sum, then the risk sum) of each block b of rows between `bounds`.
 
@@ -121,3 +123,23 @@ def dense_pass(X, y, w, code, p, bounds, partials):
             if c != 0.0:
                 _add_scaled(partial[:d], c, x)
         partial[d] = risk
+
+
+def dense_entry():
+    """Compile and return the C entry point of :func:`dense_pass` (:mod:`prbmrm._native`'s ``dense_pass``).
+
+    ``c_dense_pass(X, rows, cols, y, w, code, p, n_p, bounds, n_bounds,
+    partials)``: pointers to C-contiguous arrays, float64 but `bounds`
+    (intp); X is rows x cols, `partials` (n_bounds - 1) x (cols + 1).
+    """
+    from numba import carray, cfunc, types
+
+    f8p, i8, ip = types.CPointer(types.float64), types.int64, types.CPointer(types.intp)
+
+    @cfunc(types.void(f8p, i8, i8, f8p, f8p, i8, f8p, i8, ip, i8, f8p), error_model="numpy")
+    def c_dense_pass(X, rows, cols, y, w, code, p, n_p, bounds, n_bounds, partials):
+        dense_pass(carray(X, (rows, cols)), carray(y, rows), carray(w, cols), code, carray(p, n_p),
+                   carray(bounds, n_bounds), carray(partials, (n_bounds - 1, cols + 1)))
+
+    return c_dense_pass
+

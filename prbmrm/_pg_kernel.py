@@ -3,8 +3,10 @@
 Written with explicit loops (no numpy reductions), so that the compiled
 kernel and the plain Python functions (``NUMBA_DISABLE_JIT=1``) run the same
 floating-point operations in the same order: the tests check them bitwise
-equal. Only :func:`prbmrm.qp.solve_simplex_pg` imports this module, so numba
-is loaded only by runs that use it; compiled code is cached on disk.
+equal. The kernel allocates nothing (the caller passes its scratch) and
+uses numpy's error model (nothing raises), so that :mod:`prbmrm._native` can
+run its entry point (:func:`entry`) from a file without loading numba; only
+there, or where that file cannot be made, is this module imported.
 """
 
 import numba
@@ -15,7 +17,7 @@ _ALPHA_MIN, _ALPHA_MAX, _TINY = 1e-10, 1e10, 1e-20
 _SUPPORT = 1e-15
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def project(v, below, out):
     """Write into `out` the projection of `v` onto the simplex (`below`: onto ``{x >= 0, sum(x) <= 1}``).
 
@@ -42,7 +44,8 @@ def project(v, below, out):
         if v[i] > cut:
             out[count] = v[i]
             count += 1
-    u = np.sort(out[:count])
+    u = out[:count]
+    heapsort(u)  # out is rewritten whole below
     css = -1.0
     shift = 0.0
     for k in range(count):
@@ -54,7 +57,33 @@ def project(v, below, out):
         out[i] = x if x > 0.0 else 0.0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
+def heapsort(a):
+    """Sort `a` increasingly in place (numba's sort allocates a list for its stack)."""
+    n = a.size
+    for root in range(n // 2 - 1, -1, -1):
+        _sift_down(a, root, n)
+    for end in range(n - 1, 0, -1):
+        a[0], a[end] = a[end], a[0]
+        _sift_down(a, 0, end)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _sift_down(a, root, end):
+    """Restore the max-heap order of ``a[:end]`` below `root`."""
+    while True:
+        child = 2 * root + 1
+        if child >= end:
+            return
+        if child + 1 < end and a[child] < a[child + 1]:
+            child += 1
+        if not a[root] < a[child]:
+            return
+        a[root], a[child] = a[child], a[root]
+        root = child
+
+
+@numba.njit(cache=True, error_model="numpy")
 def product(G, scale, d, out):
     """``out = scale * G @ d`` over the rows of G where d is nonzero (G symmetric, its leading
     ``len(d) x len(d)`` block read)."""
@@ -70,7 +99,7 @@ def product(G, scale, d, out):
         out[i] *= scale
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def dot(u, v):
     """``u @ v`` summed in index order."""
     total = 0.0
@@ -79,7 +108,7 @@ def dot(u, v):
     return total
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def kkt_holds(x, g, tol, ak, xx):
     """BMRM 2.1's test once a step was short (`ak` = its squared length, `xx` = ``|x|^2``).
 
@@ -104,8 +133,8 @@ def kkt_holds(x, g, tol, ak, xx):
     return True
 
 
-@numba.njit(cache=True)
-def pg_steps(G, scale, b, x0, x, tol, below, max_iter):
+@numba.njit(cache=True, error_model="numpy")
+def pg_steps(G, scale, b, x0, x, tol, below, max_iter, work):
     """Run the projected-gradient steps from `x0` projected into `x` (updated in place); return (steps, converged).
 
     Minimizes ``f(x) = 0.5 x^T Q x - b^T x`` with ``Q = scale * G`` over the
@@ -114,14 +143,10 @@ def pg_steps(G, scale, b, x0, x, tol, below, max_iter):
     BMRM 2.1's stopping test. Per step: one product with the rows of G where
     the step is nonzero and one projection; f, ``<d, g>`` and the curvatures
     are carried as scalars (``f(x + d) = f + <g, d> + <d, Qd> / 2``).
+    `work` is scratch of at least 6 x n.
     """
     n = b.size
-    t = np.empty(n)
-    g = np.empty(n)
-    d = np.empty(n)
-    Qd = np.empty(n)
-    y = np.empty(n)
-    v = np.empty(n)
+    t, g, d, Qd, y, v = work[0], work[1], work[2], work[3], work[4], work[5]
     project(x0, below, x)
     product(G, scale, x, t)
     for i in range(n):
@@ -191,3 +216,26 @@ def pg_steps(G, scale, b, x0, x, tol, below, max_iter):
         if ak < 100.0 * tol * tol * xx and kkt_holds(x, g, tol, ak, xx):
             return iteration, True
     return max_iter, False
+
+
+def entry():
+    """Compile and return the C entry point of :func:`pg_steps` (:mod:`prbmrm._native`'s ``pg_steps``).
+
+    ``steps = c_pg_steps(G, rows, cols, scale, b, x0, x, n, tol, below,
+    max_iter, work, converged)``: pointers to C-contiguous float64 arrays
+    (G rows x cols, its leading n x n block read; work 6 x n) and to one
+    int64 that receives the convergence flag.
+    """
+    from numba import carray, cfunc, types
+
+    f8, i8 = types.float64, types.int64
+    f8p = types.CPointer(f8)
+
+    @cfunc(i8(f8p, i8, i8, f8, f8p, f8p, f8p, i8, f8, i8, i8, f8p, types.CPointer(i8)), error_model="numpy")
+    def c_pg_steps(G, rows, cols, scale, b, x0, x, n, tol, below, max_iter, work, converged):
+        steps, done = pg_steps(carray(G, (rows, cols)), scale, carray(b, n), carray(x0, n), carray(x, n), tol,
+                               below != 0, max_iter, carray(work, (6, n)))
+        converged[0] = 1 if done else 0
+        return steps
+
+    return c_pg_steps

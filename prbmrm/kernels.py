@@ -6,7 +6,7 @@ scalar loss on CSR rows in one pass over this rank's nonzeros, group by
 group of consecutive blocks (:func:`_csr_groups`); the sums of each
 canonical block stay bitwise the same on any number of ranks.
 :func:`_dense_scalar_pass` does the same on dense rows with the compiled
-loop of :mod:`prbmrm._dense_kernel` (which loads numba).
+loop of :mod:`prbmrm._dense_kernel` (run by :mod:`prbmrm._native`).
 
 Imports: numpy, scipy and :mod:`prbmrm.losses`.
 """
@@ -39,10 +39,10 @@ _GROUP_ROWS = 2**13
 _ACTIVE_FRACTION = 0.25
 
 
-# Dense values over all ranks from which the compiled dense pass is taken: loading numba and
-# the cached kernel costs a process about 0.35 CPU s and 100 MiB of RSS (68 MiB of it libllvmlite's
-# shared pages); the pass takes half the time of BLAS's on 1 rank (Fashion-MNIST, 47M values:
-# 16-26 ms per evaluation against 41-47 ms under the same load, docs/performance.md "Dense data").
+# Dense values over all ranks from which the compiled dense pass is taken: loading the kernel
+# costs a process 20-30 ms and about 40 MiB of RSS (libllvmlite's shared pages; through numba it
+# was 0.35 CPU s and 100 MiB); the pass takes half the time of BLAS's on 1 rank (Fashion-MNIST, 47M
+# values: 16-26 ms per evaluation against 41-47 ms under the same load, docs/performance.md "Dense data").
 DENSE_KERNEL_VALUES = 2**24
 
 # The scalar losses the dense kernel knows: its code (prbmrm._dense_kernel) and parameter names.
@@ -130,12 +130,12 @@ def _dense_choice(dense, values, unable):
 
     Taken if every rank can (`unable` ranks cannot) and they hold at least
     :data:`DENSE_KERNEL_VALUES` `values` in all: each block's sums then come
-    from the same code on any number of ranks. numba and the compiled code
-    are loaded here, so the first evaluation's time is the pass's alone.
+    from the same code on any number of ranks. The compiled code is loaded
+    here (:mod:`prbmrm._native`), so the first evaluation's time is the pass's alone.
     """
     if unable or values < DENSE_KERNEL_VALUES:
         return None
-    from ._dense_kernel import dense_pass
+    from ._native import dense_pass
 
     code, params = dense
     dense_pass(np.zeros((0, 1)), np.zeros(0), np.zeros(1), code, params, np.zeros(1, dtype=np.intp),
@@ -147,7 +147,7 @@ def _dense_scalar_pass(dense, X, y, bounds, w, partials):
     """Fill the per-block `partials` (gradient, then risk) of a scalar loss on dense rows, in place.
 
     One pass over each row, compiled; `dense` is :func:`_dense_choice`'s
-    ``(prbmrm._dense_kernel.dense_pass, loss code, parameters)``.
+    ``(prbmrm._native.dense_pass, loss code, parameters)``.
     """
     kernel, code, params = dense
     kernel(X, y, w, code, params, bounds, partials)

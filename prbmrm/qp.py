@@ -17,7 +17,7 @@ support. General QP solvers pay for generality here: on a9a bundles of
 200 planes (``scripts/bench_qp.py``) DAQP, Clarabel and OSQP take 6, 20-35
 and 14-220 ms per solve, this solver 0.3-0.5 ms warm and 2.5 ms cold.
 
-Imports: numpy, scipy; of prbmrm: :mod:`prbmrm._pg_numpy`, :mod:`prbmrm._pg_kernel` (numba) when first needed.
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm._pg_numpy`, :mod:`prbmrm._native` (its kernel file when first needed).
 """
 
 import importlib.machinery
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _pg_numpy
+from . import _native, _pg_numpy
 
 __all__ = ["SimplexQPResult", "solve_simplex_pg", "solve_simplex_qp", "solve_two_plane_qp"]
 
@@ -41,10 +41,11 @@ _PD_REL = 1e-12
 # optimality cannot be decided below a small multiple of that.
 _NOISE_MULT = 64.0
 
-PG_NUMPY_STEPS = 2000
+PG_NUMPY_STEPS = 600
 """Projected-gradient steps a process takes in numpy (:mod:`prbmrm._pg_numpy`, ~15x a compiled step's time)
-before :func:`solve_simplex_pg` loads the numba kernel (0.6-1 s; bitwise the same steps): a run that needs
-fewer never loads numba, a longer one spends at most ~0.1 s more. 0: always the kernel."""
+before :func:`solve_simplex_pg` loads the compiled kernel (:mod:`prbmrm._native`: 20-30 ms and ~40 MB;
+bitwise the same steps): about as long as the load takes, so a run that needs fewer steps never loads it
+and a longer one spends at most that much more. 0: always the kernel."""
 
 
 def _flapack():
@@ -481,12 +482,12 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000, scale=1.0):
     iterate is projected onto the simplex, so the dual value returned is a
     valid lower bound however early the method stops. The projection is
     exact (sort-based) where BMRM 2.1 searches its multiplier by secants.
-    The steps run in a kernel compiled by numba (:mod:`prbmrm._pg_kernel`):
-    in numpy each step is ~30 calls of a microsecond or two on vectors of a
-    few hundred entries, 3-7x the C++ original's QP time. The first
-    :data:`PG_NUMPY_STEPS` steps of a process run in numpy all the same
-    (:mod:`prbmrm._pg_numpy`, bitwise the kernel's steps), which spares
-    short runs the second it costs to load numba and the kernel.
+    The steps run in a kernel compiled by numba (:mod:`prbmrm._pg_kernel`,
+    loaded by :mod:`prbmrm._native` without numba): in numpy each step is ~30
+    calls of a microsecond or two on vectors of a few hundred entries, 3-7x
+    the C++ original's QP time. The first :data:`PG_NUMPY_STEPS` steps of a
+    process run in numpy all the same (:mod:`prbmrm._pg_numpy`, bitwise the
+    kernel's steps), which spares short runs loading the kernel.
 
     Parameters
     ----------
@@ -524,9 +525,7 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000, scale=1.0):
         _NumpySteps.taken += steps
     if not converged and (left <= 0 or steps < max_iter):
         # Out of numpy steps: the kernel takes this subproblem from x0 again (the same steps, faster).
-        from ._pg_kernel import pg_steps
-
-        steps, converged = pg_steps(Q, float(scale), b, x0, x, float(tol), below, int(max_iter))
+        steps, converged = _native.pg_steps(Q, float(scale), b, x0, x, float(tol), below, int(max_iter))
     qp = _result(Q, b, x, steps, converged, below=below, scale=scale)
     if below:
         qp.value += floor

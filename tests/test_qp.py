@@ -366,8 +366,9 @@ def _random_pg_problems(count, seed):
 
 def test_projected_gradient_in_numpy_equals_the_compiled_kernel_bitwise():
     # A process takes its first steps in numpy (prbmrm._pg_numpy) and the rest in the kernel: a
-    # run's results must not depend on where the switch falls, so the two agree to the bit.
-    from prbmrm import _pg_kernel, _pg_numpy
+    # run's results must not depend on where the switch falls, so the two agree to the bit. The
+    # kernel runs from its file (prbmrm._native); numba's own dispatch of it must agree as well.
+    from prbmrm import _native, _pg_kernel, _pg_numpy
 
     assert (_pg_numpy._ALPHA_MIN, _pg_numpy._ALPHA_MAX, _pg_numpy._TINY, _pg_numpy._SUPPORT) == (
         _pg_kernel._ALPHA_MIN, _pg_kernel._ALPHA_MAX, _pg_kernel._TINY, _pg_kernel._SUPPORT)
@@ -375,12 +376,14 @@ def test_projected_gradient_in_numpy_equals_the_compiled_kernel_bitwise():
              for tol in (1e-1, 1e-4, 1e-9)]
     steps = 0
     for Q, b, x0, tol, below, scale, max_iter in cases + list(_random_pg_problems(150, 5)):
-        x, x_kernel = np.empty(b.size), np.empty(b.size)
+        x, x_kernel, x_numba = np.empty(b.size), np.empty(b.size), np.empty(b.size)
         result = _pg_numpy.pg_steps(Q, scale, b, x0, x, tol, below, max_iter)
-        assert result == _pg_kernel.pg_steps(Q, scale, b, x0, x_kernel, tol, below, max_iter)
-        assert x.tobytes() == x_kernel.tobytes()
+        assert result == _native.pg_steps(Q, scale, b, x0, x_kernel, tol, below, max_iter)
+        assert result == _pg_kernel.pg_steps(Q, scale, b, x0, x_numba, tol, below, max_iter, np.empty((6, b.size)))
+        assert x.tobytes() == x_kernel.tobytes() == x_numba.tobytes()
         steps += result[0]
     assert steps > 10000
+    assert _native.fallback_reason("pg_steps") is None  # it ran from the kernel file
 
 
 def test_projected_gradient_switches_to_the_kernel_without_changing_a_result(monkeypatch):

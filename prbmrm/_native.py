@@ -1,0 +1,271 @@
+"""The compiled kernels, run from machine code kept on disk: numba compiles them, but a run does not load numba.
+
+numba's ``cache=True`` spares a process compiling a kernel, not loading
+numba: the first call of a cached kernel imports numba and builds its typing
+and lowering registries, 0.4-0.5 s and about 70 MB per process here
+(docs/performance.md, "Start-up"), most of what BMRM 2.1 spends on a whole
+a9a run at lam 1e-4. So each kernel module also builds a C entry point (its
+``entry()``, a numba ``cfunc`` on raw pointers). Once per machine numba
+compiles it, and its optimized LLVM module is emitted as object code for this
+CPU into a file (:func:`cache_dir`). Every process, that first one too,
+loads the file with llvmlite (the LLVM binding numba itself uses; about 30
+ms) and calls the entry point through ctypes: all ranks and runs execute the
+same instructions.
+
+The object's external symbols are resolved in the process (libc, libm, the
+Python C API). numba's runtime helpers are reached only on error paths,
+which these kernels never take: they allocate nothing, and numpy's error
+model raises nothing. Unless numba has registered its own, those helpers are
+bound to a stub that says so and aborts.
+
+Where a file cannot be made or loaded (no llvmlite, ``NUMBA_DISABLE_JIT``, a
+platform other than ELF64, an object that does not link), the kernel
+module's numba functions run instead, compiled from the same code.
+
+Imports: numpy, llvmlite (when a kernel is first called); of prbmrm: the kernel modules only to compile them.
+"""
+
+import ctypes
+import hashlib
+import importlib
+import importlib.util
+import os
+import platform
+import struct
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = b"prbmrm-kernel-1\n"
+"""The first line of a kernel file (then the entry's symbol, the sha256 of the object code, an empty line
+and the code); a change of the layout changes it."""
+
+_c_double, _c_int64, _c_void_p = ctypes.c_double, ctypes.c_int64, ctypes.c_void_p
+# name: (module, its function that compiles the entry point, return type, argument types)
+KERNELS = {
+    "pg_steps": ("prbmrm._pg_kernel", "entry", _c_int64, (
+        _c_void_p, _c_int64, _c_int64, _c_double, _c_void_p, _c_void_p, _c_void_p, _c_int64, _c_double, _c_int64,
+        _c_int64, _c_void_p, _c_void_p)),
+    "dense_pass": ("prbmrm._dense_kernel", "dense_entry", None, (
+        _c_void_p, _c_int64, _c_int64, _c_void_p, _c_void_p, _c_int64, _c_void_p, _c_int64, _c_void_p, _c_int64,
+        _c_void_p)),
+}
+
+_lock = threading.RLock()
+_loaded = {}  # name -> ctypes function, or the numba fallback's reason (str)
+_engine = []  # [llvmlite binding, target machine, MCJIT engine, objects]
+
+
+class KernelLoadError(RuntimeError):
+    """A kernel file could not be made or linked (the numba functions run instead)."""
+
+
+def cache_dir():
+    """The directory of the kernel files: ``$NUMBA_CACHE_DIR/prbmrm`` if set, else the package's
+    ``__pycache__`` if writable (numba's own choice for its cache), else ``~/.cache/prbmrm``."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return Path(os.environ["NUMBA_CACHE_DIR"]) / "prbmrm"
+    in_tree = Path(__file__).resolve().parent / "__pycache__"
+    if os.access(in_tree if in_tree.exists() else in_tree.parent, os.W_OK):
+        return in_tree
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prbmrm"
+
+
+def function(name):
+    """The ctypes function of kernel `name`'s entry point, or None where the numba functions must run.
+
+    Loads the kernel file, making it first if none matches this kernel's
+    source, numba, llvmlite, Python and CPU (:func:`cache_dir`).
+    """
+    with _lock:
+        if name not in _loaded:
+            try:
+                _loaded[name] = _load(name)
+            except (KernelLoadError, ImportError, OSError) as error:
+                _loaded[name] = f"{type(error).__name__}: {error}"
+        found = _loaded[name]
+        return None if isinstance(found, str) else found
+
+
+def fallback_reason(name):
+    """Why kernel `name` runs in numba (None: it runs from its file, or was not called yet)."""
+    found = _loaded.get(name)
+    return found if isinstance(found, str) else None
+
+
+def _binding():
+    """(llvmlite.binding, target machine, engine, objects), made on first use."""
+    if not _engine:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        machine = llvm.Target.from_default_triple().create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
+            reloc="default", codemodel="jitdefault", jit=True)
+        _engine.extend([llvm, machine, llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine), []])
+    return _engine
+
+
+def _key(module):
+    """The hash a kernel file is named by: what its machine code depends on."""
+    llvm, machine = _binding()[:2]
+    import llvmlite
+
+    digest = hashlib.sha256(FORMAT)
+    for origin in (importlib.util.find_spec(module).origin, importlib.util.find_spec("numba").origin):
+        digest.update(Path(origin).read_bytes())
+    numba_version = Path(importlib.util.find_spec("numba").origin).with_name("_version.py")
+    digest.update(numba_version.read_bytes() if numba_version.exists() else b"")
+    for part in (llvmlite.__version__, llvm.get_host_cpu_name(), machine.triple,
+                 llvm.get_host_cpu_features().flatten(), sys.version, platform.machine()):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()[:24]
+
+
+def _load(name):
+    if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
+        raise KernelLoadError("NUMBA_DISABLE_JIT is set")
+    if sys.byteorder != "little" or struct.calcsize("P") != 8 or not sys.platform.startswith("linux"):
+        raise KernelLoadError("kernel files are made for 64-bit little-endian Linux (ELF64) only")
+    module, builder, restype, argtypes = KERNELS[name]
+    path = cache_dir() / f"{name}-{_key(module)}.kernel"
+    try:
+        symbol, code = _parse(path.read_bytes())
+    except (OSError, ValueError):  # none yet, or not whole
+        symbol, code = _make(module, builder, path)
+    return ctypes.CFUNCTYPE(restype, *argtypes)(_link(code, symbol))
+
+
+def _parse(blob):
+    """(entry symbol, object code) of a kernel file's bytes; ValueError unless whole."""
+    header, _, code = blob.partition(b"\n\n")
+    magic, symbol, digest = (header + b"\n").split(b"\n")[:3]
+    if magic + b"\n" != FORMAT or hashlib.sha256(code).hexdigest().encode() != digest:
+        raise ValueError("not a whole kernel file")
+    return symbol.decode(), code
+
+
+def _make(module, builder, path):
+    """Compile `module`'s entry point (its function `builder`) with numba and write its object code to `path`;
+    return (symbol, code).
+
+    The file is written whole or not at all (ranks making it at once each write their own, then
+    rename); where it cannot be written this process still runs the code it made.
+    """
+    llvm, machine = _binding()[:2]
+    entry = getattr(importlib.import_module(module), builder)()
+    code = machine.emit_object(llvm.parse_assembly(entry.inspect_llvm()))
+    symbol = entry.native_name
+    blob = FORMAT + symbol.encode() + b"\n" + hashlib.sha256(code).hexdigest().encode() + b"\n\n" + code
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(blob)
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)
+    return symbol, code
+
+
+def _link(code, symbol):
+    """Add the object `code` to the engine, resolving its external symbols; return the address of `symbol`."""
+    llvm, _, engine, objects = _binding()
+    for name in undefined_symbols(code):
+        if llvm.address_of_symbol(name):
+            continue  # registered already (by numba, or by an earlier kernel)
+        address = _process_symbol(name)
+        if address is None and name.startswith(("numba_", "NRT_")):
+            address = ctypes.cast(_unreachable_stub, ctypes.c_void_p).value
+        if address is None:
+            raise KernelLoadError(f"the kernel needs symbol {name!r}, which this process lacks")
+        llvm.add_symbol(name, address)
+    obj = llvm.ObjectFileRef.from_data(code)
+    objects.append(obj)
+    engine.add_object_file(obj)
+    engine.finalize_object()
+    address = engine.get_function_address(symbol)
+    if not address:
+        raise KernelLoadError(f"the kernel file defines no {symbol!r}")
+    return address
+
+
+def _process_symbol(name):
+    """The address of `name` among the process's global symbols (dlsym(RTLD_DEFAULT)), or None."""
+    dlsym = ctypes.CDLL(None).dlsym
+    dlsym.restype, dlsym.argtypes = ctypes.c_void_p, (ctypes.c_void_p, ctypes.c_char_p)
+    return dlsym(None, name.encode())
+
+
+@ctypes.CFUNCTYPE(None)
+def _unreachable_stub():
+    os.write(2, b"prbmrm: a compiled kernel reached an error path of numba's runtime, which it never should; "
+                b"please report this (prbmrm._native)\n")
+    os.abort()
+
+
+def undefined_symbols(code):
+    """The names of the undefined symbols of the ELF64 (little-endian) object `code`."""
+    if code[:4] != b"\x7fELF" or code[4] != 2 or code[5] != 1:
+        raise KernelLoadError("the kernel file holds no ELF64 little-endian object")
+    offset, = struct.unpack_from("<Q", code, 0x28)
+    size, count = struct.unpack_from("<HH", code, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", code, offset + i * size) for i in range(count)]
+    names = []
+    for _, kind, _, _, start, length, link, _, _, entry in sections:
+        if kind != 2:  # SHT_SYMTAB
+            continue
+        strings = sections[link][4]
+        for at in range(start, start + length, entry):
+            name, _, _, index = struct.unpack_from("<IBBH", code, at)
+            if index == 0 and name:  # SHN_UNDEF
+                names.append(code[strings + name:code.index(b"\0", strings + name)].decode())
+    return names
+
+
+def _pointer(array):
+    return array.__array_interface__["data"][0]
+
+
+def pg_steps(G, scale, b, x0, x, tol, below, max_iter):
+    """:func:`prbmrm._pg_kernel.pg_steps` (its arguments less the scratch), from the kernel file; return (steps, converged).
+
+    `G` and the vectors are C-contiguous float64 (`G` at least n x n, its leading block read); `x` is written.
+    """
+    n = b.size
+    work = np.empty((6, n))
+    kernel = function("pg_steps")
+    if kernel is None:
+        from ._pg_kernel import pg_steps as compiled
+
+        return compiled(G, scale, b, x0, x, tol, below, max_iter, work)
+    if not (G.flags.c_contiguous and G.dtype == np.float64 and G.shape[0] >= n and G.shape[1] >= n):
+        raise ValueError("pg_steps needs a C-contiguous float64 G of at least n x n")
+    converged = np.zeros(1, dtype=np.int64)
+    steps = kernel(_pointer(G), G.shape[0], G.shape[1], scale, _pointer(b), _pointer(x0), _pointer(x), n, tol,
+                   int(below), max_iter, _pointer(work), _pointer(converged))
+    return int(steps), bool(converged[0])
+
+
+def dense_pass(X, y, w, code, p, bounds, partials):
+    """:func:`prbmrm._dense_kernel.dense_pass`, from the kernel file: fill `partials` in place.
+
+    Every array C-contiguous, float64 but `bounds` (intp); `partials` is
+    ``(len(bounds) - 1) x (X.shape[1] + 1)``.
+    """
+    kernel = function("dense_pass")
+    if kernel is None:
+        from ._dense_kernel import dense_pass as compiled
+
+        compiled(X, y, w, code, p, bounds, partials)
+        return
+    if not all(a.flags.c_contiguous and a.dtype == np.float64 for a in (X, y, w, p, partials)) or not (
+            bounds.flags.c_contiguous and bounds.dtype == np.intp):
+        raise ValueError("dense_pass needs C-contiguous arrays, float64 but bounds (intp)")
+    if (partials.shape != (bounds.size - 1, X.shape[1] + 1) or y.size != X.shape[0] or w.size != X.shape[1]
+            or (bounds.size and not 0 <= bounds[0] <= bounds[-1] <= X.shape[0])):
+        raise ValueError("dense_pass: the arrays' shapes do not agree")
+    kernel(_pointer(X), X.shape[0], X.shape[1], _pointer(y), _pointer(w), code, _pointer(p), p.size, _pointer(bounds),
+           bounds.size, _pointer(partials))

@@ -1,4 +1,4 @@
-"""The risk pass of a scalar loss on dense rows, as one loop numba compiles.
+"""The risk pass of a scalar loss on dense rows, and its second half on CSR rows, as loops numba compiles.
 
 Each row is read from memory once: its score ``f = <x, w>``, then the
 loss's value and derivative ``c = l'(f, y)``, then ``g += c x`` while the
@@ -14,10 +14,17 @@ block's sums are the same bitwise on any number of ranks of a machine;
 they differ from BLAS's by rounding. The losses' formulas are compiled
 without those flags, as :mod:`prbmrm.losses.scalar` writes them.
 
-:mod:`prbmrm._native` runs the entry point (:func:`dense_entry`) from a
-file without loading numba (the pass allocates nothing and, with numpy's
-error model, raises nothing); only there, or where that file cannot be
-made, is this module imported. Only runs on large dense data call it.
+:func:`csr_update` is the second half of the pass on CSR rows, from their
+scores (scipy's ``csr_matvec``: numba's loop of the same order takes twice
+its time): l and l', then ``g += l' x`` on the nonzeros of the rows with
+``l' != 0``, in the order of scipy's ``csc_matvec``, so the gradient is the
+same bitwise; the risk is added row by row (numpy sums a chunk pairwise).
+
+:mod:`prbmrm._native` runs the entry points (:func:`dense_entry`,
+:func:`csr_entry`) from a file without loading numba (the passes allocate
+nothing and, with numpy's error model, raise nothing); only there, or where
+that file cannot be made, is this module imported. Only runs on large data
+call them.
 
 Imports: numba; of prbmrm: nothing (:data:`prbmrm.kernels._DENSE_LOSSES` holds the codes below).
 """
@@ -25,6 +32,7 @@ Imports: numba; of prbmrm: nothing (:data:`prbmrm.kernels._DENSE_LOSSES` holds t
 import math
 
 import numba
+import numpy as np
 
 # Loss codes: prbmrm.kernels._DENSE_LOSSES maps the loss classes to them and to their parameters.
 HINGE, SQUARED_HINGE, ZERO_HINGE, SQUARED_ZERO_HINGE, EXPONENTIAL, LOGISTIC, HUBER_HINGE = range(7)
@@ -56,7 +64,7 @@ def _expit(z):
     return e / (1.0 + e)
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def loss_at(code, p, f, y):
     """Return ``(l(f, y), l'(f, y))`` of the loss `code` with parameters `p` (as in :mod:`prbmrm.losses.scalar`)."""
     if code == HINGE:
@@ -125,6 +133,28 @@ def dense_pass(X, y, w, code, p, bounds, partials):
         partial[d] = risk
 
 
+@numba.njit(cache=True, error_model="numpy")
+def csr_update(indptr, indices, data, f, y, code, p, bounds, partials):
+    """Fill ``partials[b]`` (the gradient sum, then the risk sum) of each block b of CSR rows between `bounds`,
+    from the rows' scores `f`.
+
+    Rows are added in order from +0.0, so a block's sums depend on its rows only.
+    """
+    d = partials.shape[1] - 1
+    for b in range(bounds.size - 1):
+        partial = partials[b]
+        partial[:] = 0.0
+        risk = 0.0
+        for i in range(bounds[b], bounds[b + 1]):
+            value, c = loss_at(code, p, f[i], y[i])
+            risk += f[i] if f[i] != f[i] else value
+            if c != 0.0:
+                for k in range(np.intp(indptr[i]), np.intp(indptr[i + 1])):
+                    # Unsigned: no test for a negative index (the shards' indices are checked on loading).
+                    partial[np.uintp(indices[k])] += data[k] * c
+        partial[d] = risk
+
+
 def dense_entry():
     """Compile and return the C entry point of :func:`dense_pass` (:mod:`prbmrm._native`'s ``dense_pass``).
 
@@ -143,3 +173,24 @@ def dense_entry():
 
     return c_dense_pass
 
+
+def csr_entry():
+    """Compile and return the C entry point of :func:`csr_update` (:mod:`prbmrm._native`'s ``csr_update``).
+
+    ``c_csr_update(indptr, indices, data, rows, nonzeros, cols, f, y, code,
+    p, n_p, bounds, n_bounds, partials)``: pointers to C-contiguous arrays,
+    int32 `indptr` (rows + 1) and `indices`, intp `bounds`, float64 else;
+    `partials` is (n_bounds - 1) x (cols + 1).
+    """
+    from numba import carray, cfunc, types
+
+    f8p, i8 = types.CPointer(types.float64), types.int64
+    i4p, ip = types.CPointer(types.int32), types.CPointer(types.intp)
+
+    @cfunc(types.void(i4p, i4p, f8p, i8, i8, i8, f8p, f8p, i8, f8p, i8, ip, i8, f8p), error_model="numpy")
+    def c_csr_update(indptr, indices, data, rows, nonzeros, cols, f, y, code, p, n_p, bounds, n_bounds, partials):
+        csr_update(carray(indptr, rows + 1), carray(indices, nonzeros), carray(data, nonzeros), carray(f, rows),
+                   carray(y, rows), code, carray(p, n_p), carray(bounds, n_bounds),
+                   carray(partials, (n_bounds - 1, cols + 1)))
+
+    return c_csr_update

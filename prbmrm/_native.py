@@ -4,10 +4,10 @@ numba's ``cache=True`` spares a process compiling a kernel, not loading
 numba: the first call of a cached kernel imports numba and builds its typing
 and lowering registries, 0.4-0.5 s and about 70 MB per process here
 (docs/performance.md, "Start-up"), most of what BMRM 2.1 spends on a whole
-a9a run at lam 1e-4. So each kernel module also builds a C entry point (its
-``entry()``, a numba ``cfunc`` on raw pointers). Once per machine numba
-compiles it, and its optimized LLVM module is emitted as object code for this
-CPU into a file (:func:`cache_dir`). Every process, that first one too,
+a9a run at lam 1e-4. So each kernel (:data:`KERNELS`) also has a C entry
+point, a numba ``cfunc`` on raw pointers that a function of its module
+builds. Once per machine numba compiles it, and its optimized LLVM module is
+emitted as object code for this CPU into a file (:func:`cache_dir`). Every process, that first one too,
 loads the file with llvmlite (the LLVM binding numba itself uses; about 30
 ms) and calls the entry point through ctypes: all ranks and runs execute the
 same instructions.
@@ -51,6 +51,9 @@ KERNELS = {
     "dense_pass": ("prbmrm._dense_kernel", "dense_entry", None, (
         _c_void_p, _c_int64, _c_int64, _c_void_p, _c_void_p, _c_int64, _c_void_p, _c_int64, _c_void_p, _c_int64,
         _c_void_p)),
+    "csr_update": ("prbmrm._dense_kernel", "csr_entry", None, (
+        _c_void_p, _c_void_p, _c_void_p, _c_int64, _c_int64, _c_int64, _c_void_p, _c_void_p, _c_int64, _c_void_p,
+        _c_int64, _c_void_p, _c_int64, _c_void_p)),
 }
 
 _lock = threading.RLock()
@@ -230,7 +233,8 @@ def _pointer(array):
 
 
 def pg_steps(G, scale, b, x0, x, tol, below, max_iter):
-    """:func:`prbmrm._pg_kernel.pg_steps` (its arguments less the scratch), from the kernel file; return (steps, converged).
+    """:func:`prbmrm._pg_kernel.pg_steps` (its arguments less the scratch), from the kernel file; return
+    (steps, converged).
 
     `G` and the vectors are C-contiguous float64 (`G` at least n x n, its leading block read); `x` is written.
     """
@@ -261,11 +265,40 @@ def dense_pass(X, y, w, code, p, bounds, partials):
 
         compiled(X, y, w, code, p, bounds, partials)
         return
-    if not all(a.flags.c_contiguous and a.dtype == np.float64 for a in (X, y, w, p, partials)) or not (
-            bounds.flags.c_contiguous and bounds.dtype == np.intp):
-        raise ValueError("dense_pass needs C-contiguous arrays, float64 but bounds (intp)")
-    if (partials.shape != (bounds.size - 1, X.shape[1] + 1) or y.size != X.shape[0] or w.size != X.shape[1]
-            or (bounds.size and not 0 <= bounds[0] <= bounds[-1] <= X.shape[0])):
+    _check("dense_pass", (X, y, w, p, partials), (), X.shape, y, bounds, partials)
+    if w.size != X.shape[1]:
         raise ValueError("dense_pass: the arrays' shapes do not agree")
     kernel(_pointer(X), X.shape[0], X.shape[1], _pointer(y), _pointer(w), code, _pointer(p), p.size, _pointer(bounds),
            bounds.size, _pointer(partials))
+
+
+def csr_update(X, f, y, code, p, bounds, partials):
+    """:func:`prbmrm._dense_kernel.csr_update` on the CSR matrix `X` with row scores `f`, from the kernel file:
+    fill `partials` in place.
+
+    `X` has int32 ``indptr`` and ``indices`` and float64 ``data``; every
+    other array is as for :func:`dense_pass`.
+    """
+    kernel = function("csr_update")
+    indptr, indices, data = X.indptr, X.indices, X.data
+    if kernel is None:
+        from ._dense_kernel import csr_update as compiled
+
+        compiled(indptr, indices, data, f, y, code, p, bounds, partials)
+        return
+    _check("csr_update", (data, f, y, p, partials), (indptr, indices), X.shape, y, bounds, partials)
+    if f.size != X.shape[0] or indptr.size != X.shape[0] + 1:
+        raise ValueError("csr_update: the arrays' shapes do not agree")
+    kernel(_pointer(indptr), _pointer(indices), _pointer(data), X.shape[0], data.size, X.shape[1], _pointer(f),
+           _pointer(y), code, _pointer(p), p.size, _pointer(bounds), bounds.size, _pointer(partials))
+
+
+def _check(name, floats, int32s, shape, labels, bounds, partials):
+    """Raise ValueError unless the arrays are C-contiguous of their types (`bounds` intp) and `labels` and
+    `partials` fit the rows and blocks of a matrix of `shape`."""
+    typed = [(a, np.float64) for a in floats] + [(a, np.int32) for a in int32s] + [(bounds, np.intp)]
+    if not all(a.flags.c_contiguous and a.dtype == dtype for a, dtype in typed):
+        raise ValueError(f"{name} needs C-contiguous arrays: float64 values, int32 indices, intp bounds")
+    if (partials.shape != (bounds.size - 1, shape[1] + 1) or labels.size != shape[0]
+            or (bounds.size and not 0 <= bounds[0] <= bounds[-1] <= shape[0])):
+        raise ValueError(f"{name}: the arrays' shapes do not agree")

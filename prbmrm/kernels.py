@@ -6,7 +6,9 @@ scalar loss on CSR rows in one pass over this rank's nonzeros, group by
 group of consecutive blocks (:func:`_csr_groups`); the sums of each
 canonical block stay bitwise the same on any number of ranks.
 :func:`_dense_scalar_pass` does the same on dense rows with the compiled
-loop of :mod:`prbmrm._dense_kernel` (run by :mod:`prbmrm._native`).
+loop of :mod:`prbmrm._dense_kernel` (run by :mod:`prbmrm._native`), and
+:func:`_csr_compiled_pass` on large CSR data of few columns with scipy's
+product and a compiled rest.
 
 Imports: numpy, scipy and :mod:`prbmrm.losses`.
 """
@@ -45,7 +47,13 @@ _ACTIVE_FRACTION = 0.25
 # values: 16-26 ms per evaluation against 41-47 ms under the same load, docs/performance.md "Dense data").
 DENSE_KERNEL_VALUES = 2**24
 
-# The scalar losses the dense kernel knows: its code (prbmrm._dense_kernel) and parameter names.
+# Nonzeros over all ranks from which the compiled second half of the CSR pass is taken (loaded as
+# the dense pass is; a9a, 451k nonzeros: 0.5 ms per evaluation against 0.95 ms), and the most
+# columns (wider data keeps scipy's kernels, measured for docs/performance.md "High-dimensional data").
+CSR_KERNEL_NONZEROS = 2**18
+CSR_KERNEL_COLUMNS = 2**16
+
+# The scalar losses the compiled passes know: their code (prbmrm._dense_kernel) and parameter names.
 _DENSE_LOSSES = {scalar.Hinge: (0, ()), scalar.SquaredHinge: (1, ()), scalar.ZeroHinge: (2, ()),
                  scalar.SquaredZeroHinge: (3, ()), scalar.Exponential: (4, ()), scalar.Logistic: (5, ()),
                  scalar.HuberHinge: (6, ("delta",)), scalar.Novelty: (7, ("rho",)), scalar.LeastSquares: (8, ()),
@@ -117,8 +125,15 @@ def _dense_scalar(loss, X, y, qid):
     It runs a loss of :data:`_DENSE_LOSSES` (its exact class: a subclass may
     change the formulas) on a C-contiguous float64 array with float64 labels.
     """
-    if (type(loss) not in _DENSE_LOSSES or qid is not None or not isinstance(X, np.ndarray) or X.ndim != 2
-            or X.dtype != np.float64 or not X.flags.c_contiguous or not isinstance(y, np.ndarray)
+    if not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype != np.float64 or not X.flags.c_contiguous:
+        return None
+    return _compiled_loss(loss, y, qid)
+
+
+def _compiled_loss(loss, y, qid):
+    """``(loss code, parameters)`` of a loss of :data:`_DENSE_LOSSES` (its exact class: a subclass may change
+    the formulas) with C-contiguous float64 labels, else None."""
+    if (type(loss) not in _DENSE_LOSSES or qid is not None or not isinstance(y, np.ndarray)
             or y.dtype != np.float64 or y.ndim != 1 or not y.flags.c_contiguous):
         return None
     code, names = _DENSE_LOSSES[type(loss)]
@@ -141,6 +156,54 @@ def _dense_choice(dense, values, unable):
     dense_pass(np.zeros((0, 1)), np.zeros(0), np.zeros(1), code, params, np.zeros(1, dtype=np.intp),
                np.zeros((0, 2)))
     return dense_pass, code, params
+
+
+def _csr_compiled(loss, X, y, qid, compact):
+    """The compiled CSR pass's ``(loss code, parameters)`` for `loss` on this rank's `X`, or None if it cannot run.
+
+    As :func:`_dense_scalar`, on a CSR matrix of float64 values with int32
+    indices and at most :data:`CSR_KERNEL_COLUMNS` columns whose blocks' sums
+    are kept as dense rows (not `compact`).
+    """
+    if (compact or not _csr_scalar(loss, X, qid) or X.shape[1] > CSR_KERNEL_COLUMNS
+            or X.indices.dtype != np.int32 or X.indptr.dtype != np.int32):
+        return None
+    return _compiled_loss(loss, y, qid)
+
+
+def _csr_choice(csr, nonzeros, unable, rows):
+    """The compiled CSR pass with this rank's `csr` (:func:`_csr_compiled`) and its scores' storage for `rows`
+    rows, or None: as :func:`_dense_choice`, from :data:`CSR_KERNEL_NONZEROS` `nonzeros` in all."""
+    if unable or nonzeros < CSR_KERNEL_NONZEROS:
+        return None
+    from ._native import csr_update
+
+    code, params = csr
+    csr_update(sp.csr_matrix((0, 1)), np.zeros(0), np.zeros(0), code, params, np.zeros(1, dtype=np.intp),
+               np.zeros((0, 2)))
+    return csr_update, code, params, np.empty(rows)
+
+
+def _compiled_passes(loss, X, y, qid, compact, blocks, comm):
+    """(blocks over all ranks, :func:`_dense_choice`, :func:`_csr_choice`) for this rank's `blocks` blocks of
+    `X` (`compact`: its sums kept on their supports), agreed by all ranks in one sum."""
+    dense, csr = _dense_scalar(loss, X, y, qid), _csr_compiled(loss, X, y, qid, compact)
+    counts = comm.allreduce_sum(np.array([blocks, 0 if dense is None else X.size, dense is None,
+                                          0 if csr is None else X.nnz, csr is None], dtype=np.int64))
+    return (int(counts[0]), _dense_choice(dense, counts[1], counts[2]),
+            _csr_choice(csr, counts[3], counts[4], X.shape[0]))
+
+
+def _csr_compiled_pass(csr, X, y, bounds, w, partials):
+    """Fill the per-block `partials` (gradient, then risk) of a scalar loss on CSR rows, in place.
+
+    The rows' scores by scipy's ``csr_matvec`` (as :func:`_csr_scalar_pass`
+    forms them), then the compiled rest (``csr`` is :func:`_csr_choice`'s).
+    """
+    kernel, code, params, scores = csr
+    scores.fill(0.0)  # csr_matvec adds onto it
+    _sparsetools.csr_matvec(X.shape[0], X.shape[1], X.indptr, X.indices, X.data, w, scores)
+    kernel(X, scores, y, code, params, bounds, partials)
 
 
 def _dense_scalar_pass(dense, X, y, bounds, w, partials):

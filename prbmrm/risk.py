@@ -15,7 +15,8 @@ number of ranks. A rank holding several blocks of sparse data with many columns 
 on the block's columns only (:class:`prbmrm.comm.SupportRows`, see :data:`COMPACT_PARTIALS`), so its memory
 follows the nonzeros, not blocks x d. A scalar loss on CSR data makes one pass over the nonzeros for ``f = X w``
 and one over those of the rows with ``l' != 0`` for ``X^T l'``, accumulated in place, for groups of consecutive
-blocks at a time (:func:`prbmrm.kernels._csr_scalar_pass`); on large dense data, one compiled pass reads each
+blocks at a time (:func:`prbmrm.kernels._csr_scalar_pass`; on large data of at most 2^16 columns the second
+pass is compiled, :func:`prbmrm.kernels._csr_compiled_pass`); on large dense data, one compiled pass reads each
 row once for both (:func:`prbmrm.kernels._dense_scalar_pass`).
 
 A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the
@@ -56,8 +57,9 @@ import numpy as np
 
 from .comm import SupportRows
 from .errors import CollectiveError, JointError, PrbmrmError
-from .kernels import (_block_groups, _chunk_bounds, _csr_compact_pass, _csr_groups, _csr_scalar, _csr_scalar_pass,
-                      _dense_choice, _dense_scalar, _dense_scalar_pass, _row_block, _rows, _same_index_dtype)
+from .kernels import (_block_groups, _chunk_bounds, _compiled_passes, _csr_compact_pass, _csr_compiled_pass,
+                      _csr_groups, _csr_scalar, _csr_scalar_pass, _dense_scalar_pass, _row_block, _rows,
+                      _same_index_dtype)
 from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
@@ -180,10 +182,8 @@ class DistributedRisk:
             self._chunks = [[(_row_block(X, a + s, a + t), _rows(y, a + s, a + t), None)
                              for s, t in _chunk_bounds(X, a, b)] if qid is None else [block]
                             for block, a, b in zip(self._blocks, bounds[:-1], bounds[1:])]
-        dense = _dense_scalar(loss, X, y, qid)
-        counts = comm.allreduce_sum(np.array([len(self._blocks), 0 if dense is None else X.size, dense is None],
-                                             dtype=np.int64))  # blocks, and see _dense_choice
-        self._n_parts, self._dense = int(counts[0]), _dense_choice(dense, counts[1], counts[2])
+        self._n_parts, self._dense, self._csr_compiled = _compiled_passes(
+            loss, X, y, qid, self._scratch is not None, len(self._blocks), comm)
         if not loss.decomposable:
             # Labels and query ids travel to rank 0 once; per iteration only scores do.
             self._counts = comm.gather_counts(X.shape[0])
@@ -249,6 +249,8 @@ class DistributedRisk:
             try:
                 if self._scratch is not None:
                     _csr_compact_pass(self.loss, self._groups, w, self._scratch, self._partials)
+                elif self._csr_compiled is not None:
+                    _csr_compiled_pass(self._csr_compiled, self._X, self._y, self._bounds, w, self._partials)
                 elif self._csr:
                     _csr_scalar_pass(self.loss, self._groups, w, self._partials)
                 elif self._dense is not None:

@@ -116,3 +116,83 @@ def test_ranks_agree_with_one_rank_bitwise(compiled, comm, mpi_tmp_path):
             expected = serial(w)
             assert risk == expected[0]
             np.testing.assert_array_equal(gradient, expected[1])
+
+
+@pytest.fixture
+def csr_compiled(monkeypatch):
+    """Take the compiled CSR pass whatever the data's size."""
+    monkeypatch.setattr(prbmrm.kernels, "CSR_KERNEL_NONZEROS", 0)
+
+
+def sparse_data_for(loss, rows=700, features=41, seed=0):
+    import scipy.sparse as sp
+
+    X, y, w = data_for(loss, rows, features, seed)
+    return sp.csr_matrix(np.where(np.random.default_rng(seed + 1).random(X.shape) < 0.3, X, 0.0)), y, w
+
+
+@pytest.mark.parametrize("cls", SCALAR_LOSSES, ids=lambda cls: cls.name)
+def test_csr_pass_equals_scipys_kernels_per_block(csr_compiled, monkeypatch, cls):
+    # The gradient adds the same products in the same order as scipy's csc_matvec: bitwise where l'
+    # is computed alike (all but the losses through exp); the risk is summed row by row, where numpy
+    # sums a chunk pairwise.
+    loss = cls(**PARAMS.get(cls.name, {}))
+    X, y, w = sparse_data_for(loss)
+    bounds = np.array([0, 1, 1, 250, 700])
+    compiled = DistributedRisk(loss, X, y, len(y), SerialComm(), bounds)
+    monkeypatch.setattr(prbmrm.kernels, "CSR_KERNEL_NONZEROS", 2**62)
+    scipy_path = DistributedRisk(loss, X, y, len(y), SerialComm(), bounds)
+    assert compiled._csr_compiled is not None and scipy_path._csr_compiled is None
+    got, want = partials_at(compiled, w), partials_at(scipy_path, w)
+    np.testing.assert_allclose(got[:, -1], want[:, -1], rtol=1e-13, atol=1e-13)
+    if cls.name in ("exponential", "logistic", "poisson"):  # l' through exp: libm's against numpy's
+        np.testing.assert_allclose(got[:, :-1], want[:, :-1], rtol=1e-13, atol=1e-13)
+    else:
+        np.testing.assert_array_equal(got[:, :-1], want[:, :-1])
+
+
+def test_the_csr_pass_is_taken_on_large_data_of_few_columns_only(monkeypatch):
+    loss = SCALAR_LOSSES[0]()
+    X, y, w = sparse_data_for(loss)
+    monkeypatch.setattr(prbmrm.kernels, "CSR_KERNEL_NONZEROS", X.nnz + 1)
+    assert DistributedRisk(loss, X, y, len(y), SerialComm())._csr_compiled is None
+    monkeypatch.setattr(prbmrm.kernels, "CSR_KERNEL_NONZEROS", X.nnz)
+    assert DistributedRisk(loss, X, y, len(y), SerialComm())._csr_compiled is not None
+    # Matrices the kernel does not take keep scipy's kernels: too many columns, 64-bit indices,
+    # compact sums, a loss subclass.
+    wide = X.copy()
+    wide._shape = (X.shape[0], prbmrm.kernels.CSR_KERNEL_COLUMNS + 1)
+    assert prbmrm.kernels._csr_compiled(loss, wide, y, None, False) is None
+    long_indices = X.copy()
+    long_indices.indices, long_indices.indptr = X.indices.astype(np.int64), X.indptr.astype(np.int64)
+    assert prbmrm.kernels._csr_compiled(loss, long_indices, y, None, False) is None
+    assert prbmrm.kernels._csr_compiled(loss, X, y, None, True) is None
+    assert prbmrm.kernels._csr_compiled(type("Changed", (type(loss),), {})(), X, y, None, False) is None
+    assert prbmrm.kernels._csr_compiled(loss, X, y, None, False) is not None
+
+
+def test_non_finite_scores_make_the_csr_risk_non_finite(csr_compiled):
+    loss = SCALAR_LOSSES[0]()
+    X, y, w = sparse_data_for(loss)
+    w[:] = np.nan
+    oracle = DistributedRisk(loss, X, y, len(y), SerialComm())
+    assert oracle._csr_compiled is not None and np.isnan(partials_at(oracle, w)[0, -1])
+
+
+@pytest.mark.distributed
+def test_csr_ranks_agree_with_one_rank_bitwise(csr_compiled, comm, mpi_tmp_path):
+    loss = dict((cls.name, cls) for cls in SCALAR_LOSSES)["logistic"]()
+    X, y, _ = sparse_data_for(loss, rows=1000)
+    directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 2)
+    local = load_local(directory, comm)
+    oracle = DistributedRisk(loss, local.X, local.y, local.n_examples_total, comm, local.blocks)
+    points = np.random.default_rng(1).normal(size=(3, X.shape[1])) * 0.3
+    values = run_distributed(oracle, lambda risk: [risk(w) for w in points])
+    if comm.is_root:
+        whole = load_local(directory, SerialComm())
+        serial = DistributedRisk(loss, whole.X, whole.y, len(y), SerialComm(), whole.blocks)
+        assert oracle._csr_compiled is not None and serial._csr_compiled is not None
+        for w, (risk, gradient) in zip(points, values):
+            expected = serial(w)
+            assert risk == expected[0]
+            np.testing.assert_array_equal(gradient, expected[1])

@@ -28,6 +28,14 @@ def dense_case(code, seed=0):
     return X, y, w, bounds
 
 
+def csr_case(code):
+    import scipy.sparse as sp
+
+    X, y, w, bounds = dense_case(code)
+    X = sp.csr_matrix(np.where(np.random.default_rng(code).random(X.shape) < 0.3, X, 0.0))
+    return X, X @ w, y, bounds
+
+
 def pg_cases(count=40, seed=3):
     rng = np.random.default_rng(seed)
     cases = []
@@ -56,6 +64,13 @@ def numba_dense(code, p):
     return partials
 
 
+def numba_csr(code, p):
+    X, f, y, bounds = csr_case(code)
+    partials = np.full((bounds.size - 1, X.shape[1] + 1), np.nan)
+    _dense_kernel.csr_update(X.indptr, X.indices, X.data, f, y, code, p, bounds, partials)
+    return partials
+
+
 def test_pg_steps_from_its_file_equals_numba_bitwise():
     for case in pg_cases():
         G, scale, b, x0, tol, below, max_iter = case
@@ -74,6 +89,15 @@ def test_dense_pass_from_its_file_equals_numba_bitwise(code, p):
     assert _native.fallback_reason("dense_pass") is None
 
 
+@pytest.mark.parametrize("code, p", LOSS_PARAMS)
+def test_csr_update_from_its_file_equals_numba_bitwise(code, p):
+    X, f, y, bounds = csr_case(code)
+    partials = np.full((bounds.size - 1, X.shape[1] + 1), np.nan)
+    _native.csr_update(X, f, y, code, p, bounds, partials)
+    assert partials.tobytes() == numba_csr(code, p).tobytes()
+    assert _native.fallback_reason("csr_update") is None
+
+
 def test_dense_pass_refuses_arrays_it_cannot_read():
     X, y, w, bounds = dense_case(0)
     partials = np.zeros((bounds.size - 1, X.shape[1] + 1))
@@ -81,13 +105,20 @@ def test_dense_pass_refuses_arrays_it_cannot_read():
         _native.dense_pass(np.asfortranarray(X), y, w, 0, np.zeros(0), bounds, partials)
     with pytest.raises(ValueError, match="shapes"):
         _native.dense_pass(X, y, w, 0, np.zeros(0), bounds, partials[:, :-1].copy())
+    X, f, y, bounds = csr_case(0)
+    long_indices = X.copy()
+    long_indices.indices = X.indices.astype(np.int64)
+    with pytest.raises(ValueError, match="int32 indices"):
+        _native.csr_update(long_indices, f, y, 0, np.zeros(0), bounds, partials)
+    with pytest.raises(ValueError, match="shapes"):
+        _native.csr_update(X, f[:-1].copy(), y, 0, np.zeros(0), bounds, partials)
 
 
 CHILD = """
 import pickle, sys
 import numpy as np
 from prbmrm import _native
-pg_cases, dense_cases = pickle.loads(sys.stdin.buffer.read())
+pg_cases, dense_cases, csr_cases = pickle.loads(sys.stdin.buffer.read())
 out = []
 for G, scale, b, x0, tol, below, max_iter in pg_cases:
     x = np.empty(b.size)
@@ -96,7 +127,11 @@ for X, y, w, code, p, bounds in dense_cases:
     partials = np.full((bounds.size - 1, X.shape[1] + 1), np.nan)
     _native.dense_pass(X, y, w, code, p, bounds, partials)
     out.append(partials)
-reasons = [_native.fallback_reason(name) for name in ("pg_steps", "dense_pass")]
+for X, f, y, code, p, bounds in csr_cases:
+    partials = np.full((bounds.size - 1, X.shape[1] + 1), np.nan)
+    _native.csr_update(X, f, y, code, p, bounds, partials)
+    out.append(partials)
+reasons = [_native.fallback_reason(name) for name in ("pg_steps", "dense_pass", "csr_update")]
 sys.stdout.buffer.write(pickle.dumps((out, "numba" in sys.modules, reasons)))
 """
 
@@ -104,14 +139,15 @@ sys.stdout.buffer.write(pickle.dumps((out, "numba" in sys.modules, reasons)))
 def run_child(env=None):
     """Run both kernels in a fresh process; return (results, whether numba was imported, fallback reasons)."""
     dense = [(*dense_case(code)[:3], code, p, dense_case(code)[3]) for code, p in LOSS_PARAMS]
-    done = subprocess.run([sys.executable, "-c", CHILD], input=pickle.dumps((pg_cases(10), dense)),
+    csr = [(*csr_case(code)[:3], code, p, csr_case(code)[3]) for code, p in LOSS_PARAMS]
+    done = subprocess.run([sys.executable, "-c", CHILD], input=pickle.dumps((pg_cases(10), dense, csr)),
                           capture_output=True, env=env, timeout=300, check=True)
     return pickle.loads(done.stdout)
 
 
 def expected():
     return [(x, (steps, converged)) for x, steps, converged in map(numba_pg, pg_cases(10))] + [
-        numba_dense(code, p) for code, p in LOSS_PARAMS]
+        numba_dense(code, p) for code, p in LOSS_PARAMS] + [numba_csr(code, p) for code, p in LOSS_PARAMS]
 
 
 def assert_same(results, reference):
@@ -124,27 +160,28 @@ def assert_same(results, reference):
 
 def test_a_process_runs_the_kernels_from_their_files_without_numba():
     # This process made the files (above, or now); a new one only loads them: no numba import.
-    _native.function("pg_steps"), _native.function("dense_pass")
+    for name in _native.KERNELS:
+        _native.function(name)
     results, numba_loaded, reasons = run_child()
-    assert reasons == [None, None] and not numba_loaded
+    assert reasons == [None, None, None] and not numba_loaded
     assert_same(results, expected())
 
 
 def test_kernel_files_are_made_where_missing_and_again_where_damaged(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
     results, numba_loaded, reasons = run_child(env)  # none yet: made with numba
-    assert reasons == [None, None] and numba_loaded
+    assert reasons == [None, None, None] and numba_loaded
     assert_same(results, expected())
     files = sorted((tmp_path / "prbmrm").glob("*.kernel"))
-    assert [f.name.split("-")[0] for f in files] == ["dense_pass", "pg_steps"]
-    whole = files[1].read_bytes()
-    files[1].write_bytes(whole[: len(whole) // 2])  # cut short, as by a full disk
+    assert [f.name.split("-")[0] for f in files] == ["csr_update", "dense_pass", "pg_steps"]
+    whole = files[2].read_bytes()
+    files[2].write_bytes(whole[: len(whole) // 2])  # cut short, as by a full disk
     results, numba_loaded, reasons = run_child(env)
-    assert reasons == [None, None] and numba_loaded  # pg_steps was made again
+    assert reasons == [None, None, None] and numba_loaded  # pg_steps was made again
     assert_same(results, expected())
-    assert files[1].read_bytes() == whole
+    assert files[2].read_bytes() == whole
     results, numba_loaded, reasons = run_child(env)
-    assert reasons == [None, None] and not numba_loaded
+    assert reasons == [None, None, None] and not numba_loaded
 
 
 def test_without_jit_the_numba_functions_run_and_say_why():

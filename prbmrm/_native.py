@@ -92,6 +92,11 @@ def function(name):
         return None if isinstance(found, str) else found
 
 
+def loaded():
+    """Whether this process has loaded llvmlite and a kernel file already (another costs it little more)."""
+    return bool(_engine) and any(not isinstance(found, str) for found in _loaded.values())
+
+
 def fallback_reason(name):
     """Why kernel `name` runs in numba (None: it runs from its file, or was not called yet)."""
     found = _loaded.get(name)

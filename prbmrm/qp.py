@@ -45,7 +45,7 @@ PG_NUMPY_STEPS = 600
 """Projected-gradient steps a process takes in numpy (:mod:`prbmrm._pg_numpy`, ~15x a compiled step's time)
 before :func:`solve_simplex_pg` loads the compiled kernel (:mod:`prbmrm._native`: 20-30 ms and ~40 MB;
 bitwise the same steps): about as long as the load takes, so a run that needs fewer steps never loads it
-and a longer one spends at most that much more. 0: always the kernel."""
+and a longer one spends at most that much more; none once a kernel file is loaded. 0: always the kernel."""
 
 
 def _flapack():
@@ -518,7 +518,8 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000, scale=1.0):
     below = floor is not None
     x = np.empty(b.size)
     x0 = np.ascontiguousarray(x0, dtype=np.float64)
-    left = PG_NUMPY_STEPS - _NumpySteps.taken
+    # Once a kernel file is loaded (the risk's compiled pass loads one too), the kernel costs nothing more.
+    left = 0 if _native.loaded() else PG_NUMPY_STEPS - _NumpySteps.taken
     steps, converged = 0, False
     if left > 0:
         steps, converged = _pg_numpy.pg_steps(Q, float(scale), b, x0, x, float(tol), below, min(int(max_iter), left))

@@ -199,3 +199,15 @@ def test_the_error_path_stub_names_itself_and_aborts():
 def test_undefined_symbols_reads_only_elf64_objects():
     with pytest.raises(_native.KernelLoadError, match="ELF64"):
         _native.undefined_symbols(b"\xcf\xfa\xed\xfe" + bytes(60))
+
+
+def test_no_numpy_steps_once_a_kernel_file_is_loaded(monkeypatch):
+    # The projected-gradient steps start in numpy only while no kernel file is loaded.
+    import prbmrm.qp as qp
+
+    _native.function("pg_steps")
+    assert _native.loaded()
+    monkeypatch.setattr(qp._NumpySteps, "taken", 0)
+    G, scale, b, x0, tol, below, max_iter = pg_cases(1)[0]
+    qp.solve_simplex_pg(G, b, x0, tol, 0.1 if below else None, max_iter, scale)
+    assert qp._NumpySteps.taken == 0

@@ -192,7 +192,8 @@ def test_without_jit_the_numba_functions_run_and_say_why():
 
 def test_the_error_path_stub_names_itself_and_aborts():
     script = "import ctypes; from prbmrm import _native; _native._unreachable_stub()"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
     assert done.returncode != 0 and "prbmrm: a compiled kernel reached an error path" in done.stderr
 
 

@@ -7,22 +7,25 @@ and lowering registries, 0.4-0.5 s and about 70 MB per process here
 a9a run at lam 1e-4. So each kernel (:data:`KERNELS`) also has a C entry
 point, a numba ``cfunc`` on raw pointers that a function of its module
 builds. Once per machine numba compiles it, and its optimized LLVM module is
-emitted as object code for this CPU into a file (:func:`cache_dir`). Every process, that first one too,
-loads the file with llvmlite (the LLVM binding numba itself uses; about 30
-ms) and calls the entry point through ctypes: all ranks and runs execute the
-same instructions.
+emitted as position-independent object code for this CPU into a file
+(:func:`cache_dir`), and linked by the system's ``ld`` into a shared library
+beside it where ``ld`` exists. A process loads the library with ``dlopen``
+(under a millisecond, no LLVM in memory) or else the object with llvmlite
+(the LLVM binding numba itself uses: about 25 ms and 40 MB), and calls the
+entry point through ctypes. Every process, the one that made the files too,
+runs the code from them: all ranks and runs execute the same instructions.
 
-The object's external symbols are resolved in the process (libc, libm, the
-Python C API). numba's runtime helpers are reached only on error paths,
-which these kernels never take: they allocate nothing, and numpy's error
-model raises nothing. Unless numba has registered its own, those helpers are
-bound to a stub that says so and aborts.
+The kernels need only libc and libm: the Python C API and numba's runtime,
+which numba's code calls on error paths alone, get stubs that say so and
+abort. Those paths are never taken: the kernels allocate nothing, and
+numpy's error model raises nothing.
 
-Where a file cannot be made or loaded (no llvmlite, ``NUMBA_DISABLE_JIT``, a
-platform other than ELF64, an object that does not link), the kernel
+Where no file can be made or loaded (no llvmlite, ``NUMBA_DISABLE_JIT``, a
+platform other than ELF64 Linux, an object that does not link), the kernel
 module's numba functions run instead, compiled from the same code.
 
-Imports: numpy, llvmlite (when a kernel is first called); of prbmrm: the kernel modules only to compile them.
+Imports: numpy (llvmlite to make a kernel file or load one without ``ld``); of prbmrm: the kernel modules only
+to make the files.
 """
 
 import ctypes
@@ -31,16 +34,19 @@ import importlib
 import importlib.util
 import os
 import platform
+import shutil
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import numpy as np
 
-FORMAT = b"prbmrm-kernel-1\n"
+FORMAT = b"prbmrm-kernel-2\n"
 """The first line of a kernel file (then the entry's symbol, the sha256 of the object code, an empty line
-and the code); a change of the layout changes it."""
+and the code); a change of the layout or of how the code is made changes it."""
 
 _c_double, _c_int64, _c_void_p = ctypes.c_double, ctypes.c_int64, ctypes.c_void_p
 # name: (module, its function that compiles the entry point, return type, argument types)
@@ -56,9 +62,15 @@ KERNELS = {
         _c_int64, _c_void_p, _c_int64, _c_void_p)),
 }
 
+# External symbols of numba's code that only its error paths use: the Python C API and numba's runtime.
+_STUBBED = ("Py", "_Py", "numba_", "NRT_")
+_STUB_MESSAGE = (b"prbmrm: a compiled kernel reached an error path (a Python or numba runtime call), which it "
+                 b"never should; please report this (prbmrm._native)\n")
+
 _lock = threading.RLock()
-_loaded = {}  # name -> ctypes function, or the numba fallback's reason (str)
-_engine = []  # [llvmlite binding, target machine, MCJIT engine, objects]
+_loaded = {}  # name -> ctypes function, or the reason the numba functions run (str)
+_keep = []  # what the loaded functions live in: shared libraries, llvmlite's engine and objects
+_engine = []  # [llvmlite binding, MCJIT engine], made on first use
 
 
 class KernelLoadError(RuntimeError):
@@ -79,58 +91,66 @@ def cache_dir():
 def function(name):
     """The ctypes function of kernel `name`'s entry point, or None where the numba functions must run.
 
-    Loads the kernel file, making it first if none matches this kernel's
+    Loads the kernel's files, making them first if none match this kernel's
     source, numba, llvmlite, Python and CPU (:func:`cache_dir`).
     """
     with _lock:
         if name not in _loaded:
             try:
                 _loaded[name] = _load(name)
-            except (KernelLoadError, ImportError, OSError) as error:
+            except (KernelLoadError, ImportError, OSError, subprocess.SubprocessError) as error:
                 _loaded[name] = f"{type(error).__name__}: {error}"
         found = _loaded[name]
         return None if isinstance(found, str) else found
 
 
+def make_all():
+    """Make (or check) every kernel's files, e.g. when building an image; return {name: None or why numba runs}."""
+    return {name: (None if function(name) else fallback_reason(name)) for name in KERNELS}
+
+
 def loaded():
-    """Whether this process has loaded llvmlite and a kernel file already (another costs it little more)."""
-    return bool(_engine) and any(not isinstance(found, str) for found in _loaded.values())
+    """Whether this process has loaded a kernel from its files already (another then costs it little)."""
+    return any(not isinstance(found, str) for found in _loaded.values())
 
 
 def fallback_reason(name):
-    """Why kernel `name` runs in numba (None: it runs from its file, or was not called yet)."""
+    """Why kernel `name` runs in numba (None: it runs from its files, or was not called yet)."""
     found = _loaded.get(name)
     return found if isinstance(found, str) else None
 
 
-def _binding():
-    """(llvmlite.binding, target machine, engine, objects), made on first use."""
-    if not _engine:
-        import llvmlite.binding as llvm
+def _llvm():
+    """llvmlite's binding, its native target initialized."""
+    import llvmlite.binding as llvm
 
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        machine = llvm.Target.from_default_triple().create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
-            reloc="default", codemodel="jitdefault", jit=True)
-        _engine.extend([llvm, machine, llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine), []])
-    return _engine
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return llvm
 
 
 def _key(module):
-    """The hash a kernel file is named by: what its machine code depends on."""
-    llvm, machine = _binding()[:2]
-    import llvmlite
-
+    """The hash the kernel files are named by: what their machine code depends on (without loading LLVM)."""
     digest = hashlib.sha256(FORMAT)
-    for origin in (importlib.util.find_spec(module).origin, importlib.util.find_spec("numba").origin):
-        digest.update(Path(origin).read_bytes())
-    numba_version = Path(importlib.util.find_spec("numba").origin).with_name("_version.py")
-    digest.update(numba_version.read_bytes() if numba_version.exists() else b"")
-    for part in (llvmlite.__version__, llvm.get_host_cpu_name(), machine.triple,
-                 llvm.get_host_cpu_features().flatten(), sys.version, platform.machine()):
+    numba_dir = Path(importlib.util.find_spec("numba").origin).parent
+    llvmlite_dir = Path(importlib.util.find_spec("llvmlite").origin).parent
+    for path in (Path(importlib.util.find_spec(module).origin), numba_dir / "__init__.py",
+                 numba_dir / "_version.py", llvmlite_dir / "_version.py"):
+        digest.update(path.read_bytes() if path.exists() else b"-")
+    for part in (_cpu(), sys.version, platform.machine()):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:24]
+
+
+def _cpu():
+    """This CPU's model and feature flags, as LLVM's choice of code depends on them (Linux's /proc/cpuinfo)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace").split("\n\n")[0]
+    except OSError:
+        return platform.processor()
+    return "\n".join(line for line in text.splitlines()
+                     if line.split(":")[0].strip() in ("vendor_id", "cpu family", "model", "flags", "Features",
+                                                       "CPU implementer", "CPU part"))
 
 
 def _load(name):
@@ -139,12 +159,13 @@ def _load(name):
     if sys.byteorder != "little" or struct.calcsize("P") != 8 or not sys.platform.startswith("linux"):
         raise KernelLoadError("kernel files are made for 64-bit little-endian Linux (ELF64) only")
     module, builder, restype, argtypes = KERNELS[name]
-    path = cache_dir() / f"{name}-{_key(module)}.kernel"
+    base = cache_dir() / f"{name}-{_key(module)}"
     try:
-        symbol, code = _parse(path.read_bytes())
+        symbol, code = _parse(base.with_suffix(".kernel").read_bytes())
     except (OSError, ValueError):  # none yet, or not whole
-        symbol, code = _make(module, builder, path)
-    return ctypes.CFUNCTYPE(restype, *argtypes)(_link(code, symbol))
+        symbol, code = _make(module, builder, base)
+    address = _from_library(base.with_suffix(".so"), symbol) or _link(code, symbol)
+    return ctypes.CFUNCTYPE(restype, *argtypes)(address)
 
 
 def _parse(blob):
@@ -156,62 +177,105 @@ def _parse(blob):
     return symbol.decode(), code
 
 
-def _make(module, builder, path):
-    """Compile `module`'s entry point (its function `builder`) with numba and write its object code to `path`;
-    return (symbol, code).
+def _make(module, builder, base):
+    """Compile `module`'s entry point (its function `builder`) with numba; write its object code to
+    ``base.kernel`` and, where ``ld`` exists, the shared library ``base.so``; return (symbol, code).
 
-    The file is written whole or not at all (ranks making it at once each write their own, then
-    rename); where it cannot be written this process still runs the code it made.
+    Each file is written whole or not at all (ranks making them at once each write their own, then
+    rename); where none can be written this process still runs the code it made.
     """
-    llvm, machine = _binding()[:2]
+    llvm = _llvm()
     entry = getattr(importlib.import_module(module), builder)()
-    code = machine.emit_object(llvm.parse_assembly(entry.inspect_llvm()))
+    kernel = llvm.parse_assembly(entry.inspect_llvm())
+    kernel.link_in(llvm.parse_assembly(_stubs(kernel)))
+    machine = llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, reloc="pic",
+        codemodel="default")
+    code = machine.emit_object(kernel)
     symbol = entry.native_name
     blob = FORMAT + symbol.encode() + b"\n" + hashlib.sha256(code).hexdigest().encode() + b"\n\n" + code
-    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_bytes(blob)
-        os.replace(partial, path)
-    except OSError:
-        partial.unlink(missing_ok=True)
+        base.parent.mkdir(parents=True, exist_ok=True)
+        _write(base.with_suffix(".kernel"), lambda path: path.write_bytes(blob))
+        linker = shutil.which("ld")
+        if linker:
+            with tempfile.TemporaryDirectory() as work:
+                obj = Path(work) / "kernel.o"
+                obj.write_bytes(code)
+                _write(base.with_suffix(".so"), lambda path: subprocess.run(
+                    [linker, "-shared", "-o", str(path), str(obj)], check=True, stdin=subprocess.DEVNULL,
+                    capture_output=True, timeout=120))
+    except (OSError, subprocess.SubprocessError):
+        pass
     return symbol, code
 
 
+def _write(path, write):
+    """Make `path` by `write(temporary path)` then rename it, so that it appears whole or not at all."""
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _stubs(kernel):
+    """LLVM IR defining each external symbol of `kernel` in :data:`_STUBBED`: a function that writes
+    :data:`_STUB_MESSAGE` and aborts, or a zero byte for a variable (an exception type's address)."""
+    lines = [f"@prbmrm.stub.message = private unnamed_addr constant [{len(_STUB_MESSAGE)} x i8] c\""
+             + "".join(f"\\{byte:02X}" for byte in _STUB_MESSAGE) + "\"",
+             "declare i64 @write(i32, ptr, i64)", "declare void @abort()"]
+    for value in list(kernel.functions) + list(kernel.global_variables):
+        if not value.is_declaration or not value.name.startswith(_STUBBED):
+            continue
+        if value.is_function:
+            result, _, arguments = str(value.global_value_type).partition(" (")
+            lines += [f"define {result} @{value.name}({arguments} {{",
+                      f"  call i64 @write(i32 2, ptr @prbmrm.stub.message, i64 {len(_STUB_MESSAGE)})",
+                      "  call void @abort()", "  unreachable", "}"]
+        else:
+            lines.append(f"@{value.name} = global {value.global_value_type} zeroinitializer")
+    return "\n".join(lines) + "\n"
+
+
+def _from_library(path, symbol):
+    """The address of `symbol` in the shared library `path`, or None where there is none or it does not load."""
+    if not path.exists():
+        return None
+    try:
+        library = ctypes.CDLL(str(path))
+        address = ctypes.cast(library[symbol], ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
+    _keep.append(library)
+    return address
+
+
 def _link(code, symbol):
-    """Add the object `code` to the engine, resolving its external symbols; return the address of `symbol`."""
-    llvm, _, engine, objects = _binding()
+    """Add the object `code` to llvmlite's MCJIT engine, resolving its external symbols in the process; return
+    the address of `symbol`."""
+    if not _engine:
+        llvm = _llvm()
+        machine = llvm.Target.from_default_triple().create_target_machine(jit=True)
+        _engine.extend([llvm, llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)])
+    llvm, engine = _engine
+    dlsym = ctypes.CDLL(None).dlsym
+    dlsym.restype, dlsym.argtypes = ctypes.c_void_p, (ctypes.c_void_p, ctypes.c_char_p)
     for name in undefined_symbols(code):
-        if llvm.address_of_symbol(name):
-            continue  # registered already (by numba, or by an earlier kernel)
-        address = _process_symbol(name)
-        if address is None and name.startswith(("numba_", "NRT_")):
-            address = ctypes.cast(_unreachable_stub, ctypes.c_void_p).value
-        if address is None:
-            raise KernelLoadError(f"the kernel needs symbol {name!r}, which this process lacks")
-        llvm.add_symbol(name, address)
+        if not llvm.address_of_symbol(name):
+            address = dlsym(None, name.encode())
+            if not address:
+                raise KernelLoadError(f"the kernel needs symbol {name!r}, which this process lacks")
+            llvm.add_symbol(name, address)
     obj = llvm.ObjectFileRef.from_data(code)
-    objects.append(obj)
+    _keep.append(obj)
     engine.add_object_file(obj)
     engine.finalize_object()
     address = engine.get_function_address(symbol)
     if not address:
         raise KernelLoadError(f"the kernel file defines no {symbol!r}")
     return address
-
-
-def _process_symbol(name):
-    """The address of `name` among the process's global symbols (dlsym(RTLD_DEFAULT)), or None."""
-    dlsym = ctypes.CDLL(None).dlsym
-    dlsym.restype, dlsym.argtypes = ctypes.c_void_p, (ctypes.c_void_p, ctypes.c_char_p)
-    return dlsym(None, name.encode())
-
-
-@ctypes.CFUNCTYPE(None)
-def _unreachable_stub():
-    os.write(2, b"prbmrm: a compiled kernel reached an error path of numba's runtime, which it never should; "
-                b"please report this (prbmrm._native)\n")
-    os.abort()
 
 
 def undefined_symbols(code):

@@ -6,6 +6,7 @@ process, in which loading a kernel must not import numba.
 
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 
@@ -132,12 +133,14 @@ for X, f, y, code, p, bounds in csr_cases:
     _native.csr_update(X, f, y, code, p, bounds, partials)
     out.append(partials)
 reasons = [_native.fallback_reason(name) for name in ("pg_steps", "dense_pass", "csr_update")]
-sys.stdout.buffer.write(pickle.dumps((out, "numba" in sys.modules, reasons)))
+modules = sorted(name for name in ("numba", "llvmlite") if name in sys.modules)
+sys.stdout.buffer.write(pickle.dumps((out, modules, reasons)))
 """
 
 
 def run_child(env=None):
-    """Run both kernels in a fresh process; return (results, whether numba was imported, fallback reasons)."""
+    """Run the kernels in a fresh process; return (results, which of numba and llvmlite it imported, fallback
+    reasons)."""
     dense = [(*dense_case(code)[:3], code, p, dense_case(code)[3]) for code, p in LOSS_PARAMS]
     csr = [(*csr_case(code)[:3], code, p, csr_case(code)[3]) for code, p in LOSS_PARAMS]
     done = subprocess.run([sys.executable, "-c", CHILD], input=pickle.dumps((pg_cases(10), dense, csr)),
@@ -159,29 +162,35 @@ def assert_same(results, reference):
 
 
 def test_a_process_runs_the_kernels_from_their_files_without_numba():
-    # This process made the files (above, or now); a new one only loads them: no numba import.
+    # This process made the files (above, or now); a new one only loads them: no numba, and with ld's
+    # shared libraries no llvmlite either.
     for name in _native.KERNELS:
         _native.function(name)
-    results, numba_loaded, reasons = run_child()
-    assert reasons == [None, None, None] and not numba_loaded
+    results, modules, reasons = run_child()
+    assert reasons == [None, None, None]
+    assert modules == ([] if shutil.which("ld") else ["llvmlite"])
     assert_same(results, expected())
 
 
 def test_kernel_files_are_made_where_missing_and_again_where_damaged(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
-    results, numba_loaded, reasons = run_child(env)  # none yet: made with numba
-    assert reasons == [None, None, None] and numba_loaded
+    results, modules, reasons = run_child(env)  # none yet: made with numba
+    assert reasons == [None, None, None] and "numba" in modules
     assert_same(results, expected())
-    files = sorted((tmp_path / "prbmrm").glob("*.kernel"))
-    assert [f.name.split("-")[0] for f in files] == ["csr_update", "dense_pass", "pg_steps"]
-    whole = files[2].read_bytes()
-    files[2].write_bytes(whole[: len(whole) // 2])  # cut short, as by a full disk
-    results, numba_loaded, reasons = run_child(env)
-    assert reasons == [None, None, None] and numba_loaded  # pg_steps was made again
+    kernels = sorted((tmp_path / "prbmrm").glob("*.kernel"))
+    assert [f.name.split("-")[0] for f in kernels] == ["csr_update", "dense_pass", "pg_steps"]
+    whole = kernels[2].read_bytes()
+    kernels[2].write_bytes(whole[: len(whole) // 2])  # cut short, as by a full disk
+    results, modules, reasons = run_child(env)
+    assert reasons == [None, None, None] and "numba" in modules  # pg_steps was made again
     assert_same(results, expected())
-    assert files[2].read_bytes() == whole
-    results, numba_loaded, reasons = run_child(env)
-    assert reasons == [None, None, None] and not numba_loaded
+    assert kernels[2].read_bytes() == whole
+    # Without the shared libraries (no ld where they were made), llvmlite loads the objects: the same bits.
+    for library in (tmp_path / "prbmrm").glob("*.so"):
+        library.unlink()
+    results, modules, reasons = run_child(env)
+    assert reasons == [None, None, None] and modules == ["llvmlite"]
+    assert_same(results, expected())
 
 
 def test_without_jit_the_numba_functions_run_and_say_why():
@@ -190,11 +199,19 @@ def test_without_jit_the_numba_functions_run_and_say_why():
     assert_same(results[:10], expected()[:10])  # the plain-Python pg steps are the kernel's, bitwise
 
 
-def test_the_error_path_stub_names_itself_and_aborts():
-    script = "import ctypes; from prbmrm import _native; _native._unreachable_stub()"
+def test_the_error_path_stubs_name_themselves_and_abort():
+    # numba's code calls numba's runtime and the Python C API on error paths only; in a kernel file
+    # they are stubs that write a message and abort.
+    _native.function("pg_steps")
+    library = next(_native.cache_dir().glob("pg_steps-*.so"), None)
+    if library is None:
+        pytest.skip("no ld: the kernels load as objects through llvmlite (tested above)")
+    script = f"import ctypes; ctypes.CDLL({str(library)!r})['numba_gil_ensure'](None)"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
     assert done.returncode != 0 and "prbmrm: a compiled kernel reached an error path" in done.stderr
+    undefined = _native.undefined_symbols(_native._parse(library.with_suffix(".kernel").read_bytes())[1])
+    assert undefined and not [name for name in undefined if name.startswith(_native._STUBBED)]  # libc's, libm's
 
 
 def test_undefined_symbols_reads_only_elf64_objects():

@@ -29,6 +29,7 @@ to make the files.
 """
 
 import ctypes
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -341,25 +342,28 @@ def dense_pass(X, y, w, code, p, bounds, partials):
            bounds.size, _pointer(partials))
 
 
-def csr_update(X, f, y, code, p, bounds, partials):
-    """:func:`prbmrm._dense_kernel.csr_update` on the CSR matrix `X` with row scores `f`, from the kernel file:
-    fill `partials` in place.
+def csr_updater(X, f, y, code, p, bounds, partials):
+    """:func:`prbmrm._dense_kernel.csr_update` on the CSR matrix `X` with row scores `f`, from the kernel file,
+    bound to these arrays: return a function of no arguments that fills `partials` in place.
 
     `X` has int32 ``indptr`` and ``indices`` and float64 ``data``; every
-    other array is as for :func:`dense_pass`.
+    other array is as for :func:`dense_pass`. The arrays are checked once,
+    here, and must keep their places (a risk oracle's storage).
     """
     kernel = function("csr_update")
     indptr, indices, data = X.indptr, X.indices, X.data
     if kernel is None:
         from ._dense_kernel import csr_update as compiled
 
-        compiled(indptr, indices, data, f, y, code, p, bounds, partials)
-        return
+        return functools.partial(compiled, indptr, indices, data, f, y, code, p, bounds, partials)
     _check("csr_update", (data, f, y, p, partials), (indptr, indices), X.shape, y, bounds, partials)
     if f.size != X.shape[0] or indptr.size != X.shape[0] + 1:
         raise ValueError("csr_update: the arrays' shapes do not agree")
-    kernel(_pointer(indptr), _pointer(indices), _pointer(data), X.shape[0], data.size, X.shape[1], _pointer(f),
-           _pointer(y), code, _pointer(p), p.size, _pointer(bounds), bounds.size, _pointer(partials))
+    update = functools.partial(kernel, _pointer(indptr), _pointer(indices), _pointer(data), X.shape[0], data.size,
+                               X.shape[1], _pointer(f), _pointer(y), code, _pointer(p), p.size, _pointer(bounds),
+                               bounds.size, _pointer(partials))
+    update.arrays = (indptr, indices, data, f, y, p, bounds, partials)  # alive as long as their addresses are used
+    return update
 
 
 def _check(name, floats, int32s, shape, labels, bounds, partials):

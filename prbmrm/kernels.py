@@ -171,39 +171,39 @@ def _csr_compiled(loss, X, y, qid, compact):
     return _compiled_loss(loss, y, qid)
 
 
-def _csr_choice(csr, nonzeros, unable, rows):
-    """The compiled CSR pass with this rank's `csr` (:func:`_csr_compiled`) and its scores' storage for `rows`
-    rows, or None: as :func:`_dense_choice`, from :data:`CSR_KERNEL_NONZEROS` `nonzeros` in all."""
+def _csr_choice(csr, nonzeros, unable, X, y, bounds, partials):
+    """The compiled CSR pass with this rank's `csr` (:func:`_csr_compiled`) for its `X`, `y`, block `bounds`
+    and `partials` (as :func:`_csr_compiled_pass` takes it), or None: as :func:`_dense_choice`, from
+    :data:`CSR_KERNEL_NONZEROS` `nonzeros` in all."""
     if unable or nonzeros < CSR_KERNEL_NONZEROS:
         return None
-    from ._native import csr_update
+    from ._native import csr_updater
 
     code, params = csr
-    csr_update(sp.csr_matrix((0, 1)), np.zeros(0), np.zeros(0), code, params, np.zeros(1, dtype=np.intp),
-               np.zeros((0, 2)))
-    return csr_update, code, params, np.empty(rows)
+    scores = np.empty(X.shape[0])
+    return scores, csr_updater(X, scores, y, code, params, bounds, partials)
 
 
-def _compiled_passes(loss, X, y, qid, compact, blocks, comm):
-    """(blocks over all ranks, :func:`_dense_choice`, :func:`_csr_choice`) for this rank's `blocks` blocks of
-    `X` (`compact`: its sums kept on their supports), agreed by all ranks in one sum."""
+def _compiled_passes(loss, X, y, qid, bounds, partials, compact, comm):
+    """(blocks over all ranks, :func:`_dense_choice`, :func:`_csr_choice`) for this rank's blocks of `X`
+    between `bounds` (`compact`: their sums kept on their supports), agreed by all ranks in one sum."""
     dense, csr = _dense_scalar(loss, X, y, qid), _csr_compiled(loss, X, y, qid, compact)
-    counts = comm.allreduce_sum(np.array([blocks, 0 if dense is None else X.size, dense is None,
+    counts = comm.allreduce_sum(np.array([len(bounds) - 1, 0 if dense is None else X.size, dense is None,
                                           0 if csr is None else X.nnz, csr is None], dtype=np.int64))
     return (int(counts[0]), _dense_choice(dense, counts[1], counts[2]),
-            _csr_choice(csr, counts[3], counts[4], X.shape[0]))
+            _csr_choice(csr, counts[3], counts[4], X, y, bounds, partials))
 
 
-def _csr_compiled_pass(csr, X, y, bounds, w, partials):
-    """Fill the per-block `partials` (gradient, then risk) of a scalar loss on CSR rows, in place.
+def _csr_compiled_pass(csr, X, w):
+    """Fill the per-block partial sums (gradient, then risk) of a scalar loss on CSR rows, in place.
 
     The rows' scores by scipy's ``csr_matvec`` (as :func:`_csr_scalar_pass`
-    forms them), then the compiled rest (``csr`` is :func:`_csr_choice`'s).
+    forms them), then the compiled rest (``csr`` is :func:`_csr_choice`'s, bound to the partial sums).
     """
-    kernel, code, params, scores = csr
+    scores, update = csr
     scores.fill(0.0)  # csr_matvec adds onto it
     _sparsetools.csr_matvec(X.shape[0], X.shape[1], X.indptr, X.indices, X.data, w, scores)
-    kernel(X, scores, y, code, params, bounds, partials)
+    update()
 
 
 def _dense_scalar_pass(dense, X, y, bounds, w, partials):

@@ -183,7 +183,7 @@ class DistributedRisk:
                              for s, t in _chunk_bounds(X, a, b)] if qid is None else [block]
                             for block, a, b in zip(self._blocks, bounds[:-1], bounds[1:])]
         self._n_parts, self._dense, self._csr_compiled = _compiled_passes(
-            loss, X, y, qid, self._scratch is not None, len(self._blocks), comm)
+            loss, X, y, qid, self._bounds, self._partials, self._scratch is not None, comm)
         if not loss.decomposable:
             # Labels and query ids travel to rank 0 once; per iteration only scores do.
             self._counts = comm.gather_counts(X.shape[0])
@@ -250,7 +250,7 @@ class DistributedRisk:
                 if self._scratch is not None:
                     _csr_compact_pass(self.loss, self._groups, w, self._scratch, self._partials)
                 elif self._csr_compiled is not None:
-                    _csr_compiled_pass(self._csr_compiled, self._X, self._y, self._bounds, w, self._partials)
+                    _csr_compiled_pass(self._csr_compiled, self._X, w)
                 elif self._csr:
                     _csr_scalar_pass(self.loss, self._groups, w, self._partials)
                 elif self._dense is not None:

@@ -94,7 +94,7 @@ def test_dense_pass_from_its_file_equals_numba_bitwise(code, p):
 def test_csr_update_from_its_file_equals_numba_bitwise(code, p):
     X, f, y, bounds = csr_case(code)
     partials = np.full((bounds.size - 1, X.shape[1] + 1), np.nan)
-    _native.csr_update(X, f, y, code, p, bounds, partials)
+    _native.csr_updater(X, f, y, code, p, bounds, partials)()
     assert partials.tobytes() == numba_csr(code, p).tobytes()
     assert _native.fallback_reason("csr_update") is None
 
@@ -110,9 +110,9 @@ def test_dense_pass_refuses_arrays_it_cannot_read():
     long_indices = X.copy()
     long_indices.indices = X.indices.astype(np.int64)
     with pytest.raises(ValueError, match="int32 indices"):
-        _native.csr_update(long_indices, f, y, 0, np.zeros(0), bounds, partials)
+        _native.csr_updater(long_indices, f, y, 0, np.zeros(0), bounds, partials)
     with pytest.raises(ValueError, match="shapes"):
-        _native.csr_update(X, f[:-1].copy(), y, 0, np.zeros(0), bounds, partials)
+        _native.csr_updater(X, f[:-1].copy(), y, 0, np.zeros(0), bounds, partials)
 
 
 CHILD = """
@@ -130,7 +130,7 @@ for X, y, w, code, p, bounds in dense_cases:
     out.append(partials)
 for X, f, y, code, p, bounds in csr_cases:
     partials = np.full((bounds.size - 1, X.shape[1] + 1), np.nan)
-    _native.csr_update(X, f, y, code, p, bounds, partials)
+    _native.csr_updater(X, f, y, code, p, bounds, partials)()
     out.append(partials)
 reasons = [_native.fallback_reason(name) for name in ("pg_steps", "dense_pass", "csr_update")]
 modules = sorted(name for name in ("numba", "llvmlite") if name in sys.modules)

@@ -7,7 +7,9 @@ prbmrm.train`` under the pip ``mpiexec``; ``bmrm`` and the default solver, i.e. 
 hinge loss, no bias, ``--epsilon GAP --rel-epsilon 0`` (BMRM 2.1: ``BMRM.epsilonTol GAP``). Prints
 one markdown row per run: the 1-minute load average at its start, iterations, wall seconds, CPU
 seconds and peak RSS of the process tree (``getrusage`` of the children), the final objective J, and prbmrm's ratios to BMRM 2.1
-(iterations, wall seconds). Iterations are the figure load does not change.
+(iterations, wall seconds). Iterations are the figure load does not change. A BMRM 2.1 run that
+fails (its parallel trainer now and then exits with 1 on a rank after converging) gets a row saying
+so, and the round's prbmrm runs no ratios.
 
 "solve s" is each program's own clock around its iterations (BMRM 2.1's "Wall-clock total", prbmrm's
 last ``seconds_total`` in ``--log-json``, rank 0's): the wall seconds less it are start-up and
@@ -235,7 +237,12 @@ def main(argv=None):
                     elif ranks > 1 and parallel is not None:
                         trainer = parallel / "parallel-bmrm-train"
                     for _ in range(args.repeat):
-                        peer = None if trainer is None else run_peer(trainer, ranks, config, data)
+                        peer = None
+                        try:
+                            peer = None if trainer is None else run_peer(trainer, ranks, config, data)
+                        except RuntimeError as error:  # its parallel trainer sometimes ends a converged run with 1
+                            print(f"| {name} | {lam:.0e} | {ranks} | BMRM 2.1 failed: "
+                                  f"{str(error).splitlines()[0][-80:]} |", flush=True)
                         if peer is not None:
                             print(row(name, lam, ranks, "BMRM 2.1", peer, peer), flush=True)
                         for solver in args.solvers:

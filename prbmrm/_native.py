@@ -72,6 +72,8 @@ _lock = threading.RLock()
 _loaded = {}  # name -> ctypes function, or the reason the numba functions run (str)
 _keep = []  # what the loaded functions live in: shared libraries, llvmlite's engine and objects
 _engine = []  # [llvmlite binding, MCJIT engine], made on first use
+_how = {}  # name -> how its code was loaded (make_all)
+_unwritten = {}  # name -> why its files could not be written
 
 
 class KernelLoadError(RuntimeError):
@@ -106,8 +108,15 @@ def function(name):
 
 
 def make_all():
-    """Make (or check) every kernel's files, e.g. when building an image; return {name: None or why numba runs}."""
-    return {name: (None if function(name) else fallback_reason(name)) for name in KERNELS}
+    """Make (or check) every kernel's files, e.g. when building an image; return {name: how it runs}.
+
+    How: ``"shared library"``, ``"object through llvmlite"`` (no ``ld``), or
+    ``"numba: "`` and why; then ``"; files not written: "`` and why, where
+    they could not be (each process then compiles the kernel again).
+    """
+    found = {name: function(name) for name in KERNELS}
+    return {name: (_how[name] if found[name] else f"numba: {fallback_reason(name)}")
+            + (f"; files not written: {_unwritten[name]}" if name in _unwritten else "") for name in KERNELS}
 
 
 def loaded():
@@ -165,7 +174,9 @@ def _load(name):
         symbol, code = _parse(base.with_suffix(".kernel").read_bytes())
     except (OSError, ValueError):  # none yet, or not whole
         symbol, code = _make(module, builder, base)
-    address = _from_library(base.with_suffix(".so"), symbol) or _link(code, symbol)
+    address = _from_library(base.with_suffix(".so"), symbol)
+    _how[name] = "shared library" if address else "object through llvmlite"
+    address = address or _link(code, symbol)
     return ctypes.CFUNCTYPE(restype, *argtypes)(address)
 
 
@@ -206,8 +217,8 @@ def _make(module, builder, base):
                 _write(base.with_suffix(".so"), lambda path: subprocess.run(
                     [linker, "-shared", "-o", str(path), str(obj)], check=True, stdin=subprocess.DEVNULL,
                     capture_output=True, timeout=120))
-    except (OSError, subprocess.SubprocessError):
-        pass
+    except (OSError, subprocess.SubprocessError) as error:
+        _unwritten[base.name.split("-")[0]] = f"{type(error).__name__}: {error}"
     return symbol, code
 
 

@@ -41,15 +41,15 @@ _GROUP_ROWS = 2**13
 _ACTIVE_FRACTION = 0.25
 
 
-# Dense values over all ranks from which the compiled dense pass is taken: loading the kernel
-# costs a process 20-30 ms and about 40 MiB of RSS (libllvmlite's shared pages; through numba it
-# was 0.35 CPU s and 100 MiB); the pass takes half the time of BLAS's on 1 rank (Fashion-MNIST, 47M
-# values: 16-26 ms per evaluation against 41-47 ms under the same load, docs/performance.md "Dense data").
+# Dense values over all ranks from which the compiled dense pass is taken: loading the kernel from
+# its file costs a process under a millisecond (without ld: 25 ms and 40 MiB through llvmlite; through
+# numba it was 0.35 CPU s and 100 MiB); the pass takes half the time of BLAS's on 1 rank (Fashion-MNIST,
+# 47M values: 16-26 ms per evaluation against 41-47 ms under the same load, docs/performance.md "Dense data").
 DENSE_KERNEL_VALUES = 2**24
 
 # Nonzeros over all ranks from which the compiled second half of the CSR pass is taken (loaded as
-# the dense pass is; a9a, 451k nonzeros: 0.5 ms per evaluation against 0.95 ms), and the most
-# columns (wider data keeps scipy's kernels, measured for docs/performance.md "High-dimensional data").
+# the dense pass is; a9a, 451k nonzeros: 0.57-0.69 ms per evaluation against 0.78-0.84 ms), and the
+# most columns (wider data keeps scipy's kernels, with which docs/performance.md "Many features" was measured).
 CSR_KERNEL_NONZEROS = 2**18
 CSR_KERNEL_COLUMNS = 2**16
 

@@ -150,7 +150,8 @@ def csr_update(indptr, indices, data, f, y, code, p, bounds, partials):
             risk += f[i] if f[i] != f[i] else value
             if c != 0.0:
                 for k in range(np.intp(indptr[i]), np.intp(indptr[i + 1])):
-                    # Unsigned: no test for a negative index (loading checks the shards' indices; csc_matvec assumes it too).
+                    # Unsigned: no test for a negative index (loading checks the shards' indices; scipy's
+                    # csc_matvec, which this replaces, assumes them in range too).
                     partial[np.uintp(indices[k])] += data[k] * c
         partial[d] = risk
 

@@ -139,8 +139,11 @@ def _llvm():
     return llvm
 
 
+@functools.cache
 def _key(module):
-    """The hash the kernel files are named by: what their machine code depends on (without loading LLVM)."""
+    """The hash the kernel files are named by: what their machine code depends on (without loading LLVM).
+
+    Once per module and process (two kernels share a module)."""
     digest = hashlib.sha256(FORMAT)
     numba_dir = Path(importlib.util.find_spec("numba").origin).parent
     llvmlite_dir = Path(importlib.util.find_spec("llvmlite").origin).parent
@@ -326,8 +329,9 @@ def pg_steps(G, scale, b, x0, x, tol, below, max_iter):
         from ._pg_kernel import pg_steps as compiled
 
         return compiled(G, scale, b, x0, x, tol, below, max_iter, work)
-    if not (G.flags.c_contiguous and G.dtype == np.float64 and G.shape[0] >= n and G.shape[1] >= n):
-        raise ValueError("pg_steps needs a C-contiguous float64 G of at least n x n")
+    if not (all(a.flags.c_contiguous and a.dtype == np.float64 for a in (G, b, x0, x))
+            and x0.size == x.size == n and G.shape[0] >= n and G.shape[1] >= n):
+        raise ValueError("pg_steps needs C-contiguous float64 arrays: vectors of one size n, G at least n x n")
     converged = np.zeros(1, dtype=np.int64)
     steps = kernel(_pointer(G), G.shape[0], G.shape[1], scale, _pointer(b), _pointer(x0), _pointer(x), n, tol,
                    int(below), max_iter, _pointer(work), _pointer(converged))

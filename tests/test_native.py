@@ -99,13 +99,16 @@ def test_csr_update_from_its_file_equals_numba_bitwise(code, p):
     assert _native.fallback_reason("csr_update") is None
 
 
-def test_dense_pass_refuses_arrays_it_cannot_read():
+def test_the_kernels_refuse_arrays_they_cannot_read():
     X, y, w, bounds = dense_case(0)
     partials = np.zeros((bounds.size - 1, X.shape[1] + 1))
     with pytest.raises(ValueError, match="C-contiguous"):
         _native.dense_pass(np.asfortranarray(X), y, w, 0, np.zeros(0), bounds, partials)
     with pytest.raises(ValueError, match="shapes"):
         _native.dense_pass(X, y, w, 0, np.zeros(0), bounds, partials[:, :-1].copy())
+    G, scale, b, x0, tol, below, max_iter = pg_cases(1)[0]
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _native.pg_steps(G, scale, b, x0[:-1].copy(), np.empty(b.size), tol, below, max_iter)
     X, f, y, bounds = csr_case(0)
     long_indices = X.copy()
     long_indices.indices = X.indices.astype(np.int64)

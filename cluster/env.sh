@@ -25,7 +25,7 @@ fi
 
 # Threads per rank: the cores Slurm gives each task (--cpus-per-task), else one:
 # the ranks already fill the cores, and BLAS or OpenMP threads beyond them
-# would oversubscribe them (prbmrm.train limits the BLAS pools to this count).
+# would oversubscribe them (prbmrm.cli.train limits the BLAS pools to this count).
 threads=${SLURM_CPUS_PER_TASK:-1}
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads BLIS_NUM_THREADS=$threads
 unset threads
@@ -68,7 +68,7 @@ prbmrm_srun_mpi() {
 }
 
 # The default checkpoint of this job (of this array task): a requeued job
-# finds it again, and prbmrm.train --resume-if-exists continues from it.
+# finds it again, and prbmrm.cli.train --resume-if-exists continues from it.
 if [ -n "${SLURM_JOB_ID:-}" ]; then
     PRBMRM_JOB_CHECKPOINT=prbmrm-${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}${SLURM_ARRAY_TASK_ID:+_$SLURM_ARRAY_TASK_ID}.ckpt.h5
 fi

@@ -4,7 +4,7 @@
 # TCP over a (virtual) network exactly as on a cluster, and the launch goes
 # through hydra's remote-launch path (a proxy started per host).
 #
-#     sudo cluster/netns_multihost.sh [prbmrm.train options]
+#     sudo cluster/netns_multihost.sh [prbmrm.cli.train options]
 #     sudo HOSTS=3 PPN=2 cluster/netns_multihost.sh --data shards/ --loss logistic
 #
 # Needs root (ip netns), iproute2 and util-linux (unshare), and no ssh server:
@@ -133,8 +133,8 @@ if c.rank == 0:
 
 declare -A before
 for h in $hosts; do before[$h]=$(eth0_bytes "$h"); done
-echo "== python -m mpi4py -m prbmrm.train --out $WORK/model.h5${*:+ $*} on $ranks ranks"
-run_mpi "$PYTHON" -m mpi4py -m prbmrm.train --out "$WORK/model.h5" "$@"
+echo "== python -m mpi4py -m prbmrm.cli.train --out $WORK/model.h5${*:+ $*} on $ranks ranks"
+run_mpi "$PYTHON" -m mpi4py -m prbmrm.cli.train --out "$WORK/model.h5" "$@"
 for h in $hosts; do
     read -r rx0 tx0 <<< "${before[$h]}"
     read -r rx1 tx1 <<< "$(eth0_bytes "$h")"
@@ -142,7 +142,7 @@ for h in $hosts; do
 done
 
 echo "== the same training on 1 process (no MPI launcher)"
-"$PYTHON" -m prbmrm.train --quiet --out "$WORK/serial.h5" "$@"
+"$PYTHON" -m prbmrm.cli.train --quiet --out "$WORK/serial.h5" "$@"
 "$PYTHON" - "$WORK/model.h5" "$WORK/serial.h5" "$HOSTS" <<'EOF'
 import sys
 import numpy as np

@@ -11,7 +11,7 @@ a model file, and the scikit-learn estimators (:class:`BMRMClassifier`, ...)
 are importable from here. They are imported on first use, so ``import
 prbmrm`` stays light (no h5py, scikit-learn or MPI).
 
-Imports: of prbmrm: :mod:`prbmrm._version`, :mod:`prbmrm.comm`, :mod:`prbmrm.model`,
+Imports: of prbmrm: :mod:`prbmrm._version`, :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.model`,
 :mod:`prbmrm.solvers`, :mod:`prbmrm.training`.
 """
 
@@ -51,7 +51,7 @@ def fit(data=None, **options):
     """
     import time
 
-    from .comm import get_comm
+    from .distributed.comm import get_comm
     from .training import DEMO_NAME, build_model
     from .training import fit as train
 
@@ -75,7 +75,7 @@ def fit(data=None, **options):
 
 
 def load(path):
-    """Read a model file written by ``prbmrm.train`` or :meth:`prbmrm.model.Model.save`.
+    """Read a model file written by ``prbmrm.cli.train`` or :meth:`prbmrm.model.Model.save`.
 
     Returns
     -------

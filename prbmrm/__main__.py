@@ -1,10 +1,10 @@
 """The ``prbmrm`` command: ``prbmrm SUBCOMMAND [options]`` runs ``python -m prbmrm.<module>``.
 
 ``prbmrm`` (or ``python -m prbmrm``) alone, or with ``-h``, lists the
-subcommands; ``prbmrm train ...`` is exactly ``python -m prbmrm.train ...``
+subcommands; ``prbmrm train ...`` is exactly ``python -m prbmrm.cli.train ...``
 (also under ``mpiexec -n P``), and so on for each entry of :data:`COMMANDS`.
 
-Imports: of prbmrm: :mod:`prbmrm._cli` (once a subcommand is named, to tell it the name the user
+Imports: of prbmrm: :mod:`prbmrm.cli.common` (once a subcommand is named, to tell it the name the user
 typed); the subcommand's module is run by name.
 """
 
@@ -14,11 +14,11 @@ import sys
 from ._version import __version__
 
 COMMANDS = {
-    "shard": ("prbmrm.shard", "convert SVMlight/LIBSVM, .npz or .csv input into HDF5 shard files"),
-    "train": ("prbmrm.train", "train a model on shards or a text file (under mpiexec: on several ranks)"),
-    "predict": ("prbmrm.predict", "score a model on shards or a text file"),
-    "plot": ("prbmrm.plot", "plot a model's training history (needs matplotlib)"),
-    "party": ("prbmrm.keys", "party mode's keys: 'prbmrm party keygen' and 'prbmrm party roster'"),
+    "shard": ("prbmrm.cli.shard", "convert SVMlight/LIBSVM, .npz or .csv input into HDF5 shard files"),
+    "train": ("prbmrm.cli.train", "train a model on shards or a text file (under mpiexec: on several ranks)"),
+    "predict": ("prbmrm.cli.predict", "score a model on shards or a text file"),
+    "plot": ("prbmrm.cli.plot", "plot a model's training history (needs matplotlib)"),
+    "party": ("prbmrm.party.keys", "party mode's keys: 'prbmrm party keygen' and 'prbmrm party roster'"),
 }
 """Subcommand: (the module it runs, one line of help)."""
 
@@ -45,9 +45,9 @@ def main(argv=None):
         print(f"prbmrm: error: unknown subcommand {argv[0]!r}; one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     module = COMMANDS[argv[0]][0]
-    from . import _cli
+    from .cli import common
 
-    _cli.INVOKED_AS[module] = f"prbmrm {argv[0]}"
+    common.INVOKED_AS[module] = f"prbmrm {argv[0]}"
     sys.argv = [module, *argv[1:]]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -12,13 +12,13 @@ takes exactly the path of the uninterrupted one. The file also holds the run's
 options and a fingerprint of the data; :func:`checkpointing` refuses to resume
 from a file whose options or data differ.
 
-Files are written as model files are (:func:`prbmrm.files.write_hdf5`): built
+Files are written as model files are (:func:`prbmrm.io.files.write_hdf5`): built
 in memory, written to ``.NAME.tmp-PID`` in the same directory, fsync'ed and
 renamed over NAME, so a crash while writing leaves the previous checkpoint
 intact, and a full disk or quota is one clear error that removes the temporary.
 
-Imports: h5py, numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.files`,
-:mod:`prbmrm.model`, :mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.bundle`.
+Imports: h5py, numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.io.files`,
+:mod:`prbmrm.model`, :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.bundle`.
 """
 
 import hashlib
@@ -33,9 +33,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import InputError, UsageError
-from .files import write_hdf5
+from .io.files import write_hdf5
 from .model import read_checked
-from .solvers._base import HISTORY_COLUMNS
+from .solvers.base import HISTORY_COLUMNS
 from .solvers.bundle import Bundle
 
 CHECKPOINT_FORMAT = "prbmrm-checkpoint"
@@ -358,7 +358,7 @@ def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_
 
     Parameters
     ----------
-    comm : prbmrm.comm.SerialComm or MPIComm
+    comm : prbmrm.distributed.comm.SerialComm or MPIComm
     local : prbmrm.io.LocalData
     options : dict
         The run's options; those of :data:`RESUME_OPTIONS` must match the checkpoint's.
@@ -430,7 +430,7 @@ class SignalFlag:
     iterations (through :class:`Checkpointer`): the solver writes a final
     checkpoint and stops the serving ranks with the normal stop message, so
     every rank leaves through MPI_Finalize. A signal caught on another rank
-    is forwarded to rank 0 (:meth:`prbmrm.comm.MPIComm.request_stop`), so
+    is forwarded to rank 0 (:meth:`prbmrm.distributed.comm.MPIComm.request_stop`), so
     one signalled rank is enough; ``mpiexec`` and ``srun`` forward a signal
     they get to every rank. SIGUSR1 is Slurm's usual "checkpoint and stop
     before the time limit or a preemption" (``sbatch --signal``); MPICH's
@@ -442,7 +442,7 @@ class SignalFlag:
 
     Parameters
     ----------
-    comm : prbmrm.comm.SerialComm or MPIComm
+    comm : prbmrm.distributed.comm.SerialComm or MPIComm
 
     Attributes
     ----------

@@ -15,7 +15,7 @@ class InputError(PrbmrmError):
     """Bad input: a malformed or inconsistent data file, a bad option value.
 
     Raised on the rank that found the problem; the entry points turn it into
-    a collective error (see :meth:`prbmrm.comm.SerialComm.check`) so that every
+    a collective error (see :meth:`prbmrm.distributed.comm.SerialComm.check`) so that every
     rank stops with the same message.
     """
 
@@ -23,7 +23,7 @@ class InputError(PrbmrmError):
 class CollectiveError(PrbmrmError):
     """An error that every rank raises together, with the same message.
 
-    Raised by :meth:`prbmrm.comm.SerialComm.check` after one Allreduce of an
+    Raised by :meth:`prbmrm.distributed.comm.SerialComm.check` after one Allreduce of an
     error flag, so no rank is left blocked in a collective call.
     """
 
@@ -33,7 +33,7 @@ class JointError(CollectiveError):
 
     The serving ranks leave their serve loop with it too (a secure sum that
     overflowed or that carried a party's report), so rank 0 must not stop
-    them: :func:`prbmrm.risk.run_distributed` lets it pass.
+    them: :func:`prbmrm.distributed.oracle.run_distributed` lets it pass.
     """
 
 
@@ -49,6 +49,6 @@ class CoordinatorError(JointError):
     """A party found that the coordinator (rank 0) deviated from the protocol.
 
     Raised together with a :class:`CollectiveError` on the other ranks (see
-    :meth:`prbmrm.secure.SecureComm.report_deviation`), so no rank waits; the
+    :meth:`prbmrm.party.secure.SecureComm.report_deviation`), so no rank waits; the
     message is this party's own, and each party that found it prints it.
     """

@@ -6,7 +6,7 @@ process; started under ``mpiexec``, every rank calls ``fit`` with the same
 arrays, keeps its block of rows, and all ranks end with the same ``coef_``
 (rank 0 solves and broadcasts it), so ``predict`` works on every rank.
 
-The parameters mirror ``python -m prbmrm.train``, with one difference of
+The parameters mirror ``python -m prbmrm.cli.train``, with one difference of
 default: ``bias=True``, scikit-learn's ``fit_intercept``. BMRM's bias is a
 constant feature appended to X whose weight is the intercept; unlike
 scikit-learn's intercepts it is regularized like every other weight (it
@@ -17,7 +17,7 @@ StandardScaler) when that matters.
 Checks of :func:`sklearn.utils.estimator_checks.check_estimator` that do not
 apply are listed per class in :data:`EXPECTED_FAILED_CHECKS`, with reasons.
 
-Imports: numpy, scipy, sklearn, threadpoolctl; of prbmrm: :mod:`prbmrm._cli`, :mod:`prbmrm.comm`,
+Imports: numpy, scipy, sklearn, threadpoolctl; of prbmrm: :mod:`prbmrm.cli.common`, :mod:`prbmrm.distributed.comm`,
 :mod:`prbmrm.errors`, :mod:`prbmrm.losses`, :mod:`prbmrm.losses.multivariate`,
 :mod:`prbmrm.losses.vector`, :mod:`prbmrm.options`, :mod:`prbmrm.solvers`, :mod:`prbmrm.training`.
 """
@@ -165,15 +165,15 @@ class _BMRMEstimator(BaseEstimator):
         """
         from threadpoolctl import threadpool_limits
 
-        from ._cli import blas_threads
-        from .comm import get_comm
+        from .cli.common import blas_threads
+        from .distributed.comm import get_comm
         from .solvers import default_solver
         from .training import fit
 
         comm = get_comm()
         if loss_params is None:
             loss_params = self.loss_params
-        # One BLAS thread for the fit, as the command line runs (see prbmrm._cli.run): threads
+        # One BLAS thread for the fit, as the command line runs (see prbmrm.cli.common.run): threads
         # gain nothing on these small products and lose many-fold on a busy machine.
         limits = blas_threads(comm.size, os.environ)
         # None: fit picks by the data's dimension; a warm start wants planes that carry over (BMRM).
@@ -432,7 +432,7 @@ class BMRMRanker(_BMRMEstimator):
     and ``score`` as ``qid`` (one id per row; the rows of a query must be
     contiguous); without ``qid`` all rows form one query. ``score`` is the
     mean NDCG@k over the queries with a relevant document (k of the ``ndcg``
-    loss, else 10), as in ``python -m prbmrm.predict``.
+    loss, else 10), as in ``python -m prbmrm.cli.predict``.
     """
 
     _default_losses = ("ndcg", "ndcg")
@@ -539,7 +539,7 @@ class BMRMMultilabelClassifier(ClassifierMixin, _BMRMEstimator):
     optimizes, ``1 - ranking_loss``: the fraction of (relevant, irrelevant)
     label pairs of an example scored in the right order (ties count 1/2),
     averaged over the examples that have both kinds of labels, as reported by
-    ``python -m prbmrm.predict``. ``sklearn.metrics.hamming_loss(y,
+    ``python -m prbmrm.cli.predict``. ``sklearn.metrics.hamming_loss(y,
     predict(X))`` gives the Hamming loss of the thresholded scores.
     """
 

@@ -1,11 +1,11 @@
 """Model files: HDF5 with ``/w``, the training summary as attributes and ``/history``.
 
-Written atomically (:func:`prbmrm.files.write_hdf5`: built in memory, written
+Written atomically (:func:`prbmrm.io.files.write_hdf5`: built in memory, written
 to a temporary file in the same directory, fsync, rename), so a failed or
 interrupted run never leaves a partial model behind, and a full disk is one
 clear error.
 
-Imports: h5py, numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.files`, :mod:`prbmrm.losses`.
+Imports: h5py, numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.io.files`, :mod:`prbmrm.losses`.
 """
 
 import contextlib
@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 
 from .errors import InputError, UsageError
-from .files import temporary_name, write_hdf5
+from .io.files import temporary_name, write_hdf5
 
 MODEL_FORMAT = "prbmrm-model"
 

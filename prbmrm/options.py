@@ -4,8 +4,8 @@
 management), :class:`Checkpointing` and :class:`PartySettings` (party mode)
 are the one definition of their options: each field carries its command-line
 flag and help (:func:`option`), so :func:`add_arguments` builds the
-``prbmrm.train`` options from them, the TOML configuration files follow the
-parser (:mod:`prbmrm._config`), :func:`from_namespace` reads them back, and
+``prbmrm.cli.train`` options from them, the TOML configuration files follow the
+parser (:mod:`prbmrm.cli.config`), :func:`from_namespace` reads them back, and
 :func:`prbmrm.training.fit` and the estimators take the same objects (or
 their fields as keywords). A new option is one field here.
 
@@ -194,7 +194,7 @@ def party_numbers(text):
 
 @dataclasses.dataclass(frozen=True)
 class PartySettings:
-    """The settings of party mode (:class:`prbmrm.party.Party` is built from them and validated here).
+    """The settings of party mode (:class:`prbmrm.party.session.Party` is built from them and validated here).
 
     Raises
     ------
@@ -223,9 +223,9 @@ class PartySettings:
                                   "(default parties - 2)")
     signing_key: object = option(None, "--party-key", metavar="PATH", dest="party_key",
                                  help="this party's signing key file, a template such as 'site-{rank}.key' "
-                                 "(python -m prbmrm.keys keygen makes it)")
+                                 "(python -m prbmrm.party.keys keygen makes it)")
     roster: object = option(None, "--roster", metavar="PATH",
-                            help="the parties' expected public keys (python -m prbmrm.keys roster): a "
+                            help="the parties' expected public keys (python -m prbmrm.party.keys roster): a "
                             "substituted key stops the run")
 
     def __post_init__(self):
@@ -243,7 +243,7 @@ class PartySettings:
 
 
 GROUPS = (Stopping, BundleOptions, Checkpointing, PartySettings)
-"""The option groups, in the order :func:`prbmrm.train.build_parser` adds them."""
+"""The option groups, in the order :func:`prbmrm.cli.train.build_parser` adds them."""
 
 
 def split_keywords(keywords):

@@ -1,11 +1,11 @@
 """Training: :func:`fit`, the one front door, on this process's share of the data; the model it gives.
 
 :func:`fit` loads the data (:mod:`prbmrm.io`), checks that the loss suits its
-labels, builds the distributed risk (:mod:`prbmrm.risk`) and runs a solver
+labels, builds the distributed risk (:mod:`prbmrm.distributed.oracle`) and runs a solver
 (:mod:`prbmrm.solvers`), with checkpoints (:mod:`prbmrm.checkpoint`) and party
-mode (:mod:`prbmrm.party`) when asked; :func:`build_model` turns a result into
+mode (:mod:`prbmrm.party.session`) when asked; :func:`build_model` turns a result into
 a :class:`prbmrm.model.Model`. The command line (argument parsing, progress
-table, JSON log, printing) is :mod:`prbmrm.train`, which imports this module.
+table, JSON log, printing) is :mod:`prbmrm.cli.train`, which imports this module.
 
 Imports: numpy and the library modules of prbmrm (io, losses, regularizers,
 solvers, risk, checkpoint, party, model, structured); never the CLI modules.
@@ -23,13 +23,13 @@ import numpy as np
 from .checkpoint import checkpointing, verify_state
 from .io import STRUCTURED, split_local
 from .errors import InputError, UsageError
-from .inputs import describe_mapping, load_input
+from .io.inputs import describe_mapping, load_input
 from .losses import get_loss
 from .model import Model
 from .options import BundleOptions, Checkpointing, Stopping, split_keywords
-from .party import load_party
+from .party.session import load_party
 from .regularizers import get_regularizer
-from .risk import DistributedRisk, run_distributed
+from .distributed.oracle import DistributedRisk, run_distributed
 from .solvers import SOLVERS, default_solver, get_solver, minimize, solver_options
 from .solvers.lsbmrm import check_theta
 from .solvers.path import LamPath, PathResult, minimize_path
@@ -91,7 +91,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         A shard directory, glob or list of shard files (each rank opens only
         its own block), an SVMlight/LIBSVM, ``.npz`` or ``.csv`` file (read
         on every rank, which keeps its block of rows: see
-        :func:`prbmrm.inputs.load_input`), or in-memory arrays ``(X, y)`` present on every rank
+        :func:`prbmrm.io.inputs.load_input`), or in-memory arrays ``(X, y)`` present on every rank
         (each rank keeps its block of rows); `options` are keywords of
         :func:`prbmrm.io.split_local` (``qid``, ``label_kind``, ``classes``).
         Structured examples (for a structured loss) come as shards of
@@ -151,19 +151,19 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         :func:`prbmrm.solvers.solver_options`).
     callback : callable, optional
         Called on rank 0 with a :class:`prbmrm.solvers.Progress` per iteration.
-    comm : prbmrm.comm.SerialComm or MPIComm, optional
-        Defaults to :func:`prbmrm.comm.get_comm`.
+    comm : prbmrm.distributed.comm.SerialComm or MPIComm, optional
+        Defaults to :func:`prbmrm.distributed.comm.get_comm`.
     stop : callable, optional
         ``stop() -> bool``, checked on rank 0 between iterations: True ends the
         run (status 5 with a final checkpoint; status 3 for a solver without
         checkpoints).
-    party : prbmrm.party.Party, optional
+    party : prbmrm.party.session.Party, optional
         Party mode: rank r is party r, `data` names each party's own files
         (a template with ``{rank}``, or a list with one entry per party) and
-        every sum is a secure aggregation (see :mod:`prbmrm.party`).
+        every sum is a secure aggregation (see :mod:`prbmrm.party.session`).
     positive : float, optional
         One-vs-rest: map this label to +1 and every other to -1 (as
-        ``prbmrm.shard --positive``); recorded in the model.
+        ``prbmrm.cli.shard --positive``); recorded in the model.
     label_column : int, str or list, default 0
         CSV input: the label column (number or header name).
     report : callable, optional
@@ -187,7 +187,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     loss : prbmrm.losses.Loss
         The loss, prepared for the data's labels.
     """
-    from .comm import get_comm
+    from .distributed.comm import get_comm
 
     comm = get_comm() if comm is None else comm
     stopping, bundle, checkpointing = option_groups(stopping, bundle, checkpointing, fields)
@@ -386,7 +386,7 @@ def path_tables(path, loss, has_bias):
 
 
 def _absolute_files(params):
-    """`params` with file names made absolute, so `prbmrm.predict` finds them from any directory."""
+    """`params` with file names made absolute, so `prbmrm.cli.predict` finds them from any directory."""
     return {name: os.path.abspath(value) if isinstance(value, str) and os.path.isfile(value) else value
             for name, value in params.items()}
 

@@ -104,10 +104,10 @@ def make_synthetic(directory, rows, features, per_row, seed=0):
 
 def worker(directory, iterations, lam):
     """Run under mpiexec: train and print rank 0's history and every rank's totals as JSON."""
-    from prbmrm.comm import get_comm
+    from prbmrm.distributed.comm import get_comm
     from prbmrm.io import load_local
     from prbmrm.losses import get_loss
-    from prbmrm.risk import DistributedRisk, run_distributed
+    from prbmrm.distributed.oracle import DistributedRisk, run_distributed
     from prbmrm.solvers import minimize
 
     comm = get_comm()

@@ -37,10 +37,10 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from prbmrm.comm import SerialComm
+from prbmrm.distributed.comm import SerialComm
 from prbmrm.io import load_local, read_input, write_shards
 from prbmrm.losses import get_loss
-from prbmrm.risk import DistributedRisk
+from prbmrm.distributed.oracle import DistributedRisk
 from prbmrm.solvers import minimize
 
 DATA = os.environ.get("PRBMRM_DATA", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",

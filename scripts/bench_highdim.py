@@ -143,10 +143,10 @@ def peak_rss():
 
 def worker(args):
     """Run under mpiexec: train, then print rank 0's history and every rank's resources as JSON."""
-    from prbmrm.comm import get_comm
+    from prbmrm.distributed.comm import get_comm
     from prbmrm.io import load_local
     from prbmrm.losses import get_loss
-    from prbmrm.risk import DistributedRisk, run_distributed
+    from prbmrm.distributed.oracle import DistributedRisk, run_distributed
     from prbmrm.solvers import default_solver, minimize
     from prbmrm.options import memory_bytes
 

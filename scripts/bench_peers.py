@@ -2,7 +2,7 @@
 
 For each data set, lam and number of ranks, runs BMRM 2.1 (``linear-bmrm-train`` on one rank,
 ``parallel-bmrm-train`` under ``/usr/bin/mpiexec.mpich`` on more) and prbmrm (``python -m
-prbmrm.train`` under the pip ``mpiexec``; ``bmrm`` and the default solver, i.e. no
+prbmrm.cli.train`` under the pip ``mpiexec``; ``bmrm`` and the default solver, i.e. no
 ``--solver``) one after the other, interleaved so that the load of a busy machine hits both alike,
 hinge loss, no bias, ``--epsilon GAP --rel-epsilon 0`` (BMRM 2.1: ``BMRM.epsilonTol GAP``). Prints
 one markdown row per run: the 1-minute load average at its start, iterations, wall seconds, CPU
@@ -146,11 +146,11 @@ def mpiexec():
 
 
 def run_prbmrm(shards, ranks, lam, gap, solver, max_iter, cwd):
-    """Run ``python -m prbmrm.train`` on `ranks` ranks (`solver` None: the default); return its figures."""
+    """Run ``python -m prbmrm.cli.train`` on `ranks` ranks (`solver` None: the default); return its figures."""
     log = Path(cwd) / "log.jsonl"
     if log.exists():
         log.unlink()
-    command = [sys.executable, "-m", "prbmrm.train", "--data", str(shards), "--loss", "hinge",
+    command = [sys.executable, "-m", "prbmrm.cli.train", "--data", str(shards), "--loss", "hinge",
                "--lam", repr(lam), "--epsilon", repr(gap), "--rel-epsilon", "0", "--max-iter", str(max_iter),
                "--out", str(Path(cwd) / "model.h5"), "--log-json", str(log), "--quiet"]
     if solver is not None:
@@ -224,7 +224,7 @@ def main(argv=None):
                 source = write_fashion(data, max(args.ranks))
             else:
                 source = Path(args.data_dir) / f"{name}.xz"
-                subprocess.run([sys.executable, "-m", "prbmrm.shard", str(source), "--parts", str(max(args.ranks)),
+                subprocess.run([sys.executable, "-m", "prbmrm.cli.shard", str(source), "--parts", str(max(args.ranks)),
                                 "--out", str(shards), "--quiet"], check=True, stdin=subprocess.DEVNULL)
             features, labels = write_peer_data(source, data)
             for lam in args.lams:

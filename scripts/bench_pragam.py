@@ -39,7 +39,7 @@ def main():
     parser.add_argument("--rel-epsilon", type=float, default=1e-4)
     args = parser.parse_args()
 
-    from prbmrm.comm import get_comm
+    from prbmrm.distributed.comm import get_comm
     from prbmrm.io import read_input, write_shards
     from prbmrm.training import fit
 
@@ -66,10 +66,10 @@ def main():
     h = result.history
     k = h["iteration"]
     # L as Pragam estimates it (the same power iterations, on one process).
-    from prbmrm.comm import SerialComm
-    from prbmrm.dual import SVMDual
+    from prbmrm.distributed.comm import SerialComm
+    from prbmrm.solvers.dual import SVMDual
     from prbmrm.losses import get_loss
-    from prbmrm.risk import DistributedRisk
+    from prbmrm.distributed.oracle import DistributedRisk
 
     X, y, _ = read_input(os.path.join(DATA, "a9a.xz"))
     if args.offset:

@@ -61,7 +61,7 @@ def make_sets(name, directory, parties):
 
 def make_keys(directory, parties):
     """Each party's signing key DIR/party-R.key and the roster DIR/roster.json."""
-    from prbmrm.keys import keygen, write_roster
+    from prbmrm.party.keys import keygen, write_roster
 
     for r in range(parties):
         keygen(os.path.join(directory, f"party-{r}"))
@@ -71,8 +71,8 @@ def make_keys(directory, parties):
 
 def sums_worker(n, calls):
     """Run under mpiexec: time the sum of an n-vector, plain and secure, alternating; rank 0 prints JSON."""
-    from prbmrm.comm import get_comm
-    from prbmrm.secure import SecureComm
+    from prbmrm.distributed.comm import get_comm
+    from prbmrm.party.secure import SecureComm
 
     comm = get_comm()
     secure = SecureComm(comm)
@@ -98,7 +98,7 @@ class Loopback:
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-        from prbmrm.secure import _raw, _signed_text
+        from prbmrm.party.secure import _raw, _signed_text
 
         if root != 0:
             signing, exchange = Ed25519PrivateKey.generate(), _raw(X25519PrivateKey.generate().public_key())
@@ -119,8 +119,8 @@ class Loopback:
 
 def local_cost(n, calls=2000):
     """Median seconds of one sum's own work (encoding, masks, decoding), plain and secure, without MPI."""
-    from prbmrm.comm import SerialComm
-    from prbmrm.secure import SecureComm
+    from prbmrm.distributed.comm import SerialComm
+    from prbmrm.party.secure import SecureComm
 
     partials = np.random.default_rng(0).uniform(-0.5, 0.5, (1, n))  # within the first range: no retry
     seconds = {}
@@ -136,8 +136,8 @@ def local_cost(n, calls=2000):
 
 def worker(directory, mode, iterations, lam, dp, solver):
     """Run under mpiexec: train once; rank 0 prints its history, w and the start-up seconds as JSON."""
-    from prbmrm.comm import get_comm
-    from prbmrm.party import Party
+    from prbmrm.distributed.comm import get_comm
+    from prbmrm.party.session import Party
     from prbmrm.training import fit
 
     comm = get_comm()

@@ -43,10 +43,10 @@ THROTTLE = {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1"}
 
 def worker(directory, iterations, lam, epsilon):
     """Run under mpiexec: train; rank 0 prints its history and every rank's seconds as JSON."""
-    from prbmrm.comm import get_comm
+    from prbmrm.distributed.comm import get_comm
     from prbmrm.io import load_local
     from prbmrm.losses import get_loss
-    from prbmrm.risk import DistributedRisk, run_distributed
+    from prbmrm.distributed.oracle import DistributedRisk, run_distributed
     from prbmrm.solvers import minimize
 
     comm = get_comm()

@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 from sklearn.datasets import load_svmlight_file
 
-from prbmrm.comm import SerialComm
+from prbmrm.distributed.comm import SerialComm
 from prbmrm.losses import get_loss
 from prbmrm.regularizers import get_regularizer
-from prbmrm.risk import DistributedRisk
+from prbmrm.distributed.oracle import DistributedRisk
 from prbmrm.solvers import Bundle
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "a9a.xz"

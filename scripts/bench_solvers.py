@@ -44,9 +44,9 @@ import numpy as np
 from sklearn.datasets import load_svmlight_file
 from threadpoolctl import threadpool_limits
 
-from prbmrm.comm import SerialComm
+from prbmrm.distributed.comm import SerialComm
 from prbmrm.losses import get_loss
-from prbmrm.risk import DistributedRisk
+from prbmrm.distributed.oracle import DistributedRisk
 from prbmrm.solvers import minimize
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

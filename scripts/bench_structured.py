@@ -25,9 +25,9 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from prbmrm.comm import SerialComm
+from prbmrm.distributed.comm import SerialComm
 from prbmrm.losses import get_loss
-from prbmrm.risk import DistributedRisk
+from prbmrm.distributed.oracle import DistributedRisk
 from prbmrm.solvers import minimize
 from prbmrm.structured import (ChainModel, MatchingModel, RaggedExamples, StructuredLoss, make_chain_data,
                                make_matching_data)

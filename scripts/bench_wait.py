@@ -31,7 +31,7 @@ def run(shards, out, ranks, iterations, timeout):
     """Train once; return (iterations, wall seconds per iteration, CPU seconds per iteration)."""
     from prbmrm.model import load_model
 
-    command = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "prbmrm.train", "--data", shards,
+    command = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "prbmrm.cli.train", "--data", shards,
                "--lam", "1e-4", "--rel-epsilon", "0", "--max-iter", str(iterations), "--quiet",
                "--out", out, "--rank-timeout", str(timeout)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -50,11 +50,11 @@ def main():
     parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--ranks", type=int, default=3)
     args = parser.parse_args()
-    from prbmrm.watch import DEFAULT_TIMEOUT
+    from prbmrm.distributed.watch import DEFAULT_TIMEOUT
 
     with tempfile.TemporaryDirectory() as work:
         shards = os.path.join(work, "shards")
-        subprocess.run([sys.executable, "-m", "prbmrm.shard", DATA, "--parts", str(args.ranks), "--out", shards,
+        subprocess.run([sys.executable, "-m", "prbmrm.cli.shard", DATA, "--parts", str(args.ranks), "--out", shards,
                         "--quiet"], check=True, env=dict(os.environ, PYTHONPATH=REPO), stdin=subprocess.DEVNULL)
         modes = {"polled (--rank-timeout %g)" % DEFAULT_TIMEOUT: DEFAULT_TIMEOUT, "blocking (--rank-timeout 0)": 0}
         results = {name: [] for name in modes}

@@ -1,8 +1,8 @@
 """Train with two source trees of prbmrm and check the results are bitwise the same.
 
 For a layout change (modules moved, nothing computed differently): each tree
-shards the same input with its own ``prbmrm.shard`` and trains with its own
-``prbmrm.train`` on 1, 2 and 3 ranks; the model files must hold the same
+shards the same input with its own ``prbmrm.cli.shard`` and trains with its own
+``prbmrm.cli.train`` on 1, 2 and 3 ranks; the model files must hold the same
 weights (bytes of ``/w`` and ``/bias``) and the same history (every column but
 the seconds), and the shard files the same arrays.
 
@@ -93,7 +93,7 @@ def main():
                     data[label] = []
                     continue
                 out = os.path.join(tmp, f"{case}-{label}")
-                run(tree, ["prbmrm.shard", os.path.join(DATA, source), "--parts", str(PARTS), "--out", out,
+                run(tree, ["prbmrm.cli.shard", os.path.join(DATA, source), "--parts", str(PARTS), "--out", out,
                            "--quiet", *shard_options])
                 data[label] = ["--data", out]
             if source is not None:
@@ -104,7 +104,7 @@ def main():
                 results, figures = {}, []
                 for label, tree in trees.items():  # base, then new: alternating, so load hits both alike
                     model = os.path.join(tmp, f"{case}-{label}-{ranks}.h5")
-                    _, cpu, wall = run(tree, ["prbmrm.train", *data[label], *train_options, "--out", model,
+                    _, cpu, wall = run(tree, ["prbmrm.cli.train", *data[label], *train_options, "--out", model,
                                               "--quiet"], ranks)
                     results[label] = model_arrays(model)
                     figures.append(f"{label} {len(results[label][2]['iteration'])} it, "

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import REPO, load_svmlight
+from helpers import REPO, load_svmlight
 from test_bmrm import cvxpy_optimum
 
 pytestmark = pytest.mark.slow  # runs the benchmark's scoring with cvxpy references

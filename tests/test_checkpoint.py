@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO, load_svmlight, mpiexec, run_ranks
+from helpers import REPO, load_svmlight, mpiexec, run_ranks
 from prbmrm.checkpoint import load_checkpoint, save_checkpoint
 from prbmrm.errors import CollectiveError, InputError, UsageError
 from prbmrm.model import load_model
@@ -24,7 +24,7 @@ from prbmrm.training import fit
 # Hinge on the demo data: about 70 iterations, planes pruned on the way.
 # BMRM named: its checkpoint (the bundle of R_emp) is what these tests read and forge.
 OPTIONS = dict(solver="bmrm", lam=1e-3, rel_epsilon=1e-5)
-RUN = ["-m", "prbmrm.train", "--solver", "bmrm", "--lam", "1e-3", "--rel-epsilon", "1e-5", "--quiet"]
+RUN = ["-m", "prbmrm.cli.train", "--solver", "bmrm", "--lam", "1e-3", "--rel-epsilon", "1e-5", "--quiet"]
 
 
 def a9a_rows(rows=2000):
@@ -227,7 +227,7 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     def crash(fd):
         raise OSError("disk full")
 
-    monkeypatch.setattr("prbmrm.files.os.fsync", crash)
+    monkeypatch.setattr("prbmrm.io.files.os.fsync", crash)
     with pytest.raises(InputError, match="state.h5: cannot write the checkpoint: disk full"):
         save_checkpoint(path, {"x": np.arange(5.0)}, {"iteration": 2})
     state, meta = load_checkpoint(path)
@@ -344,7 +344,7 @@ def test_a_sigusr1_after_the_run_is_ignored_and_sigterm_is_restored():
     # end it with status 138 (the job would be requeued for nothing); SIGTERM keeps its default.
     code = ("import os, signal\n"
             "from prbmrm.checkpoint import SignalFlag\n"
-            "from prbmrm.comm import SerialComm\n"
+            "from prbmrm.distributed.comm import SerialComm\n"
             "with SignalFlag(SerialComm()) as flag:\n"
             "    pass\n"
             "os.kill(os.getpid(), signal.SIGUSR1)\n"

@@ -11,8 +11,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MultiLabelBinarizer, StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from conftest import data_path, hinge_objective, load_svmlight
-from prbmrm.comm import SerialComm
+from helpers import data_path, hinge_objective, load_svmlight
+from prbmrm.distributed.comm import SerialComm
 from prbmrm.io import read_input
 from prbmrm.estimators import (BMRMClassifier, BMRMMultilabelClassifier, BMRMRanker, BMRMRegressor,
                                expected_failed_checks, query_pairs)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from prbmrm import io as pio
-from prbmrm.comm import SerialComm
+from prbmrm.distributed.comm import SerialComm
 from prbmrm.errors import InputError
 
-from conftest import load_svmlight, run_ranks
+from helpers import load_svmlight, run_ranks
 
 LAM = 1e-2
 
@@ -83,7 +83,7 @@ def primal_optimum(X, Y, lam):
 def test_train_and_predict_multioutput_on_1_and_2_ranks(tmp_path, abalone_csv):
     csv, X, Y = abalone_csv
     shards = tmp_path / "shards"
-    done, _ = run_ranks(1, ["-m", "prbmrm.shard", str(csv), "--parts", "3", "--out", str(shards),
+    done, _ = run_ranks(1, ["-m", "prbmrm.cli.shard", str(csv), "--parts", "3", "--out", str(shards),
                             "--label-column", "0,8"])
     assert done.returncode == 0, done.stderr
     assert "multioutput (2 targets)" in done.stdout
@@ -91,7 +91,7 @@ def test_train_and_predict_multioutput_on_1_and_2_ranks(tmp_path, abalone_csv):
     iterations = set()
     for ranks in (1, 2):
         model = tmp_path / f"model{ranks}.h5"
-        done, _ = run_ranks(ranks, ["-m", "prbmrm.train", "--data", str(shards), "--loss",
+        done, _ = run_ranks(ranks, ["-m", "prbmrm.cli.train", "--data", str(shards), "--loss",
                                     "multivariate_regression", "--lam", str(LAM), "--rel-epsilon", "0",
                                     "--epsilon", str(1e-4 * reference), "--out", str(model), "--quiet"],
                             timeout=120)
@@ -103,7 +103,7 @@ def test_train_and_predict_multioutput_on_1_and_2_ranks(tmp_path, abalone_csv):
             iterations.add(int(f.attrs["iterations"]))
             W = f["w"][()]
     assert len(iterations) == 1
-    done, _ = run_ranks(1, ["-m", "prbmrm.predict", "--model", str(tmp_path / "model1.h5"),
+    done, _ = run_ranks(1, ["-m", "prbmrm.cli.predict", "--model", str(tmp_path / "model1.h5"),
                             "--data", str(shards)])
     assert done.returncode == 0, done.stderr
     rmse = float(np.sqrt(np.mean((X @ W - Y) ** 2)))
@@ -113,7 +113,7 @@ def test_train_and_predict_multioutput_on_1_and_2_ranks(tmp_path, abalone_csv):
 def test_scalar_loss_refuses_multioutput_data(tmp_path):
     rng = np.random.default_rng(1)
     pio.write_shards(rng.normal(size=(10, 3)), rng.normal(size=(10, 2)), tmp_path / "s", 1)
-    done, _ = run_ranks(1, ["-m", "prbmrm.train", "--data", str(tmp_path / "s"), "--loss",
+    done, _ = run_ranks(1, ["-m", "prbmrm.cli.train", "--data", str(tmp_path / "s"), "--loss",
                             "least_squares", "--out", str(tmp_path / "m.h5")])
     assert done.returncode != 0
     assert "needs one label per example, the data has 2 real targets per example" in done.stderr

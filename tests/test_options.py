@@ -5,13 +5,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from prbmrm.comm import SerialComm
+from prbmrm.distributed.comm import SerialComm
 from prbmrm.errors import UsageError
 from prbmrm.options import (GROUPS, BundleOptions, Checkpointing, PartySettings, Stopping, add_arguments,
                             from_namespace, option)
-from prbmrm.train import build_parser
-from prbmrm._cli import ArgumentParser
-from prbmrm._config import add_config_options, parse_configured
+from prbmrm.cli.train import build_parser
+from prbmrm.cli.common import ArgumentParser
+from prbmrm.cli.config import add_config_options, parse_configured
 
 # For every field that is an option: (its value on the command line or in TOML, the value parsed).
 # A new field needs a line here: the test below lists the fields and fails without it.
@@ -103,7 +103,7 @@ def test_groups_are_frozen_and_hold_bytes():
 
 
 def test_party_mode_is_validated_by_its_settings():
-    from prbmrm.party import Party
+    from prbmrm.party.session import Party
 
     with pytest.raises(UsageError, match="--dp-clip must be > 0"):
         Party(dp_epsilon=1.0, dp_delta=1e-5, dp_clip=0.0)

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, mpiexec
+from helpers import REPO, mpiexec
 
 SPAWNERS = {"run", "Popen", "call", "check_call", "check_output"}
 CLOCKS = {"time", "monotonic", "perf_counter", "process_time"}
@@ -67,10 +67,10 @@ def test_no_test_asserts_wall_clock_seconds():
 
 
 def test_mpiexec_with_a_pipe_on_stdin_is_documented(tmp_path):
-    """`yes | mpiexec -n 2 python -m prbmrm.train` fails inside mpiexec itself (any program does, even
+    """`yes | mpiexec -n 2 python -m prbmrm.cli.train` fails inside mpiexec itself (any program does, even
     `true`; how soon depends on timing), so no option of prbmrm can fix it: the README's
     troubleshooting gives the cure, ``< /dev/null``, which this checks under a full pipe."""
-    command = [mpiexec(), "-n", "2", sys.executable, "-m", "prbmrm.train", "--quiet", "--out", str(tmp_path / "m.h5")]
+    command = [mpiexec(), "-n", "2", sys.executable, "-m", "prbmrm.cli.train", "--quiet", "--out", str(tmp_path / "m.h5")]
     cured = subprocess.run(["sh", "-c", 'yes | head -c 1000000 | "$@" < /dev/null', "sh", *command],
                            capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO),
                            stdin=subprocess.DEVNULL, cwd=REPO)

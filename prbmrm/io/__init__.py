@@ -16,7 +16,7 @@
     balanced blocks of rows).
 
 Imports: numpy, scipy, h5py, scikit-learn (the SVMlight parser), and of
-prbmrm only :mod:`prbmrm.errors`, :mod:`prbmrm.files` and :mod:`prbmrm.plugins`;
+prbmrm only :mod:`prbmrm.errors`, :mod:`prbmrm.io.files` and :mod:`prbmrm.plugins`;
 never a solver, a loss or MPI (the loader is handed a communicator).
 """
 

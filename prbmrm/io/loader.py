@@ -1,7 +1,7 @@
 """The distributed loader: which rank reads which rows of a shard set, or of arrays in memory.
 
 The functions that run on every rank (:func:`load_local`, :func:`split_local`) are handed a
-communicator (:class:`prbmrm.comm.SerialComm` or :class:`prbmrm.comm.MPIComm`) and use only
+communicator (:class:`prbmrm.distributed.comm.SerialComm` or :class:`prbmrm.distributed.comm.MPIComm`) and use only
 its ``rank``, ``size``, ``check``, ``bcast_object`` and ``gather_counts``: this package never
 imports MPI. A problem on any rank becomes the same :class:`prbmrm.errors.CollectiveError`
 on every rank. Rows are cut into canonical blocks that do not depend on the number of
@@ -36,7 +36,7 @@ scipy's CSR kernel, which reads 12 per nonzero (value and int32 index), so
 dense is the faster above a density of about 1/3, and at 0.4 costs at most
 1.7x the memory of CSR (at 2/3 and above, less). :func:`load_local` and
 :func:`split_local` take ``dense=True`` or ``False`` to force either; the
-shard files keep their layout (``python -m prbmrm.shard --dense`` writes
+shard files keep their layout (``python -m prbmrm.cli.shard --dense`` writes
 dense ones)."""
 
 
@@ -287,7 +287,7 @@ def load_local(spec, comm, *, bias=False, dense=None):
     ----------
     spec : str, os.PathLike or sequence of them
         Shard files, as for :func:`list_shards`.
-    comm : prbmrm.comm.SerialComm or prbmrm.comm.MPIComm
+    comm : prbmrm.distributed.comm.SerialComm or prbmrm.distributed.comm.MPIComm
         Communicator; every rank must call this function.
     bias : bool, default False
         Append a constant-1 feature column.
@@ -376,7 +376,7 @@ def split_local(X, y, comm, *, qid=None, bias=False, label_kind=None, classes=No
         All the features (identical on every rank).
     y : array_like
         All the labels (n,), or multilabel label sets / 2-D indicator.
-    comm : prbmrm.comm.SerialComm or prbmrm.comm.MPIComm
+    comm : prbmrm.distributed.comm.SerialComm or prbmrm.distributed.comm.MPIComm
         Communicator; every rank must call this function.
     qid : array_like, optional
         Query ids (n,); each query must be a contiguous run of rows.

@@ -24,7 +24,7 @@ Root attributes
     ``encoding-type`` = ``"csr_matrix"``, ``encoding-version`` = ``"0.1.0"``,
     ``shape`` = (n, d); datasets ``data`` float64, ``indices`` int32 (int64
     when d >= 2**31), ``indptr`` int64) or a dense (n, d) float64 dataset;
-    the values may be stored as float32 instead (``prbmrm.shard --float32``:
+    the values may be stored as float32 instead (``prbmrm.cli.shard --float32``:
     half the bytes of ``data``), and are read into float64 all the same.
     All the shards of a set share one layout.
 ``/y``
@@ -37,7 +37,7 @@ Root attributes
 Datasets are stored contiguous and uncompressed: reading speed matters more
 than size on disk.
 
-Imports: h5py, numpy, scipy, :mod:`prbmrm.io.arrays`, :mod:`prbmrm.files` and
+Imports: h5py, numpy, scipy, :mod:`prbmrm.io.arrays`, :mod:`prbmrm.io.files` and
 :mod:`prbmrm.plugins`.
 """
 
@@ -52,7 +52,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
-from ..files import hdf5_image, write_image
+from .files import hdf5_image, write_image
 from ..plugins import load_builtin_plugins
 from .arrays import (_as_matrix, _as_qid, check_finite, _fmt_values, _INDEX_LIMIT, LABEL_KINDS,
     _prepare_labels, _raw_negative, row_bounds, _row_costs, _rows, STRUCTURED)

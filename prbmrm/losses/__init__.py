@@ -18,7 +18,7 @@ Imports: numpy, scipy, :mod:`prbmrm.errors`, :mod:`prbmrm.plugins` and its own m
 """
 
 from ..plugins import check_plugin, lookup
-from ._base import BinaryLoss, Loss, MultivariateLoss, RegressionLoss, ScalarLoss
+from .base import BinaryLoss, Loss, MultivariateLoss, RegressionLoss, ScalarLoss
 from .multivariate import MULTIVARIATE_LOSSES
 from .scalar import SCALAR_LOSSES
 from .vector import VECTOR_LOSSES

@@ -31,7 +31,7 @@ prefix sums, with no Python loop over examples; F-beta and PRBEP in
 O(m log m) (better than the O(m^2) of Alg. 11: the inner maximization over
 tables is concave in the number of false positives and found by bisection).
 
-Imports: numpy, scipy, sklearn; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses._base`.
+Imports: numpy, scipy, sklearn; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses.base`.
 """
 
 import math
@@ -39,7 +39,7 @@ import math
 import numpy as np
 
 from ..errors import InputError
-from ._base import Loss, MultivariateLoss, _format_labels
+from .base import Loss, MultivariateLoss, _format_labels
 
 
 # --------------------------------------------------------------------------
@@ -52,7 +52,7 @@ def _check_plus_minus(name, classes, label_kind):
         shown = ("real values" if classes is None and label_kind != "multilabel"
                  else "multilabel data" if label_kind == "multilabel" else _format_labels(classes))
         return (f"loss {name!r} needs labels in {{-1, +1}}, both present; the data has {shown} "
-                "(use `prbmrm.shard --positive LABEL` for one class against the rest)")
+                "(use `prbmrm.cli.shard --positive LABEL` for one class against the rest)")
     return None
 
 

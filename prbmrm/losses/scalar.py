@@ -11,12 +11,12 @@ Losses with an exponential (``exponential``, ``poisson``) overflow to +inf
 for scores beyond about 709 (float64); the risk then is not finite and the
 solver stops with its "not finite" error instead of carrying on with NaN.
 
-Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.losses._base`.
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.losses.base`.
 """
 
 import numpy as np
 
-from ._base import BinaryLoss, RegressionLoss, ScalarLoss, _format_labels
+from .base import BinaryLoss, RegressionLoss, ScalarLoss, _format_labels
 
 
 # --------------------------------------------------------------------------

@@ -48,14 +48,14 @@ Both return ``m R_mu`` and ``m dR_mu/df`` like every
 of the same scores (:attr:`SmoothedLoss.exact_risk`) at no extra
 communication: ``smooth_lbfgs`` steps on ``R_mu`` and reports the true J.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.losses._base`, :mod:`prbmrm.losses.multivariate`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.losses.base`, :mod:`prbmrm.losses.multivariate`.
 """
 
 import math
 
 import numpy as np
 
-from ._base import MultivariateLoss
+from .base import MultivariateLoss
 from .multivariate import Prbep, RocArea, _plus_minus_counts, prbep_totals
 
 

@@ -16,8 +16,8 @@ Parameters given as files (``--loss-param cost=FILE`` and so on) are read
 when the loss is made, so a bad file fails before any data is loaded; their
 shape is checked against the classes in :meth:`prepare`.
 
-Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses._base`,
-:mod:`prbmrm.losses._line`.
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses.base`,
+:mod:`prbmrm.losses.line`.
 """
 
 import math
@@ -26,8 +26,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import UsageError
-from ._base import Loss, _format_labels, near_kink
-from ._line import EnvelopeLine
+from .base import Loss, _format_labels, near_kink
+from .line import EnvelopeLine
 
 # Coefficient matrices with at most two entries per row are multiplied as
 # sparse matrices above this many outputs; below it the dense product is faster.
@@ -392,7 +392,7 @@ class MultilabelHinge(VectorLoss):
 
     def check_labels(self, classes, label_kind):
         if label_kind != "multilabel":
-            return (f"loss {self.name!r} needs multilabel data (label sets, e.g. `prbmrm.shard "
+            return (f"loss {self.name!r} needs multilabel data (label sets, e.g. `prbmrm.cli.shard "
                     f"--multilabel`), the data has {label_kind} labels")
         if classes is None or len(classes) < 2:
             return f"loss {self.name!r} needs at least 2 labels, the data has {0 if classes is None else len(classes)}"
@@ -483,7 +483,7 @@ class MultivariateRegression(VectorLoss):
     (k x k), or the identity. Gradient with respect to f: ``M (f - y)``.
 
     Labels are an (n, k) array of real targets: the data's label kind
-    ``"multioutput"`` with ``classes`` the k target ids (``prbmrm.shard``
+    ``"multioutput"`` with ``classes`` the k target ids (``prbmrm.cli.shard``
     writes it from a 2-D ``y`` or several CSV label columns). One-dimensional
     real labels give k = 1 (least squares weighted by M).
     """
@@ -515,7 +515,7 @@ class MultivariateRegression(VectorLoss):
     def check_labels(self, classes, label_kind):
         if label_kind == "multilabel":
             return (f"loss {self.name!r} needs real-valued targets, the data is multilabel "
-                    "(shard a 0/1 'y' with `prbmrm.shard --multioutput` to fit it as targets)")
+                    "(shard a 0/1 'y' with `prbmrm.cli.shard --multioutput` to fit it as targets)")
         k = self._outputs(classes, label_kind)
         if self._M is not None and self._M.shape[0] != k:
             return (f"loss {self.name!r}: --loss-param M={self.M} is {self._M.shape[0]} x "

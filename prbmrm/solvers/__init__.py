@@ -5,11 +5,11 @@ Dispatch by name, as scipy.optimize.minimize does::
     result = minimize(risk, w0, lam, method="bmrm", reg="l2", rel_epsilon=1e-3)
 
 Solvers that work in the dual (``pragam``, ``pragam_b``) need the examples, not only
-``risk(w)``: they take the :class:`prbmrm.risk.DistributedRisk` itself as `risk` and run
-their per-rank steps through its :meth:`~prbmrm.risk.DistributedRisk.attach` service.
+``risk(w)``: they take the :class:`prbmrm.distributed.oracle.DistributedRisk` itself as `risk` and run
+their per-rank steps through its :meth:`~prbmrm.distributed.oracle.DistributedRisk.attach` service.
 
 Imports: of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.plugins`, :mod:`prbmrm.regularizers`,
-:mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.bundle`; the modules of the solvers (bmrm, lbfgs,
+:mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.bundle`; the modules of the solvers (bmrm, lbfgs,
 lsbmrm, pragam, proximal, smooth_lbfgs, sublbfgs) by name, when :data:`SOLVERS` first looks one up.
 """
 
@@ -21,7 +21,7 @@ from importlib import import_module
 from ..errors import UsageError
 from ..plugins import check_plugin, lookup
 from ..regularizers import get_regularizer
-from ._base import HISTORY_COLUMNS, CuttingPlaneBound, Progress, Result
+from .base import HISTORY_COLUMNS, CuttingPlaneBound, Progress, Result
 from .bundle import Bundle
 
 
@@ -78,7 +78,7 @@ BMRM_FEATURES = 2 ** 20
 def default_solver(lam, reg="l2", reuse_planes=False, n_features=None):
     """Return the solver a run gets when it names none: ``"proximal"`` or ``"bmrm"``.
 
-    The rule (the same for ``prbmrm.train``, :func:`prbmrm.fit` and the
+    The rule (the same for ``prbmrm.cli.train``, :func:`prbmrm.fit` and the
     estimators): the proximal bundle method for one lam with a quadratic
     regularizer (``l2``, ``quadratic``) and fewer than :data:`BMRM_FEATURES`
     features, where it needed the fewest iterations and least time in every
@@ -153,7 +153,7 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
     ----------
     risk : callable
         ``risk(w) -> (R_emp(w), subgradient)``, e.g. a
-        :class:`prbmrm.risk.DistributedRisk` on rank 0 (``pragam`` and
+        :class:`prbmrm.distributed.oracle.DistributedRisk` on rank 0 (``pragam`` and
         ``pragam_b`` need the latter: they use its data).
     w0 : ndarray
         Starting point.

@@ -1,6 +1,6 @@
 """BMRM, the bundle method for regularized risk minimization (paper 000, Alg. 2 and 5).
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.solvers._base`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.solvers.base`.
 """
 
 import functools
@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from ._base import CuttingPlaneModel, Progress, Recorder, check_finite, snapshot
+from .base import CuttingPlaneModel, Progress, Recorder, check_finite, snapshot
 
 
 class InexactSchedule:
@@ -78,7 +78,7 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     risk : callable
         ``risk(w) -> (R_emp(w), a)``; may carry ``last_seconds`` with
         ``"risk"`` and ``"comm"`` timings of the last call. If it takes
-        ``out=`` (:class:`~prbmrm.risk.DistributedRisk` does), every call
+        ``out=`` (:class:`~prbmrm.distributed.oracle.DistributedRisk` does), every call
         gets the same array to write ``a`` into.
     w0 : ndarray
         Starting point.
@@ -103,7 +103,7 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         :class:`~prbmrm.solvers.bundle.Bundle`); 0: no limit.
     inexact : int
         1 (default): BMRM 2.1's rule. The subproblem is solved by projected
-        gradient (:func:`prbmrm.qp.solve_simplex_pg`, a compiled kernel)
+        gradient (:func:`prbmrm.solvers.qp.solve_simplex_pg`, a compiled kernel)
         warm-started from the previous multipliers, only to the tolerance of
         :class:`InexactSchedule` (loose while the gap is large), and a
         regularizer's ``risk_floor`` (set by ``prepare``, e.g. 0 for the

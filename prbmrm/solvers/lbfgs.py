@@ -3,13 +3,13 @@
 scipy's L-BFGS-B (without bounds) minimizes ``J(w) = lam * Omega(w) + R_emp(w)``
 from the oracle's ``(R_emp, a)`` and Omega's gradient. L-BFGS has no lower
 bound of its own: every evaluated point also feeds a
-:class:`~prbmrm.solvers._base.CuttingPlaneBound`, whose bound and the
+:class:`~prbmrm.solvers.base.CuttingPlaneBound`, whose bound and the
 best J give the same certified gap as BMRM's, and the run stops on it
 (``epsilon`` / ``rel_epsilon``) through scipy's callback. On a nonsmooth loss
 L-BFGS is a heuristic (it usually stops when its line search fails, status 4);
 the gap then still says how far it got.
 
-Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.solvers._base`.
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.solvers.base`.
 """
 
 import hashlib
@@ -20,7 +20,7 @@ import numpy as np
 from scipy.optimize import minimize as scipy_minimize
 
 from ..errors import UsageError
-from ._base import CuttingPlaneBound, Progress, Recorder, check_finite, snapshot
+from .base import CuttingPlaneBound, Progress, Recorder, check_finite, snapshot
 
 def regularizer_gradient(regularizer):
     """Return ``grad Omega`` of a regularizer differentiable everywhere; UsageError otherwise.
@@ -215,7 +215,7 @@ def minimize_lbfgs(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3,
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with L-BFGS (scipy's L-BFGS-B), certifying the gap.
 
     Every point L-BFGS evaluates (iterates and line-search trials) adds its
-    plane to a :class:`~prbmrm.solvers._base.CuttingPlaneBound`; each row
+    plane to a :class:`~prbmrm.solvers.base.CuttingPlaneBound`; each row
     reports J at the iterate, the best J, the bound and their gap, and the
     run stops when the gap is at most `epsilon` or `rel_epsilon` times the
     best J. Meant for smooth losses (logistic, least squares, softmax,

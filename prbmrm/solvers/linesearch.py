@@ -1,6 +1,6 @@
 """The line search of LS-BMRM: minimize ``phi(eta) = lam * Omega(w + eta d) + R_emp(w + eta d)`` over eta >= 0.
 
-phi is convex. A *line* (:meth:`prbmrm.risk.DistributedRisk.line`, or
+phi is convex. A *line* (:meth:`prbmrm.distributed.oracle.DistributedRisk.line`, or
 :class:`OracleLine` over any risk oracle) evaluates a round of trial steps at
 once: ``R_emp`` and its one-sided derivatives in eta at each, and, for a loss
 that is piecewise linear along lines, the breakpoints nearest to each; the
@@ -168,7 +168,7 @@ def search_line(line, regularizer, lam, w, d, **options):
     line : callable
         ``line(etas, lo, hi) -> ndarray (5, K)`` (R_emp, left and right
         slopes, nearest breakpoints) with attributes ``exact`` and
-        ``points``: a :class:`prbmrm.risk.RiskLine` or an :class:`OracleLine`.
+        ``points``: a :class:`prbmrm.distributed.oracle.RiskLine` or an :class:`OracleLine`.
     regularizer : object
         Provides ``line(w, d) -> omega`` with ``omega(eta) -> (Omega, dOmega/deta)``;
         its attribute ``quadratic`` (default False) allows the exact search.

@@ -1,6 +1,6 @@
 """BMRM with line search (paper 000, Alg. 3), the generalization of OCAS (Franc and Sonnenburg, 2008).
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.solvers._base`,
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.solvers.base`,
 :mod:`prbmrm.solvers.bmrm`, :mod:`prbmrm.solvers.linesearch`.
 """
 
@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from ..errors import UsageError
-from ._base import CuttingPlaneModel, Progress, Recorder, check_finite, snapshot
+from .base import CuttingPlaneModel, Progress, Recorder, check_finite, snapshot
 from .bmrm import InexactSchedule
 from .linesearch import open_line, search_line
 
@@ -36,7 +36,7 @@ def minimize_lsbmrm(risk, w0, lam, regularizer, *, theta=0.9, epsilon=0.0, rel_e
 
     The search (:mod:`prbmrm.solvers.linesearch`) is exact for
     piecewise-linear losses (hinge, multiclass hinge, ...) with a quadratic
-    Omega; on a :class:`prbmrm.risk.DistributedRisk` its trial steps cost no
+    Omega; on a :class:`prbmrm.distributed.oracle.DistributedRisk` its trial steps cost no
     pass over the data, and for non-decomposable losses each trial is one
     risk evaluation. The gap is ``min J - J_t(w_t)`` over every J evaluated
     (at the ``w^b_t`` and the ``w^c_t``), with ``J_t(w_t)`` the dual value,

@@ -8,7 +8,7 @@ informed by all earlier evaluations. Solvers whose function takes no
 ``bundle`` argument only warm-start.
 
 Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.regularizers`, :mod:`prbmrm.solvers`,
-:mod:`prbmrm.solvers._base`.
+:mod:`prbmrm.solvers.base`.
 """
 
 import inspect
@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import InputError, UsageError
 from ..regularizers import get_regularizer
 from . import get_solver
-from ._base import Progress
+from .base import Progress
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Pragam, the primal-adjoint gap minimizer for the binary hinge SVM (paper 001, Alg. 1).
 
 Nesterov's excessive gap technique applied to ``J(w) = lam ||w||^2 / 2 + R_emp(w)`` with the
-hinge loss and to its adjoint D (:mod:`prbmrm.dual`), which has an L-Lipschitz gradient. With
+hinge loss and to its adjoint D (:mod:`prbmrm.solvers.dual`), which has an L-Lipschitz gradient. With
 ``tau_k = 2 / (k + 3)``, ``mu_0 = 2 L`` and ``alpha_{-1} = 0``, iteration k is
 
     alpha_mu(w_k) = Proj((1 - y * X w_k) / mu_k)                   (eq. 23)
@@ -11,17 +11,17 @@ hinge loss and to its adjoint D (:mod:`prbmrm.dual`), which has an L-Lipschitz g
     mu_{k+1}      = (1 - tau_k) mu_k
 
 and ``J(w_k) - D(alpha_k) <= mu_k / (2 n) = 2 L / (n (k+1) (k+2))`` (eq. 26): O(1/k^2).
-Proj is onto the dual's feasible set (:class:`prbmrm.dual.DistributedProjection`).
+Proj is onto the dual's feasible set (:class:`prbmrm.solvers.dual.DistributedProjection`).
 
 Pragam needs the examples themselves, not only ``risk(w)``: every rank keeps the dual variables
-of its own examples. The solver therefore takes the :class:`prbmrm.risk.DistributedRisk` as
-`risk` and attaches a service to it (:meth:`prbmrm.risk.DistributedRisk.attach`); each
+of its own examples. The solver therefore takes the :class:`prbmrm.distributed.oracle.DistributedRisk` as
+`risk` and attaches a service to it (:meth:`prbmrm.distributed.oracle.DistributedRisk.attach`); each
 iteration is one request that every rank runs: two passes over the local data (``X^T`` of two
 vectors, X times two vectors), one reproducible Allreduce of 2 d + 2 values and two
 projections.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.dual`, :mod:`prbmrm.errors`, :mod:`prbmrm.risk`,
-:mod:`prbmrm.solvers._base`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.solvers.dual`, :mod:`prbmrm.errors`, :mod:`prbmrm.distributed.oracle`,
+:mod:`prbmrm.solvers.base`.
 """
 
 import time
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dual import SVMDual
+from .dual import SVMDual
 from ..errors import InputError, UsageError
-from ..risk import service
-from ._base import Progress, Recorder
+from ..distributed.oracle import service
+from .base import Progress, Recorder
 
 _START, _STEP = 0, 1
 
@@ -58,16 +58,16 @@ class PragamRanks:
 
     Parameters
     ----------
-    risk : prbmrm.risk.DistributedRisk
+    risk : prbmrm.distributed.oracle.DistributedRisk
     lam : float
     offset : bool
         Treat the last coordinate as the unregularized offset b (Pragam-b).
     lipschitz : float or None
-        L; None estimates it (:meth:`prbmrm.dual.SVMDual.lipschitz`).
+        L; None estimates it (:meth:`prbmrm.solvers.dual.SVMDual.lipschitz`).
 
     Attributes
     ----------
-    dual : prbmrm.dual.SVMDual
+    dual : prbmrm.solvers.dual.SVMDual
     L : float
         The Lipschitz constant used (after the start).
     """
@@ -135,7 +135,7 @@ def minimize_pragam(risk, w0, lam, regularizer, *, offset=False, epsilon=0.0, re
 
     Parameters
     ----------
-    risk : prbmrm.risk.DistributedRisk
+    risk : prbmrm.distributed.oracle.DistributedRisk
         The hinge risk oracle on rank 0; Pragam uses its data blocks and
         communicator (the other ranks serve it, as for BMRM).
     w0 : ndarray
@@ -162,7 +162,7 @@ def minimize_pragam(risk, w0, lam, regularizer, *, offset=False, epsilon=0.0, re
     lipschitz : float, optional
         The Lipschitz constant L of grad D (``sigma_max(X)^2 / lam``); by
         default estimated by power iterations
-        (:meth:`prbmrm.dual.SVMDual.lipschitz`).
+        (:meth:`prbmrm.solvers.dual.SVMDual.lipschitz`).
 
     Returns
     -------

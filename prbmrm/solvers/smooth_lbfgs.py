@@ -2,7 +2,7 @@
 
 The risk oracle's loss must be one of :data:`prbmrm.losses.smoothing.SMOOTHED_LOSSES`
 (``roc_area``, ``prbep``). For the run, rank 0's oracle evaluates the smoothed
-loss instead (:attr:`prbmrm.risk.DistributedRisk.loss` is swapped on rank 0
+loss instead (:attr:`prbmrm.distributed.oracle.DistributedRisk.loss` is swapped on rank 0
 and restored at the end): a non-decomposable loss is evaluated on rank 0
 alone, from the gathered scores, while the other ranks only form ``X w``
 and ``X^T c``, so they need not know. One evaluation then gives, from the
@@ -10,7 +10,7 @@ same scores and the same messages, the smoothed ``(R_mu, grad R_mu)`` that
 L-BFGS steps on and the nonsmooth ``R`` that every row reports as J.
 
 Certified gap: ``R_mu <= R``, so the planes of ``R_mu`` are planes below R
-and their :class:`~prbmrm.solvers._base.CuttingPlaneBound` (QP and eq. 15,
+and their :class:`~prbmrm.solvers.base.CuttingPlaneBound` (QP and eq. 15,
 which for the smooth ``J_mu`` tends to min J_mu >= min J - mu D) bounds
 min J. With ``mu D <= eps / 2`` (paper 004, App. A) the gap can reach eps:
 ``J(w) - min J_mu <= mu D + (J_mu(w) - min J_mu)``.
@@ -25,7 +25,7 @@ restarts from its last iterate (all planes are kept), until eps / 2 no
 longer halves the deviation (status 4). A given ``mu`` is used as is.
 
 Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses.smoothing`,
-:mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.lbfgs`.
+:mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.lbfgs`.
 """
 
 import math
@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..losses.smoothing import SMOOTHED_LOSSES
-from ._base import CuttingPlaneBound, Recorder, check_finite
+from .base import CuttingPlaneBound, Recorder, check_finite
 from .lbfgs import LbfgsRun, check_lbfgs_options, regularizer_gradient
 
 
@@ -44,7 +44,7 @@ def minimize_smooth_lbfgs(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilo
 
     Parameters
     ----------
-    risk : prbmrm.risk.DistributedRisk
+    risk : prbmrm.distributed.oracle.DistributedRisk
         The oracle of a loss in :data:`~prbmrm.losses.smoothing.SMOOTHED_LOSSES`
         (its :attr:`loss` is swapped for the smoothed one during the run).
     w0 : ndarray

@@ -29,11 +29,11 @@ at the pseudo-gradient instead (paper 003, Sec. 8.4).
 
 None of these methods has a lower bound of its own: every risk evaluation
 (iterates, argsup calls, trial steps of the backtracking) is a plane of
-R_emp and feeds a :class:`~prbmrm.solvers._base.CuttingPlaneBound`, whose
+R_emp and feeds a :class:`~prbmrm.solvers.base.CuttingPlaneBound`, whose
 bound gives the certified gap the run stops on.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses`, :mod:`prbmrm.risk`,
-:mod:`prbmrm.solvers._base`, :mod:`prbmrm.solvers.linesearch`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses`, :mod:`prbmrm.distributed.oracle`,
+:mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.linesearch`.
 """
 
 import math
@@ -44,9 +44,9 @@ import numpy as np
 
 from ..errors import UsageError
 from ..losses import ScalarLoss
-from ..losses._line import block_sums
-from ..risk import service
-from ._base import CuttingPlaneBound, Progress, Recorder, check_finite, snapshot
+from ..losses.line import block_sums
+from ..distributed.oracle import service
+from .base import CuttingPlaneBound, Progress, Recorder, check_finite, snapshot
 from .linesearch import open_line, search_line
 
 
@@ -124,7 +124,7 @@ def risk_argsup(risk):
     ``b + <a, v - w>`` is a plane below R_emp (b = R_emp(w) where a is an
     exact subgradient).
 
-    On a :class:`prbmrm.risk.DistributedRisk` with a decomposable loss it is
+    On a :class:`prbmrm.distributed.oracle.DistributedRisk` with a decomposable loss it is
     the distributed :class:`ArgsupRanks`; otherwise ``risk(w)`` (an arbitrary
     subgradient: Alg. 2 then corrects the direction with what it gets).
 
@@ -354,7 +354,7 @@ def minimize_sublbfgs(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e
     Parameters
     ----------
     risk : callable
-        ``risk(w) -> (R_emp(w), a)``; a :class:`prbmrm.risk.DistributedRisk`
+        ``risk(w) -> (R_emp(w), a)``; a :class:`prbmrm.distributed.oracle.DistributedRisk`
         gives the distributed argsup oracle and the cheap line search.
     w0 : ndarray
     lam : float

@@ -3,12 +3,12 @@
 A plug-in of the core, like a third-party one: importing it registers its models as losses
 (:func:`prbmrm.losses.register_loss`) and its ragged shard layout (:func:`prbmrm.io.register_layout`);
 :func:`prbmrm.plugins.load_builtin_plugins` imports it the first time a registry misses a name.
-Imports: numpy, scipy, :mod:`prbmrm.losses`, :mod:`prbmrm.io`, :mod:`prbmrm.files`,
-:mod:`prbmrm.errors` and :mod:`prbmrm._params`. Outside this package only the layers above the
-core import it: :mod:`prbmrm.training` (structured examples in memory) and :mod:`prbmrm.shard`.
+Imports: numpy, scipy, :mod:`prbmrm.losses`, :mod:`prbmrm.io`, :mod:`prbmrm.io.files`,
+:mod:`prbmrm.errors` and :mod:`prbmrm.params`. Outside this package only the layers above the
+core import it: :mod:`prbmrm.training` (structured examples in memory) and :mod:`prbmrm.cli.shard`.
 """
 
-from ._base import RaggedExamples, StructuredLoss, StructuredModel
+from .base import RaggedExamples, StructuredLoss, StructuredModel
 from .chain import ChainModel, viterbi
 from .matching import MatchingModel, pair_features
 from .synthetic import make_chain_data, make_matching_data

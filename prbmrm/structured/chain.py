@@ -12,11 +12,11 @@ node scores U = x W^T, and Delta is the Hamming loss *not* normalized by T
 (the number of wrong positions), which adds to the node scores and keeps
 the loss-augmented argmax a Viterbi pass.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.structured._base`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.structured.base`.
 """
 
 import numpy as np
-from ._base import StructuredModel
+from .base import StructuredModel
 
 
 class ChainModel(StructuredModel):

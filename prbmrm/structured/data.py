@@ -20,18 +20,18 @@ was written for (informational). Datasets:
 
 :func:`prbmrm.io.load_local` reads them (this module registers the layout
 with :func:`prbmrm.io.register_layout`) into a :class:`RaggedExamples`;
-``python -m prbmrm.shard`` converts an ``.npz`` file with the four arrays.
+``python -m prbmrm.cli.shard`` converts an ``.npz`` file with the four arrays.
 
-Imports: h5py, numpy, :mod:`prbmrm.io` (its public hook) and :mod:`prbmrm.structured._base`.
+Imports: h5py, numpy, :mod:`prbmrm.io` (its public hook) and :mod:`prbmrm.structured.base`.
 """
 
 import numpy as np
 
 from ..errors import InputError
-from ..files import hdf5_image, write_image
+from ..io.files import hdf5_image, write_image
 from ..io import (STRUCTURED, LocalData, check_finite, collectively, open_shard, parts_count,
                    rank_blocks, register_layout, row_bounds, shard_attrs, write_all)
-from ._base import RaggedExamples
+from .base import RaggedExamples
 
 _UNIT = ("example", "examples")  # what messages call the units a shard holds
 RAGGED = ("x_values", "x_offsets", "y_values", "y_offsets")
@@ -185,7 +185,7 @@ def split_examples(examples, comm, *, source=""):
     Parameters
     ----------
     examples : RaggedExamples or tuple of its four arrays
-    comm : prbmrm.comm.SerialComm or prbmrm.comm.MPIComm
+    comm : prbmrm.distributed.comm.SerialComm or prbmrm.distributed.comm.MPIComm
     source : str, optional
         Name of the data, used in messages.
 

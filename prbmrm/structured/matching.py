@@ -17,14 +17,14 @@ assignment problems on the n x n score matrix ``S[i, j] = <w, psi(x, i, j)>``
 offered: slack rescaling is no longer an assignment problem, and the
 logistic form needs the permanent of an n x n matrix (#P-hard).
 
-Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.structured._base`.
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.structured.base`.
 """
 
 import math
 
 import numpy as np
 
-from ._base import StructuredModel
+from .base import StructuredModel
 
 
 def pair_features(points, other):

@@ -1,11 +1,11 @@
 """Seeded synthetic data for the built-in structured models: HMM sequences and point-set matchings.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.structured._base`, :mod:`prbmrm.structured.matching`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.structured.base`, :mod:`prbmrm.structured.matching`.
 """
 
 import numpy as np
 
-from ._base import RaggedExamples
+from .base import RaggedExamples
 from .matching import pair_features
 
 

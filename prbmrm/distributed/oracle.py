@@ -1,0 +1,699 @@
+"""The distributed risk oracle ``risk(w) -> (R_emp(w), a)`` (paper 000, Alg. 5).
+
+Rank 0 runs the solver and calls the oracle; every other rank sits in
+:meth:`DistributedRisk.serve`. One evaluation is::
+
+    rank 0:   [w, flag]  --Bcast-->  every rank
+    every rank: (risk_sum, grad_sum) of each of its blocks (shard files)
+              <--ordered sum (d + 1 values, rank to rank, then Bcast)-->
+                                                 R = risk_sum / m,  a = grad_sum / m
+
+The flag rides with ``w`` so no extra message is needed to stop the workers. Sums are formed per canonical block
+of rows (one per shard file) and added in the blocks' order with :meth:`prbmrm.distributed.comm.SerialComm.ordered_sum`, so
+1, 2 or 3 ranks holding the same shards compute bitwise the same R and a, and BMRM takes the same path on any
+number of ranks. A rank holding several blocks of sparse data with many columns keeps each block's partial sum
+on the block's columns only (:class:`prbmrm.distributed.comm.SupportRows`, see :data:`COMPACT_PARTIALS`), so its memory
+follows the nonzeros, not blocks x d. A scalar loss on CSR data makes one pass over the nonzeros for ``f = X w``
+and one over those of the rows with ``l' != 0`` for ``X^T l'``, accumulated in place, for groups of consecutive
+blocks at a time (:func:`prbmrm.kernels.blocks._csr_scalar_pass`; on large data of at most 2^16 columns the second
+pass is compiled, :func:`prbmrm.kernels.blocks._csr_compiled_pass`); on large dense data, one compiled pass reads each
+row once for both (:func:`prbmrm.kernels.blocks._dense_scalar_pass`).
+
+A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the
+same loop::
+
+    rank 0:   [w_b, LINE], then d  --Bcast-->  every rank: F0 = X w_b, dF = X d once,
+                                               and the loss's line objects of its blocks
+    per round of K <= 16 trial steps:
+    rank 0:   [eta_1..eta_K, lo, hi, K, flag]  --Bcast-->  every rank: its blocks' sums
+              of losses, left and right slopes at F0 + eta_j dF
+              <--reproducible Allreduce (3 K values per block)--
+              <--Allreduce-max (2 K values)-- the breakpoints nearest each eta_j
+
+so a round makes no pass over X (O(K log m_local) for piecewise-linear losses, O(K m_local) for the others) and
+moves a few numbers per rank. A scalar loss gives one line object per group of blocks that keeps each block's
+sums apart (:meth:`prbmrm.losses.Loss.lines`): a round costs a few numpy calls per group of up to 8,192 rows,
+not per block.
+
+A structured loss (:class:`prbmrm.structured.StructuredLoss`) takes the blocks of ragged examples
+(:class:`prbmrm.structured.RaggedExamples`, which slice by example like rows) and runs the same loop; it has no
+scores ``X w``, so :meth:`DistributedRisk.line` declines and line searches go through ``risk(w)``.
+
+Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every rank) attach a service through the
+same protocol: :meth:`DistributedRisk.attach` builds it on every rank, and each :meth:`DistributedRisk.request`
+runs one of its collective steps everywhere.
+
+Every message a serving rank acts on is a fixed-shape float64 buffer whose flag must be one of the closed table
+of kinds above; a service is named by its entry in :data:`SERVICES` and built with JSON arguments. An unknown
+kind or service stops every serving rank with a :class:`~prbmrm.distributed.messages.ProtocolError` naming rank 0.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.errors`, :mod:`prbmrm.kernels.blocks`, :mod:`prbmrm.distributed.messages`.
+"""
+
+import importlib
+import time
+
+import numpy as np
+
+from .comm import SupportRows
+from ..errors import CollectiveError, JointError, PrbmrmError
+from ..kernels.blocks import (_block_groups, _chunk_bounds, _compiled_passes, _csr_compact_pass, _csr_compiled_pass,
+                      _csr_groups, _csr_scalar, _csr_scalar_pass, _dense_scalar_pass, _row_block, _rows,
+                      _same_index_dtype)
+from .messages import ProtocolError
+
+_EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
+
+SERVICES = {}
+"""The services a solver may attach, by name: the only code a message from rank 0 can select."""
+
+SERVICE_MODULES = {"pragam": "prbmrm.solvers.pragam", "argsup": "prbmrm.solvers.sublbfgs"}
+"""The module that enters each service (solvers load on first use: a serving rank imports it on attach)."""
+
+
+def service(name):
+    """Class decorator: enter a service class in :data:`SERVICES` under `name`."""
+    def register(cls):
+        cls.service_name = name
+        SERVICES[name] = cls
+        return cls
+    return register
+
+
+def _unexpected(what):
+    return ProtocolError(f"rank 0 (the coordinator in party mode) sent {what}: not a message of the protocol",
+                         agreed=False)
+
+
+MAX_TRIALS = 16
+"""Most trial steps of one round of a line search (one broadcast, one reduction)."""
+
+
+COMPACT_PARTIALS = 0.125
+"""A rank holding several blocks of a scalar loss on CSR data keeps each block's partial sum on the
+block's columns only (:class:`prbmrm.distributed.comm.SupportRows`) when that takes at most this fraction of the
+bytes of dense rows: gathering and scattering a support costs more per entry than adding dense rows
+(d = 2^22, 2 blocks of a third of the bytes each: 0.13-0.18 s per evaluation against 0.11 s), so
+only a large saving (many blocks, d in the millions) pays."""
+
+
+def _partials_storage(csr, blocks, dim):
+    """Return the per-block partial sums' storage and, for :class:`~prbmrm.distributed.comm.SupportRows`, the one
+    dense row the blocks are computed into (else None)."""
+    if csr and len(blocks) > 1:
+        supports = [np.unique(X.indices) for X, _, _ in blocks]
+        # 16 bytes per kept entry (int64 index, float64 value) against 8 per entry of a dense row.
+        if 16 * sum(len(support) + 1 for support in supports) <= COMPACT_PARTIALS * 8 * len(blocks) * (dim + 1):
+            return SupportRows(supports, dim + 1), np.zeros(dim + 1)
+    return np.empty((len(blocks), dim + 1)), None  # per block: gradient, risk
+
+
+class DistributedRisk:
+    """Empirical risk of a loss over the shards of all ranks.
+
+    Parameters
+    ----------
+    loss : prbmrm.losses.Loss
+        The loss; its ``loss_gradient`` runs on this rank's shard.
+    X : scipy.sparse.csr_matrix, ndarray or prbmrm.structured.RaggedExamples
+        This rank's examples (with the bias column appended if any); ragged
+        examples (with their labels) for a structured loss.
+    y : ndarray or None
+        This rank's labels (None for ragged examples, which hold theirs).
+    n_total : int
+        Number of examples over all ranks: R_emp is the sum divided by it.
+    comm : prbmrm.distributed.comm.SerialComm or MPIComm
+        The communicator.
+    blocks : sequence of int, optional
+        Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical
+        blocks (:attr:`prbmrm.io.LocalData.blocks`); one block by default.
+    qid : ndarray, optional
+        This rank's query ids, handed to the loss with each block.
+
+    Attributes
+    ----------
+    dim : int
+        Length of ``w``: features times the loss's ``n_outputs``.
+    last_seconds : dict
+        Seconds spent by this rank in the last evaluation, under ``"risk"``
+        (its own data pass) and ``"comm"`` (broadcast and Allreduce, which
+        include waiting for the slowest rank).
+    total_seconds : dict
+        The same, summed over all evaluations.
+    evaluations : int
+        Number of evaluations so far.
+    observer : callable or None
+        Called on every rank at each evaluation, before the sums travel, as
+        ``observer(w, partials)``: the w evaluated and this rank's partial
+        sums (one row per block, gradient then risk; valid until the next
+        evaluation): an array, or :class:`~prbmrm.distributed.comm.SupportRows` where
+        each block's row is kept on its columns (indexing it gives dense rows). Party mode's audit log is one.
+    inspector : callable or None
+        Called on every rank after each evaluation's sum, as
+        ``inspector(w, sums)`` (party mode's poisoning checks); it raises on
+        every rank together or on none.
+    line_searches : bool
+        False makes :meth:`line` decline (party mode: the breakpoints of a
+        line search travel as a maximum, in the clear).
+    """
+
+    def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
+        self.loss = loss
+        self.n_total = int(n_total)
+        self.comm = comm
+        self.dim = loss.weight_dim(X.shape[1])
+        bounds = [0, X.shape[0]] if blocks is None else list(blocks)
+        self._csr = _csr_scalar(loss, X, qid)
+        if self._csr:
+            X = _same_index_dtype(X)
+        self._X, self._y, self._bounds = X, y, np.asarray(bounds, dtype=np.intp)
+        self._line_groups = _block_groups(self._bounds)
+        self._blocks = [(_row_block(X, a, b), _rows(y, a, b), _rows(qid, a, b))
+                        for a, b in zip(bounds[:-1], bounds[1:])]
+        self._partials, self._scratch = _partials_storage(self._csr, self._blocks, self.dim)
+        if self._scratch is not None:
+            # Compact rows are computed a block at a time; a block's sums do not depend on its group.
+            self._groups = [_csr_groups(X, y, [0, X.shape[0]]) for X, y, _ in self._blocks]
+        elif self._csr:
+            self._groups = _csr_groups(X, y, bounds)
+        else:
+            # Chunks never cross a block, so sums stay the same on any number of ranks;
+            # a query must stay whole, so losses with query ids keep their blocks whole.
+            self._chunks = [[(_row_block(X, a + s, a + t), _rows(y, a + s, a + t), None)
+                             for s, t in _chunk_bounds(X, a, b)] if qid is None else [block]
+                            for block, a, b in zip(self._blocks, bounds[:-1], bounds[1:])]
+        self._n_parts, self._dense, self._csr_compiled = _compiled_passes(
+            loss, X, y, qid, self._bounds, self._partials, self._scratch is not None, comm)
+        if not loss.decomposable:
+            # Labels and query ids travel to rank 0 once; per iteration only scores do.
+            self._counts = comm.gather_counts(X.shape[0])
+            self._all_y = comm.gather_scalars(y)
+            self._all_qid = None if qid is None else comm.gather_scalars(qid)
+        self._message = np.zeros(self.dim + 1)  # w, then the control flag
+        self._sums = np.zeros(self.dim + 1)
+        self.last_seconds = {"risk": 0.0, "comm": 0.0}
+        self.total_seconds = {"risk": 0.0, "comm": 0.0}
+        self.evaluations = 0
+        self.observer = self.inspector = None
+        self.line_searches = True
+        self._received_seconds, self._deferred_error = 0.0, None
+        # Line search sessions: the direction, the trial message [etas, lo, hi, count, flag], the blocks' lines.
+        self._direction = np.zeros(self.dim)
+        self._trial = np.zeros(MAX_TRIALS + 4)
+        self._lines = self._line_error = self._service = None
+        self._line_open = False
+
+    @property
+    def blocks(self):
+        """list of (X, y): this rank's canonical blocks of rows, in order (views, not copies)."""
+        return [(X, y) for X, y, _ in self._blocks]
+
+    @property
+    def n_parts(self):
+        """int: the number of canonical blocks over all ranks (see ``comm.reproducible_sum``)."""
+        return self._n_parts
+
+    def __call__(self, w, out=None):
+        """Return ``(R_emp(w), a)`` with ``a`` a subgradient of R_emp at `w` (rank 0 only).
+
+        Parameters
+        ----------
+        w : ndarray of shape (dim,)
+        out : ndarray of shape (dim,), optional
+            Where to write ``a`` (float64, not `w`) instead of a new array.
+
+        Returns
+        -------
+        risk : float
+        subgradient : ndarray of shape (dim,)
+            `out`, or a new array, owned by the caller.
+        """
+        started = time.perf_counter()
+        if self.comm.size == 1 and isinstance(w, np.ndarray) and w.dtype == np.float64 and w.shape == (self.dim,):
+            self._evaluate(0.0, np.ascontiguousarray(w))  # nothing to send: the pass reads w, not a copy
+        else:
+            self._message[:-1], self._message[-1] = w, _EVALUATE
+            self.comm.bcast_array(self._message)
+            self._evaluate(time.perf_counter() - started)
+        if self._deferred_error is not None:
+            error, self._deferred_error = self._deferred_error, None
+            raise error
+        return self._sums[-1] / self.n_total, np.divide(self._sums[:-1], self.n_total, out=out)
+
+    def _evaluate(self, bcast_seconds, w=None):
+        """Evaluate this rank's share at `w` (by default the w of the message) and sum over the ranks."""
+        started = time.perf_counter()
+        w = self._message[:-1] if w is None else w
+        error, exchange = None, 0.0
+        if self.loss.decomposable:
+            try:
+                if self._scratch is not None:
+                    _csr_compact_pass(self.loss, self._groups, w, self._scratch, self._partials)
+                elif self._csr_compiled is not None:
+                    _csr_compiled_pass(self._csr_compiled, self._X, w)
+                elif self._csr:
+                    _csr_scalar_pass(self.loss, self._groups, w, self._partials)
+                elif self._dense is not None:
+                    _dense_scalar_pass(self._dense, self._X, self._y, self._bounds, w, self._partials)
+                else:
+                    for partial, chunks in zip(self._partials, self._chunks):
+                        partial[:] = 0.0
+                        for X, y, qid in chunks:
+                            risk, gradient = self.loss.loss_gradient(w, X, y, qid)
+                            partial[-1] += risk
+                            partial[:-1] += gradient.ravel()
+            except Exception as problem:
+                # NaN partials make every rank's sum NaN, so every rank knows to check.
+                error = problem
+                self._partials.fill(np.nan)
+        else:
+            exchange = self._multivariate_partials(w)
+        computed = time.perf_counter()
+        if self.observer is not None and error is None:
+            self.observer(w, self._partials)
+        self._sums = self.comm.ordered_sum(self._partials, self._n_parts)
+        if not np.isfinite(self._sums[-1]):
+            # Every rank sees the same sums, so every rank makes this check and raises
+            # together: rank 0 must not stop the others, who left serve() already.
+            try:
+                self.comm.check(_described(error, self.comm.rank))
+            except CollectiveError as failed:
+                raise JointError(str(failed)) from error
+        if self.inspector is not None:
+            self.inspector(w, self._sums)
+        self.last_seconds = {"risk": computed - started - exchange,
+                             "comm": bcast_seconds + exchange + time.perf_counter() - computed}
+        for key, seconds in self.last_seconds.items():
+            self.total_seconds[key] += seconds
+        self.evaluations += 1
+
+    def _multivariate_partials(self, w):
+        """Fill the partial sums of a non-decomposable loss; return the seconds spent exchanging.
+
+        Scores go to rank 0, per-example coefficients come back, and each rank
+        forms ``X.T @ c`` of its blocks: only m scalars each way cross ranks.
+        """
+        scores = np.concatenate([X @ w for X, _, _ in self._blocks])
+        started = time.perf_counter()
+        all_scores = self.comm.gather_scalars(scores)
+        exchange = time.perf_counter() - started
+        risk_sum, coefficients = 0.0, None
+        if self.comm.is_root:
+            try:
+                risk_sum, coefficients = self.loss.coefficients(all_scores, self._all_y, self._all_qid)
+            except Exception as error:
+                # Finish this evaluation's collectives first, so that the other
+                # ranks are back in serve() when rank 0 stops them with the error.
+                self._deferred_error = error
+                risk_sum, coefficients = np.nan, np.zeros(len(all_scores))
+        started = time.perf_counter()
+        local = self.comm.scatter_scalars(coefficients, self._counts)
+        exchange += time.perf_counter() - started
+        start = 0
+        for partial, (X, _, _) in zip(self._partials, self._blocks):
+            stop = start + X.shape[0]
+            partial[:-1] = X.T @ local[start:stop]
+            partial[-1] = 0.0
+            start = stop
+        # The risk is known on rank 0 alone: it enters the sum once.
+        self._partials[0, -1] = risk_sum
+        return exchange
+
+    def line(self, w, d):
+        """Open a line search along ``w + eta d`` (rank 0 only; the other ranks follow in serve()).
+
+        Every rank computes the scores ``F0 = X w`` and ``dF = X d`` of its
+        rows once, and the loss's line object of each group of its blocks
+        (:meth:`prbmrm.losses.Loss.lines`); each round of trial steps then
+        costs O(K log m_local) per rank for piecewise-linear losses (O(K
+        m_local) for the others), one small reproducible Allreduce and one
+        Allreduce-max.
+
+        Returns
+        -------
+        RiskLine or None
+            The session, to be closed (``with`` closes it); None if the loss
+            does not decompose over examples, needs query ids or is
+            structured (it has no scores ``X w``), or :attr:`line_searches`
+            is False: the caller then searches through ``risk(w)`` itself.
+        """
+        if (not self.loss.decomposable or self.loss.needs_qid or self.loss.structured
+                or not self.line_searches):
+            return None
+        started = time.perf_counter()
+        self._message[:-1], self._message[-1] = w, _LINE
+        self.comm.bcast_array(self._message)
+        self._direction[:] = d
+        self.comm.bcast_array(self._direction)
+        self._line_open = True
+        comm_seconds = time.perf_counter() - started
+        session = RiskLine(self, self._open_line())
+        session.add_seconds(time.perf_counter() - started - comm_seconds, comm_seconds)
+        return session
+
+    def _open_line(self):
+        """Set up this rank's part of a line search; return whether it is exact.
+
+        An error is kept for the first round, which reports it on every rank.
+        """
+        self._line_error = None
+        try:
+            F0, dF, b = self.scores(self._message[:-1]), self.scores(self._direction), self._bounds
+            # One line object per group of blocks, with the sums of each canonical block
+            # apart: they do not depend on the ranks.
+            self._lines = [self.loss.lines(F0[b[i]:b[j]], dF[b[i]:b[j]], _rows(self._y, b[i], b[j]),
+                                           b[i:j + 1] - b[i]) for i, j in self._line_groups]
+            return all(line.exact for line in self._lines)
+        except Exception as error:
+            self._line_error = error
+            return False
+
+    @property
+    def groups(self):
+        """list of (first, end, bounds, y): this rank's blocks ``first:end`` in groups of consecutive blocks
+        of up to 8,192 rows (a larger block alone), their local row boundaries (``end - first + 1``
+        values) and the labels of their rows (a view)."""
+        b = self._bounds
+        return [(i, j, b[i:j + 1], _rows(self._y, b[i], b[j])) for i, j in self._line_groups]
+
+    def scores(self, v):
+        """Return the scores ``X v`` of this rank's rows (:meth:`prbmrm.losses.Loss.scores`).
+
+        In one product on CSR data (row by row, as per block), else per
+        block: a BLAS product's sums may depend on the shape it is given,
+        and a row's score must not depend on the blocks held with it.
+        """
+        if self._csr or len(self._blocks) < 2:
+            return self.loss.scores(self._X, v)
+        return np.concatenate([self.loss.scores(X, v) for X, _, _ in self._blocks])
+
+    def _line_trial(self):
+        """One round of trial steps of the open line search, on every rank.
+
+        Returns ``(sums / m, nearest, risk seconds, comm seconds)``: the sums
+        over all ranks of losses, left and right slopes (3 x K) and the
+        breakpoints of all ranks nearest each step (2 x K, see
+        :meth:`prbmrm.losses.line.PiecewiseLinearLine.evaluate`).
+
+        Raises
+        ------
+        CollectiveError
+            On every rank, with its message, if any rank failed to compute
+            its part (in this round or in the session's set-up).
+        """
+        started = time.perf_counter()
+        count = int(self._trial[-2])
+        etas, (lo, hi) = self._trial[:count], self._trial[-4:-2]
+        partials = np.full((len(self._blocks), 3, count), np.nan)
+        ends = np.full((2, count), -np.inf)  # the largest breakpoint before, minus the smallest after
+        error = self._line_error
+        if error is None:
+            try:
+                for (i, j), line in zip(self._line_groups, self._lines):
+                    sums, (below, above) = line.evaluate_parts(etas, lo, hi)
+                    partials[i:j] = sums
+                    np.maximum(ends, [below, -above], out=ends)
+            except Exception as problem:
+                error = problem
+                partials[:] = np.nan
+        computed = time.perf_counter()
+        sums = self.comm.reproducible_sum(partials.reshape(len(self._blocks), -1), self._n_parts)
+        if not np.all(np.isfinite(sums)):
+            # Every rank sees the same sums, so every rank makes this collective call.
+            self.comm.check(error)
+        ends = self.comm.allreduce_max(ends.ravel()).reshape(2, count)
+        ends[1] = -ends[1]
+        return (sums.reshape(3, count) / self.n_total, ends, computed - started,
+                time.perf_counter() - computed)
+
+    def _close_line(self):
+        self._lines = self._line_error = None
+        self._line_open = False
+
+    def _serve_line(self):
+        """Answer the trials of a line search (every rank but 0); return the flag that ended it."""
+        while True:
+            self.comm.bcast_array(self._trial)
+            flag = self._trial[-1]
+            if flag != _EVALUATE:
+                self._close_line()
+                return flag
+            try:
+                self._line_trial()
+            except CollectiveError:
+                pass  # rank 0 raises it too, and then stops every rank with _FAIL
+
+    def serve(self):
+        """Answer rank 0's evaluations and line searches until it stops (every rank but 0).
+
+        Raises
+        ------
+        CollectiveError
+            If rank 0 stopped because of an error; the message is rank 0's.
+        """
+        while True:
+            started = time.perf_counter()
+            self.comm.bcast_array(self._message)
+            flag = self._message[-1]
+            if flag == _EVALUATE:
+                self._evaluate(time.perf_counter() - started)
+                continue
+            if flag == _LINE:
+                self.comm.bcast_array(self._direction)
+                self._open_line()
+                flag = self._serve_line()
+                if flag == _END:
+                    continue
+            if flag == _FAIL:
+                raise CollectiveError(str(self.comm.bcast_object(None)))
+            if flag == _ATTACH:
+                self._service = self._build_service(self.comm.bcast_object(None))
+                continue
+            if flag == _REQUEST and self._service is not None:
+                self._service.handle(int(self._message[0]))
+                continue
+            if flag != _STOP:
+                raise _unexpected(f"the message kind {float(flag)!r}")
+            return
+
+    def _build_service(self, message):
+        """The service of the attach message ``[name, args]`` (every rank but 0)."""
+        known = sorted({*SERVICES, *SERVICE_MODULES})  # a list: `in` takes any JSON value
+        if not (isinstance(message, list) and len(message) == 2 and isinstance(message[1], list) and message[0] in known):
+            raise _unexpected(f"the service {str(message)[:100]!r} (known: {', '.join(known)})")
+        if message[0] not in SERVICES:
+            importlib.import_module(SERVICE_MODULES[message[0]])
+        try:
+            return SERVICES[message[0]](self, *message[1])
+        except (TypeError, ValueError) as error:
+            raise _unexpected(f"bad arguments for the service {message[0]!r} ({error})") from None
+
+    def attach(self, factory, *args):
+        """Build the service ``factory(self, *args)`` on every rank (rank 0 only); return rank 0's.
+
+        A solver that keeps state on every rank (Pragam's dual variables of
+        each rank's own examples) runs its collective steps as a service:
+        `factory` is a class entered in :data:`SERVICES` (:func:`service`),
+        and its name and the JSON `args` travel to the serving ranks, which
+        build their own instance in :meth:`serve`; afterwards
+        :meth:`request` runs ``service.handle(code)`` on every rank.
+
+        The service must run the same collective calls on every rank and raise
+        only on rank 0, after its last collective of a step (for instance on a
+        problem the ranks agreed on through an Allreduce): rank 0's error then
+        reaches the serving ranks through :meth:`stop`, as for the risk.
+        """
+        self._message[-1] = _ATTACH
+        self.comm.bcast_array(self._message)
+        self.comm.bcast_object([factory.service_name, list(args)])
+        self._service = factory(self, *args)
+        return self._service
+
+    def request(self, code):
+        """Run ``handle(code)`` of the attached service on every rank (rank 0 only).
+
+        Parameters
+        ----------
+        code : int
+            Which step; it rides in the broadcast message in place of ``w``.
+
+        Returns
+        -------
+        object
+            What rank 0's ``handle`` returned.
+        """
+        self._message[0] = code
+        self._message[-1] = _REQUEST
+        self.comm.bcast_array(self._message)
+        return self._service.handle(code)
+
+    def receive(self):
+        """Wait for rank 0's next message (every rank but 0): the w to evaluate, or None to stop.
+
+        For a party replaying the solver (``--verify-coordinator``), whose
+        solver evaluates the risk only: no line searches or services.
+
+        Returns
+        -------
+        ndarray or None
+            A view of the w received, valid until the next call.
+
+        Raises
+        ------
+        CollectiveError
+            If rank 0 stopped because of an error; the message is rank 0's.
+        """
+        started = time.perf_counter()
+        self.comm.bcast_array(self._message)
+        flag = self._message[-1]
+        if flag == _STOP:
+            return None
+        if flag == _FAIL:
+            raise CollectiveError(str(self.comm.bcast_object(None)))
+        if flag != _EVALUATE:
+            raise _unexpected(f"the message kind {float(flag)!r} to a party replaying the solver")
+        self._received_seconds = time.perf_counter() - started
+        return self._message[:-1]
+
+    def answer(self):
+        """Evaluate this rank's share at the w just received; return ``(R_emp, a)`` of the sum."""
+        self._evaluate(self._received_seconds)
+        return self._sums[-1] / self.n_total, self._sums[:-1] / self.n_total
+
+    def stop(self, error=None):
+        """Release the serving ranks (rank 0 only); with `error`, make them raise its message.
+
+        Inside an open line search the flag travels in the trial message,
+        the one the other ranks are waiting for.
+        """
+        flag = _STOP if error is None else _FAIL
+        message = self._trial if self._line_open else self._message
+        message[-1] = flag
+        self.comm.bcast_array(message)
+        self._close_line()
+        if error is not None:
+            self.comm.bcast_object(str(error))
+
+
+class RiskLine:
+    """An open line search of a :class:`DistributedRisk` along ``w + eta d`` (rank 0's end).
+
+    Attributes
+    ----------
+    exact : bool
+        True if the loss is piecewise linear along lines: every trial step
+        then comes with the breakpoints nearest to it.
+    points : int
+        Trial steps a round may hold: :data:`MAX_TRIALS` if exact (a step
+        costs O(log m) per rank), else 3 (a step costs O(m) per rank).
+    seconds : dict
+        Seconds of this session, under ``"risk"`` (this rank's work) and
+        ``"comm"`` (broadcasts and Allreduces); also added to the oracle's
+        ``total_seconds``.
+    rounds : int
+        Rounds of trial steps so far.
+    """
+
+    def __init__(self, oracle, exact):
+        self._oracle = oracle
+        self.exact = exact
+        self.points = MAX_TRIALS if exact else 3
+        self.seconds = {"risk": 0.0, "comm": 0.0}
+        self.rounds = 0
+
+    def add_seconds(self, risk, comm):
+        """Count `risk` and `comm` seconds into this session and the oracle's totals."""
+        for key, seconds in (("risk", risk), ("comm", comm)):
+            self.seconds[key] += seconds
+            self._oracle.total_seconds[key] += seconds
+
+    def __call__(self, etas, lo, hi):
+        """Return R_emp, its left and right slopes, and the nearest breakpoints at the steps `etas`.
+
+        Parameters
+        ----------
+        etas : sequence of float
+            At most :attr:`points` increasing steps in [lo, hi).
+        lo, hi : float
+            The bracket (hi may be inf).
+
+        Returns
+        -------
+        ndarray of shape (5, K)
+            Rows: ``R_emp(w + eta d)``, its left and right derivatives in eta,
+            and around each step the largest breakpoint after the previous
+            step (or lo) and the smallest before the next one (or hi); where
+            there is none, or the search is not :attr:`exact`, the
+            neighbouring step itself.
+        """
+        started = time.perf_counter()
+        trial = self._oracle._trial
+        trial[:len(etas)] = etas
+        trial[-4:] = (lo, hi, len(etas), _EVALUATE)
+        self._oracle.comm.bcast_array(trial)
+        sent = time.perf_counter() - started
+        sums, ends, risk, comm = self._oracle._line_trial()
+        self.add_seconds(risk, comm + sent)
+        self.rounds += 1
+        return np.vstack([sums, ends])
+
+    def close(self):
+        """End the session: the other ranks go back to serving evaluations."""
+        if self._oracle._line_open:
+            started = time.perf_counter()
+            self._oracle._trial[-1] = _END
+            self._oracle.comm.bcast_array(self._oracle._trial)
+            self._oracle._close_line()
+            self.add_seconds(0.0, time.perf_counter() - started)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+def _described(error, rank):
+    """`error`, or for an unexpected one (a bug, not a user's input) one that names its rank and type."""
+    if error is None or isinstance(error, PrbmrmError):
+        return error
+    return RuntimeError(f"rank {rank} failed computing its risk: {type(error).__name__}: {error}")
+
+
+def run_distributed(oracle, solve):
+    """Run ``solve(oracle)`` on rank 0 while the other ranks serve the oracle.
+
+    Parameters
+    ----------
+    oracle : DistributedRisk
+    solve : callable
+        Called on rank 0 with the oracle; its return value is returned there.
+
+    Returns
+    -------
+    object or None
+        What `solve` returned, on rank 0; None on the other ranks.
+
+    Raises
+    ------
+    CollectiveError
+        On every rank, with the same message, if `solve` raised a
+        :class:`PrbmrmError` on rank 0. Any other exception is re-raised on
+        rank 0 while the other ranks raise a CollectiveError with its text, so
+        no rank is left waiting. A :class:`~prbmrm.errors.JointError` (every
+        rank raised it inside one collective, e.g. a secure sum) passes through.
+    """
+    if not oracle.comm.is_root:
+        oracle.serve()
+        return None
+    try:
+        result = solve(oracle)
+    except JointError:
+        raise  # every rank raised it together: none is left waiting to be stopped
+    except BaseException as error:
+        oracle.stop(error)
+        if isinstance(error, PrbmrmError):
+            raise CollectiveError(str(error)) from error
+        raise
+    oracle.stop()
+    return result

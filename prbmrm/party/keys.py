@@ -1,0 +1,143 @@
+"""Long-term party keys and the roster every party holds (``python -m prbmrm.party.keys``).
+
+Each party makes its own Ed25519 signing key once and keeps it secret; the
+public halves, collected into a roster file that every party holds, are
+what :class:`prbmrm.party.secure.SecureComm` checks each party's signed key
+agreement against, so a substituted key stops the run naming the party::
+
+    python -m prbmrm.party.keys keygen site-0          # party 0: site-0.key (secret) and site-0.pub
+    python -m prbmrm.party.keys roster site-0.pub site-1.pub site-2.pub --out roster.json
+
+A key file holds the 32-byte private key in hex; a ``.pub`` file and the
+roster hold public keys in hex, the roster as ``{"parties": [{"party": r,
+"public_key": hex, "fingerprint": hex}, ...]}`` in rank order.
+
+Imports: cryptography; of prbmrm: :mod:`prbmrm.cli.common`, :mod:`prbmrm.errors`, :mod:`prbmrm.party.secure`.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from ..cli.common import program
+from ..errors import InputError
+from .secure import fingerprint
+
+MAX_ROSTER_BYTES = 1 << 20
+
+
+def _public_hex(key):
+    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+
+
+def keygen(prefix):
+    """Write a fresh signing key to ``prefix.key`` (mode 0600) and its public key to ``prefix.pub``.
+
+    Returns
+    -------
+    str
+        The public key's fingerprint.
+    """
+    key = Ed25519PrivateKey.generate()
+    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                            serialization.NoEncryption())
+    descriptor = os.open(f"{prefix}.key", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as f:
+        f.write(raw.hex() + "\n")
+    with open(f"{prefix}.pub", "w") as f:
+        f.write(_public_hex(key) + "\n")
+    return fingerprint(bytes.fromhex(_public_hex(key)))
+
+
+def _hex_key(path, text, what):
+    try:
+        raw = bytes.fromhex(text.strip())
+    except ValueError:
+        raw = b""
+    if len(raw) != 32:
+        raise InputError(f"{path}: not {what} (64 hex digits)")
+    return raw
+
+
+def load_signing_key(path):
+    """Return the Ed25519 private key of the key file `path`.
+
+    Raises
+    ------
+    InputError
+        If the file cannot be read or holds no key.
+    """
+    try:
+        with open(path) as f:
+            text = f.read(200)
+    except OSError as error:
+        raise InputError(f"{path}: cannot read the party's signing key ({error.strerror})") from None
+    return Ed25519PrivateKey.from_private_bytes(_hex_key(path, text, "a signing key"))
+
+
+def write_roster(public_paths, out):
+    """Write the roster of the ``.pub`` files `public_paths` (party r is the r-th) to `out`."""
+    parties = []
+    for r, path in enumerate(public_paths):
+        with open(path) as f:
+            raw = _hex_key(path, f.read(200), "a public key")
+        parties.append({"party": r, "public_key": raw.hex(), "fingerprint": fingerprint(raw)})
+    with open(out, "w") as f:
+        json.dump({"parties": parties}, f, indent=1)
+
+
+def load_roster(path):
+    """Return the public keys (32 raw bytes each, in rank order) of the roster file `path`.
+
+    Raises
+    ------
+    InputError
+        If the file is not a roster.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_ROSTER_BYTES + 1)
+    except OSError as error:
+        raise InputError(f"{path}: cannot read the roster ({error.strerror})") from None
+    try:
+        entries = json.loads(data.decode("utf-8"))["parties"]
+        keys = [_hex_key(path, entry["public_key"], "a public key") for entry in entries]
+        ordered = [entry["party"] for entry in entries] == list(range(len(entries)))
+    except (ValueError, KeyError, TypeError):
+        raise InputError(f"{path}: not a roster (python -m prbmrm.party.keys roster makes one)") from None
+    if len(data) > MAX_ROSTER_BYTES or not ordered:
+        raise InputError(f"{path}: not a roster of parties 0, 1, ... in order")
+    for key in keys:
+        Ed25519PublicKey.from_public_bytes(key)
+    return keys
+
+
+def main(argv=None):
+    """``python -m prbmrm.party.keys keygen PREFIX`` or ``roster PUB... --out FILE``."""
+    parser = argparse.ArgumentParser(prog=program("prbmrm.party.keys"), description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    make = commands.add_parser("keygen", help="make this party's signing key: PREFIX.key and PREFIX.pub")
+    make.add_argument("prefix")
+    roster = commands.add_parser("roster", help="collect the parties' public keys, in rank order")
+    roster.add_argument("public", nargs="+", help="the .pub files, party 0 first")
+    roster.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "keygen":
+            print(f"{args.prefix}.key written (keep it secret); {args.prefix}.pub fingerprint "
+                  f"{keygen(args.prefix)}")
+        else:
+            write_roster(args.public, args.out)
+            print(f"roster of {len(args.public)} parties written to {args.out}")
+    except (InputError, OSError) as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

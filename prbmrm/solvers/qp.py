@@ -1,0 +1,559 @@
+"""The BMRM dual subproblem for the L2 regularizer: a QP over the simplex.
+
+With the bundle ``A = [a_1, ..., a_t]`` (d x t), offsets ``b`` and
+``Q = A^T A / lam``, Corollary 3 of Teo et al. (JMLR 2010) reads
+
+    maximize_x  b^T x - 0.5 x^T Q x   subject to  x >= 0,  sum(x) = 1.
+
+Rank 0 solves it once per BMRM iteration while every other rank waits, so
+it must cost far less than a pass over the data. ``Q`` is positive
+semidefinite and usually singular (rank <= d, and planes become nearly
+identical as BMRM converges), ``t`` is a few hundred at most and the
+solution is sparse. :func:`solve_simplex_qp` is a primal active-set method
+built for exactly this: warm-started from the previous iteration's solution
+padded with a zero, it usually needs only a handful of pivots, each a
+Cholesky border or refactorisation of the small reduced Hessian on the
+support. General QP solvers pay for generality here: on a9a bundles of
+200 planes (``scripts/bench_qp.py``) DAQP, Clarabel and OSQP take 6, 20-35
+and 14-220 ms per solve, this solver 0.3-0.5 ms warm and 2.5 ms cold.
+
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.kernels.pg_numpy`, :mod:`prbmrm.kernels.native` (its kernel file when first needed).
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernels import native, pg_numpy
+
+__all__ = ["SimplexQPResult", "solve_simplex_pg", "solve_simplex_qp", "solve_two_plane_qp"]
+
+_EPS = np.finfo(np.float64).eps
+# A Cholesky pivot below this fraction of max(diag Q) is rounding noise
+# (entries of the reduced Hessian are differences of entries of Q): treat
+# the reduced Hessian as singular there and regularise it instead.
+_PD_REL = 1e-12
+# Gradients g = Qx - b are only known to about eps * (max|Q| + max|b|);
+# optimality cannot be decided below a small multiple of that.
+_NOISE_MULT = 64.0
+
+PG_NUMPY_STEPS = 600
+"""Projected-gradient steps a process takes in numpy (:mod:`prbmrm.kernels.pg_numpy`, ~15x a compiled step's time)
+before :func:`solve_simplex_pg` loads the compiled kernel (:mod:`prbmrm.kernels.native`: 20-30 ms and ~40 MB;
+bitwise the same steps): about as long as the load takes, so a run that needs fewer steps never loads it
+and a longer one spends at most that much more; none once a kernel file is loaded. 0: always the kernel."""
+
+
+def _flapack():
+    """scipy's LAPACK wrappers, the module ``scipy.linalg._flapack``, without scipy.linalg's package.
+
+    Importing any part of scipy.linalg runs its ``__init__``, which loads all
+    of it (decompositions, matrix functions, BLAS, Cython LAPACK): 50-100 ms
+    of start-up for a run whose QPs need three LAPACK routines, while the one
+    extension module that wraps them loads in ~3 ms. These are the very
+    functions ``scipy.linalg.lapack`` exports (it re-exports this module's),
+    so the results are the same; where the file is not found (another scipy
+    layout), the package is imported as usual.
+    """
+    name = "scipy.linalg._flapack"
+    if name in sys.modules:
+        return sys.modules[name]
+    import scipy
+
+    found = importlib.machinery.PathFinder.find_spec("_flapack", [os.path.join(os.path.dirname(scipy.__file__),
+                                                                               "linalg")])
+    if found is None or not isinstance(found.loader, importlib.machinery.ExtensionFileLoader):
+        from scipy.linalg import _flapack
+
+        return _flapack
+    # Not entered in sys.modules: a later import of scipy.linalg loads its own (the same extension).
+    spec = importlib.util.spec_from_file_location(name, found.origin)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_LAPACK = _flapack()
+dpotrf, dpotrs, dtrtrs = _LAPACK.dpotrf, _LAPACK.dpotrs, _LAPACK.dtrtrs
+
+
+class _NumpySteps:
+    """The projected-gradient steps this process took in numpy so far."""
+
+    taken = 0
+
+
+@dataclass
+class SimplexQPResult:
+    """Solution of the simplex QP.
+
+    Attributes
+    ----------
+    x : ndarray of shape (t,)
+        The solution: ``x >= 0`` and ``sum(x) == 1`` (up to one rounding).
+    value : float
+        The dual objective ``b @ x - 0.5 * x @ Q @ x`` at `x` (to maximize).
+    iterations : int
+        Number of Newton steps on the support; each one follows the entry
+        of an index or ends in the removal of one.
+    converged : bool
+        True if the optimality conditions hold to the tolerance; False if
+        the iteration limit stopped the method (`x` is still feasible).
+    """
+
+    x: np.ndarray
+    value: float
+    iterations: int
+    converged: bool
+
+
+def solve_simplex_qp(Q, b, x0=None, tol=1e-10, max_iter=None):
+    """Maximize ``b @ x - 0.5 * x @ Q @ x`` over the probability simplex.
+
+    Equivalently minimize ``f(x) = 0.5 x^T Q x - b^T x`` subject to
+    ``x >= 0, sum(x) = 1``: the dual of the BMRM subproblem with an L2
+    regularizer (Corollary 3 of Teo et al., JMLR 2010).
+
+    A primal active-set method. On the support ``S`` the sum constraint is
+    eliminated against a reference index ``r`` of ``S``; the reduced Hessian
+    ``H = Z^T Q_SS Z`` is kept with its Cholesky factor, bordered when an
+    index enters and refactorised when one leaves. Newton steps on ``S``
+    (an exact line search capped at the first bound that blocks, whose
+    index then leaves ``S``) alternate with pricing: once ``x`` minimizes
+    ``f`` on ``S``, the gradient ``g = Qx - b`` is recomputed and the index
+    outside ``S`` with ``g_j < x @ g`` whose move to its vertex promises
+    the largest decrease enters. A reduced Hessian that is singular to
+    rounding (duplicate or affinely dependent planes) is regularised by a
+    tiny diagonal term, so its Newton step runs along the (near)
+    zero-curvature direction to a bound; the line search uses the
+    unregularised ``H``, so no step increases ``f``. A start whose support
+    is already affinely dependent is first shrunk along the null space of
+    ``H``, where ``f`` is linear.
+
+    Parameters
+    ----------
+    Q : array_like of shape (t, t)
+        Symmetric positive semidefinite matrix, e.g. ``A.T @ A / lam``.
+    b : array_like of shape (t,)
+        Linear term.
+    x0 : array_like of shape (t,), optional
+        Starting point, typically the previous BMRM solution padded with a
+        zero for the new plane. A point that is not exactly on the simplex
+        is projected onto it. By default start at the vertex ``e_i`` with
+        the largest ``b_i - 0.5 Q_ii``.
+    tol : float, default 1e-10
+        Relative accuracy of the dual objective: on return the duality gap
+        ``x @ g - min(g)`` with ``g = Q @ x - b`` is at most
+        ``tol * (1 + |value|)`` (or the rounding level of ``g``, if larger),
+        which bounds ``value* - value``.
+    max_iter : int, optional
+        Maximum number of Newton steps; default ``10 * t + 100``.
+
+    Returns
+    -------
+    SimplexQPResult
+        The solution, the dual objective at it, the pivot count and whether
+        the optimality conditions were met.
+
+    Raises
+    ------
+    ValueError
+        If the shapes of `Q`, `b` and `x0` do not agree, `t` is zero, or
+        `b`, the diagonal of `Q` or `x0` is not finite.
+    numpy.linalg.LinAlgError
+        If a reduced Hessian cannot be factorised even when regularised
+        (`Q` far from positive semidefinite, or not finite).
+    """
+    # No contiguous copy: BMRM passes a view into a preallocated Gram
+    # buffer, and only rows and single entries of Q are ever read.
+    Q = np.asarray(Q, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64).ravel()
+    t = b.size
+    if t == 0 or Q.shape != (t, t):
+        raise ValueError(f"need Q of shape (t, t) and b of shape (t,), got {Q.shape} and {b.shape}")
+    diag = Q.diagonal()
+    if not (np.isfinite(b).all() and np.isfinite(diag).all()):
+        raise ValueError("b and the diagonal of Q must be finite")
+    if max_iter is None:
+        max_iter = 10 * t + 100
+
+    if x0 is None:
+        x = np.zeros(t)
+        x[np.argmax(b - 0.5 * diag)] = 1.0
+    else:
+        x0 = np.asarray(x0, dtype=np.float64).ravel()
+        if x0.size != t or not np.isfinite(x0).all():
+            raise ValueError(f"x0 must be {t} finite numbers")
+        x = _to_simplex(x0)
+    if t == 1:
+        return _result(Q, b, x, 0, True)
+
+    qscale = max(float(diag.max()), 0.0)
+    pd_floor = _PD_REL * qscale if qscale > 0.0 else _EPS
+    noise = _NOISE_MULT * _EPS * (qscale + float(np.abs(b).max()))
+
+    state = _ActiveSet(Q, b, x, pd_floor)
+    iterations = 0
+    converged = False
+    priced = False
+    while iterations < max_iter:
+        # A fresh gradient at every pricing costs one product with the rows
+        # of Q in S and keeps rounding from piling up.
+        S = state.S
+        xS = x[S]
+        g = xS @ Q.take(S, 0) - b  # take: a third of Q[S]'s time for the same rows
+        gS = g[S]
+        mu = xS @ gS
+        bx = b[S] @ xS
+        threshold = max(tol * (1.0 + abs(0.5 * (bx - mu))), noise)
+        state.set_gradient(gS)
+        # A warm start from the previous solution is already stationary on
+        # its support and is priced at once; other starts take Newton steps
+        # first.
+        if priced or gS.max() - gS.min() <= threshold:
+            viol = mu - g
+            viol[S] = 0.0
+            cand = (viol > threshold).nonzero()[0]
+            if cand.size:
+                # Enter the index whose step from x to its vertex e_j would
+                # decrease f most, viol^2 / curvature (x^T Q x = mu + b^T x):
+                # far fewer entries leave again than with the most negative
+                # gradient.
+                vc = viol[cand]
+                curv = diag[cand] - 2.0 * (g[cand] + b[cand]) + (mu + bx)
+                j = cand[(vc * vc / np.maximum(curv, pd_floor)).argmax()]
+                state.add(j, g[j] - gS[0])
+            elif mu - gS.min() <= threshold:
+                # mu - min(g) bounds f(x) - f*: the duality gap.
+                converged = True
+                break
+        priced = True
+        while iterations < max_iter:
+            iterations += 1
+            if state.newton_step():
+                break
+    return _result(Q, b, x, iterations, converged)
+
+
+class _ActiveSet:
+    """The support ``S`` of ``x`` with its reduced Hessian and gradient.
+
+    ``S[0]`` is the reference index ``r``: with ``o = S[1:]``, eliminating
+    ``x_r = 1 - sum(x_o)`` leaves the free coordinates ``x_o``, in which
+    ``f`` has gradient ``rg = g_o - g_r`` and Hessian
+    ``H = Q_oo - Q_or 1^T - 1 Q_ro + Q_rr`` (for BMRM the Gram matrix of the
+    differences ``(a_i - a_r) / sqrt(lam)``). ``L`` is the lower Cholesky
+    factor of ``H``, regularised where ``H`` is singular to rounding.
+    Newton steps work in these coordinates alone and never touch ``Q``;
+    ``x`` is shared with the caller and updated in place.
+    """
+
+    def __init__(self, Q, b, x, pd_floor):
+        self.Q = Q
+        self.x = x
+        self.pd_floor = pd_floor
+        self.in_S = x > 0.0
+        self.rg = None
+        self._set_support(self.in_S.nonzero()[0])
+        if not self._factor():
+            # A previous solution's support never gets here, an arbitrary
+            # start's may (many planes, few dimensions).
+            self._crash(b)
+
+    def _set_support(self, S):
+        """Make `S` the support, its largest entry the reference; build H."""
+        Q = self.Q
+        # The largest entry is the reference: it is the last to leave S.
+        k = self.x[S].argmax()
+        S[[0, k]] = S[[k, 0]]
+        # Gather Q_SS alone: whole rows of Q would cost O(|S| t).
+        QSS = Q.take(S, 0).take(S, 1)  # half of Q[S[:, None], S]'s time, the same entries
+        q = QSS[1:, 0]
+        self.S = S
+        self.H = QSS[1:, 1:] - q[:, None] - q[None, :] + QSS[0, 0]
+
+    def _crash(self, b):
+        """Shrink a support whose H is singular without increasing f.
+
+        Along a direction u with ``sum(u) = 0`` and ``Q_SS u = 0`` the
+        gradient does not change and ``f`` is linear, so moving the downhill
+        way until an entry of x reaches 0 drops that index for free (as in
+        Caratheodory's theorem). One eigendecomposition gives all such
+        directions; each drop removes one of them by elimination, instead
+        of one refactorisation per drop in the Newton steps.
+        """
+        S, Q, x = self.S, self.Q, self.x
+        w, V = np.linalg.eigh(self.H)
+        N = V[:, w <= self.pd_floor]
+        # Null directions in the coordinates of S: x_r moves by -sum(x_o).
+        D = np.vstack((-N.sum(axis=0), N))
+        QSS = Q.take(S, 0).take(S, 1)
+        xS = x[S]
+        gS = QSS @ xS - b[S]
+        while D.shape[1]:
+            u = D[:, 0]
+            slope = gS @ u
+            if slope > 0.0:
+                u, slope = -u, -slope
+            neg = (u < 0.0).nonzero()[0]
+            if neg.size == 0:
+                break
+            ratios = xS[neg] / -u[neg]
+            step = ratios.min()
+            if slope * step + 0.5 * step * step * (u @ QSS @ u) > 0.0:
+                # Not flat enough after all: leave it to the Newton steps,
+                # whose line search uses the true curvature.
+                break
+            xS += step * u
+            xS[neg[ratios.argmin()]] = 0.0
+            xS[xS < 0.0] = 0.0
+            for p in neg[xS[neg] == 0.0]:
+                # Keep only the null directions that vanish at p.
+                c = np.abs(D[p]).argmax()
+                if D[p, c] != 0.0:
+                    D = D - np.outer(D[:, c], D[p] / D[p, c])
+                    D = np.delete(D, c, axis=1)
+                D[p] = 0.0
+        x[S] = xS
+        self.in_S[S[xS == 0.0]] = False
+        self._set_support(S[xS > 0.0])
+        self._factor()
+
+    def set_gradient(self, gS):
+        """Set the reduced gradient from the gradient `gS` on ``S``."""
+        self.rg = gS[1:] - gS[0]
+
+    def _factor(self):
+        """Cholesky-factor H into L; return False if H had to be regularised."""
+        H = self.H
+        if H.size == 0:
+            self.L = H
+            return True
+        shift = 0.0
+        for _ in range(30):
+            L, info = dpotrf(H, 1, 1)  # lower=1, clean=1: positional, f2py parses them faster
+            if info == 0 and L.diagonal().min() ** 2 > self.pd_floor:
+                self.L = L
+                return shift == 0.0
+            # Singular to rounding: regularise, more strongly if needed.
+            shift = self.pd_floor if shift == 0.0 else 10.0 * shift
+            H = self.H + shift * np.eye(H.shape[0])
+        raise np.linalg.LinAlgError("reduced Hessian not positive semidefinite: is Q?")
+
+    def add(self, j, rg_j):
+        """Bring `j` (``x_j = 0``, reduced gradient `rg_j`) into ``S``.
+
+        Borders ``H`` and ``L`` with the new row instead of refactoring.
+        """
+        S, Q, H, L = self.S, self.Q, self.H, self.L
+        r, o = S[0], S[1:]
+        n = o.size
+        qrj, qrr = Q[r, j], Q[r, r]
+        h = Q[j, j] - 2.0 * qrj + qrr
+        Hn = np.empty((n + 1, n + 1))
+        Ln = np.zeros((n + 1, n + 1), order="F")  # LAPACK's order, as dpotrf returns L: f2py passes it uncopied
+        Hn[n, n] = h
+        if n:
+            c = Q[:, j].take(o) - Q[:, r].take(o) - (qrj - qrr)  # Q[o, j] - Q[o, r], gathered faster
+            ell = dtrtrs(L, c, 1)[0]  # lower=1
+            Hn[:n, :n] = H
+            Hn[n, :n] = c
+            Hn[:n, n] = c
+            Ln[:n, :n] = L
+            Ln[n, :n] = ell
+            h -= ell @ ell
+        # A Schur complement at rounding level means a_j lies in the affine
+        # hull of the support: regularise, the next step runs to a bound.
+        Ln[n, n] = np.sqrt(max(h, self.pd_floor))
+        self.H, self.L = Hn, Ln
+        self.S = np.concatenate((S, (j,)))
+        self.rg = np.concatenate((self.rg, (rg_j,)))
+        self.in_S[j] = True
+
+    def newton_step(self):
+        """Take one line-searched Newton step on ``S``.
+
+        Returns True if no bound blocked it (``x`` now minimizes ``f`` on
+        ``S``, to rounding), False if indices left ``S``.
+        """
+        S, x, rg = self.S, self.x, self.rg
+        if S.size == 1:
+            return True
+        # In the free coordinates the Newton direction is -z.
+        z = dpotrs(self.L, rg, 1)[0]  # lower=1
+        slope = -(rg @ z)
+        if slope >= 0.0:
+            # No descent left on S (only rounding in the gradient).
+            return True
+        Hz = self.H @ z
+        curv = z @ Hz
+        # Exact line search with the unregularised H: along a regularised
+        # Newton direction the unit step is not the minimizer.
+        step = -slope / curv if curv > 0.0 else np.inf
+        d = np.empty(S.size)
+        d[0] = z.sum()
+        d[1:] = -z
+        xS = x[S]
+        neg = (d < 0.0).nonzero()[0]
+        ratios = xS[neg] / -d[neg]
+        kb = ratios.argmin()
+        if step < ratios[kb]:
+            # rg is not updated: the caller prices next, from a fresh gradient.
+            x[S] = xS + step * d
+            return True
+        step = ratios[kb]
+        xS += step * d
+        xS[neg[kb]] = 0.0
+        xS[xS < 0.0] = 0.0
+        x[S] = xS
+        rg -= step * Hz
+        self._drop(xS > 0.0)
+        return False
+
+    def _drop(self, keep):
+        """Remove the entries of ``S`` where `keep` is False; refactor."""
+        S, H, rg = self.S, self.H, self.rg
+        self.in_S[S[~keep]] = False
+        ko = keep[1:]
+        if not keep[0]:
+            # The reference left: re-reference on the largest remaining
+            # entry p, (a_i - a_p).(a_j - a_p) = H_ij - H_ip - H_pj + H_pp.
+            p = np.where(ko, self.x[S[1:]], -1.0).argmax()
+            hp = H[:, p]
+            H = H - hp[:, None] - hp[None, :] + H[p, p]
+            rg = rg - rg[p]
+            ko[p] = False
+            S = np.concatenate((S[1 + p : 2 + p], S[1:][ko]))
+        else:
+            S = S[keep]
+        self.S, self.H, self.rg = S, H[ko][:, ko], rg[ko]
+        self._factor()
+
+
+def solve_two_plane_qp(Q, b):
+    """Maximize ``b @ x - 0.5 * x @ Q @ x`` over the simplex of dimension 2, in closed form.
+
+    With ``x = (1 - eta, eta)`` the objective is a concave quadratic in eta:
+    its stationary point clipped to [0, 1] is the optimum. This is eq. 14 of
+    paper 000 (Alg. 4, BMRM with bundle size 2) written with the Gram matrix:
+    ``Q = A A^T / lam``, plane 0 the aggregate and plane 1 the new plane.
+
+    Parameters
+    ----------
+    Q : ndarray of shape (2, 2)
+        Symmetric positive semidefinite.
+    b : ndarray of shape (2,)
+
+    Returns
+    -------
+    SimplexQPResult
+        ``iterations`` is 0; ``converged`` is True.
+    """
+    slope = b[1] - b[0] + Q[0, 0] - Q[0, 1]  # derivative at eta = 0
+    curvature = Q[0, 0] - 2.0 * Q[0, 1] + Q[1, 1]  # |a_1 - a_0|^2 / lam
+    if curvature > 0.0:
+        eta = min(max(slope / curvature, 0.0), 1.0)
+    else:  # identical subgradients: the objective is linear in eta
+        eta = 1.0 if slope > 0.0 else 0.0
+    return _result(Q, b, np.array([1.0 - eta, eta]), 0, True)
+
+
+def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000, scale=1.0):
+    """Maximize ``b @ x - 0.5 * x @ Q @ x`` over the simplex to a loose tolerance, by projected gradient.
+
+    With a `floor`, over ``x >= 0, sum(x) <= 1`` instead, the objective
+    being ``b @ x + floor (1 - sum(x)) - 0.5 x @ Q @ x``: the plane
+    ``R_emp >= floor`` (BMRM 2.1's ``xi >= 0``) joins the bundle implicitly,
+    with the multiplier ``1 - sum(x)``.
+
+    The projected-gradient method BMRM 2.1 solves its subproblems with
+    (``CL2N2_DaiFletcherPGM::SolveQP``: Dai and Fletcher's nonmonotone
+    Barzilai-Borwein steps), with its stopping test: once a step is shorter
+    than ``10 tol |x|``, stop if the gradient ``g = Qx - b`` is within `tol`
+    of its mean on the support of x and no smaller than that mean minus `tol`
+    elsewhere. Warm-started from the previous solution and stopped at the
+    loose tolerance BMRM 2.1's schedule sets, it moves the multipliers only
+    part of the way to the optimum, which steadies the iterates (paper 000's
+    proximal and trust-region bundle methods do it explicitly). Every
+    iterate is projected onto the simplex, so the dual value returned is a
+    valid lower bound however early the method stops. The projection is
+    exact (sort-based) where BMRM 2.1 searches its multiplier by secants.
+    The steps run in a kernel compiled by numba (:mod:`prbmrm.kernels.pg_numba`,
+    loaded by :mod:`prbmrm.kernels.native` without numba): in numpy each step is ~30
+    calls of a microsecond or two on vectors of a few hundred entries, 3-7x
+    the C++ original's QP time. The first :data:`PG_NUMPY_STEPS` steps of a
+    process run in numpy all the same (:mod:`prbmrm.kernels.pg_numpy`, bitwise the
+    kernel's steps), which spares short runs loading the kernel.
+
+    Parameters
+    ----------
+    Q, b : ndarray
+        As in :func:`solve_simplex_qp`, except that `Q` may be larger than
+        t x t: its leading t x t block is the matrix (BMRM's Gram buffer,
+        read in place; a C-contiguous array lets the kernel vectorize).
+    x0 : ndarray of shape (t,)
+        The start, projected onto the simplex first.
+    tol : float
+        BMRM 2.1's KKT tolerance (> 0); the duality gap on return is at most
+        about ``2 tol``.
+    floor : float, optional
+        A lower bound of the risk, the offset of the implicit plane.
+    max_iter : int
+        Maximum number of projected-gradient steps.
+    scale : float
+        The QP's matrix is ``scale * Q`` (BMRM passes its Gram matrix as it is
+        with ``1 / lam``: no scaled copy per iteration).
+
+    Returns
+    -------
+    SimplexQPResult
+        ``iterations`` counts the steps; ``converged`` is False if `max_iter` stopped them.
+    """
+    Q = np.ascontiguousarray(Q, dtype=np.float64)
+    b = np.ascontiguousarray(b, dtype=np.float64) if floor is None else b - floor
+    below = floor is not None
+    x = np.empty(b.size)
+    x0 = np.ascontiguousarray(x0, dtype=np.float64)
+    # Once a kernel file is loaded (the risk's compiled pass loads one too), the kernel costs nothing more.
+    left = 0 if native.loaded() else PG_NUMPY_STEPS - _NumpySteps.taken
+    steps, converged = 0, False
+    if left > 0:
+        steps, converged = pg_numpy.pg_steps(Q, float(scale), b, x0, x, float(tol), below, min(int(max_iter), left))
+        _NumpySteps.taken += steps
+    if not converged and (left <= 0 or steps < max_iter):
+        # Out of numpy steps: the kernel takes this subproblem from x0 again (the same steps, faster).
+        steps, converged = native.pg_steps(Q, float(scale), b, x0, x, float(tol), below, int(max_iter))
+    qp = _result(Q, b, x, steps, converged, below=below, scale=scale)
+    if below:
+        qp.value += floor
+    return qp
+
+
+def _to_simplex(v):
+    """Return `v` if it is on the simplex to rounding, else its projection."""
+    s = v.sum()
+    if v.min() >= 0.0 and abs(s - 1.0) <= 1e-12 and s > 0.0:
+        return v / s
+    # Euclidean projection onto the simplex (sort-based; Held et al. 1974).
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u) - 1.0
+    k = np.flatnonzero(u * np.arange(1, v.size + 1) > css)[-1]
+    x = np.maximum(v - css[k] / (k + 1), 0.0)
+    return x / x.sum()
+
+
+def _result(Q, b, x, iterations, converged, below=False, scale=1.0):
+    """Clip and renormalise `x` onto the simplex (`below`: into ``sum(x) <= 1``) and evaluate the dual there
+    (of ``scale * Q``)."""
+    x = np.maximum(x, 0.0)
+    total = x.sum()
+    if not below or total > 1.0:
+        x /= total
+    S = x.nonzero()[0]
+    xs = x[S]
+    value = float(b[S] @ xs - 0.5 * xs @ Q.take(S, 0).take(S, 1) @ xs * scale)
+    return SimplexQPResult(x=x, value=value, iterations=iterations, converged=converged)

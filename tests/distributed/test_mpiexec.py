@@ -1,0 +1,31 @@
+"""Run the rank-agnostic tests (marker ``distributed``) under ``mpiexec -n 2`` and ``-n 3``.
+
+Each run has a timeout, so a deadlock fails this test instead of hanging the
+suite; inside the ranks pytest-timeout uses its thread method, which ends a
+rank blocked in an MPI call.
+"""
+
+import re
+import sys
+
+import pytest
+
+from helpers import REPO, mpiexec
+
+pytestmark = pytest.mark.slow  # the rank-agnostic tests again under mpiexec -n 2 and -n 3
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_distributed_tests_pass_under_mpiexec(ranks, tmp_path):
+    import subprocess
+
+    command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "pytest", "--with-mpi", "-m",
+               "distributed", "-q", "-p", "no:cacheprovider", "-o", "timeout_method=thread",
+               "--timeout", "240", f"--basetemp={tmp_path}", "tests"]
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
+                               stdin=subprocess.DEVNULL)
+    assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-3000:]
+    # Searched in the whole output: the ranks' summary lines may interleave on one line.
+    passed = re.findall(r"(\d+) passed", completed.stdout)
+    assert len(passed) == ranks and len(set(passed)) == 1 and int(passed[0]) > 0, completed.stdout[-3000:]
+    assert not re.search(r"\d+ (failed|error)", completed.stdout), completed.stdout[-6000:]

@@ -1,0 +1,226 @@
+"""BMRM against independent optima: cvxpy on the full primal, LIBLINEAR, the exact ridge solution."""
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+from helpers import OBJECTIVES, load_svmlight
+from prbmrm.distributed.comm import SerialComm
+from prbmrm.losses import get_loss
+from prbmrm.distributed.oracle import DistributedRisk
+from prbmrm.solvers import Bundle, minimize
+
+
+def train(X, y, loss, lam, **options):
+    oracle = DistributedRisk(get_loss(loss), X, y, len(y), SerialComm())
+    return minimize(oracle, np.zeros(X.shape[1]), lam, **options)
+
+
+def cvxpy_optimum(X, y, loss, lam):
+    w = cp.Variable(X.shape[1])
+    f = X @ w
+    risk = {"hinge": cp.sum(cp.pos(1 - cp.multiply(y, f))),
+            "logistic": cp.sum(cp.logistic(-cp.multiply(y, f))),
+            "least_squares": 0.5 * cp.sum_squares(f - y)}[loss]
+    problem = cp.Problem(cp.Minimize(0.5 * lam * cp.sum_squares(w) + risk / len(y)))
+    problem.solve(solver=cp.CLARABEL)
+    return problem.value
+
+
+def synthetic(loss, m=80, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(m, d))
+    w_true = rng.normal(size=d)
+    if loss == "least_squares":
+        y = X @ w_true + 0.3 * rng.normal(size=m)
+    else:
+        y = np.where(X @ w_true + 0.5 * rng.normal(size=m) > 0, 1.0, -1.0)
+    return X, y
+
+
+@pytest.mark.parametrize("loss", ["hinge", "logistic", "least_squares"])
+@pytest.mark.parametrize("lam", [1e-2, 1e-4])
+def test_synthetic_reaches_cvxpy_optimum(loss, lam):
+    X, y = synthetic(loss)
+    reference = cvxpy_optimum(X, y, loss, lam)
+    eps = 1e-6
+    result = train(X, y, loss, lam, epsilon=eps, rel_epsilon=0)
+    assert result.success and result.gap <= eps
+    assert result.fun == pytest.approx(OBJECTIVES[loss](X, y, result.w, lam), rel=1e-12)
+    assert abs(result.fun - reference) <= eps + 1e-7 * abs(reference)
+    # Every lower bound along the way is below the optimum.
+    assert np.all(result.history["lower_bound"] <= reference + 1e-7 * abs(reference))
+
+
+def liblinear_optimum(X, y, loss, lam):
+    """J at LIBLINEAR's solution, solved to a tight tolerance (C = 1 / (lam m))."""
+    from liblinear.liblinearutil import train as liblinear_train
+
+    solver = {"hinge": 3, "logistic": 0}[loss]
+    C = 1.0 / (lam * X.shape[0])
+    model = liblinear_train(y, X, f"-s {solver} -c {C!r} -e 1e-7 -q")
+    w, _ = model.get_decfun()
+    w = np.asarray(w) * (1.0 if model.get_labels()[0] == 1 else -1.0)
+    return OBJECTIVES[loss](X, y, w, lam)
+
+
+def ridge_optimum(X, y, lam):
+    """J at the exact minimizer of lam/2 |w|^2 + 1/(2m) |Xw - y|^2."""
+    m, d = X.shape
+    w = np.linalg.solve((X.T @ X).toarray() / m + lam * np.eye(d), X.T @ y / m)
+    return OBJECTIVES["least_squares"](X, y, w, lam)
+
+
+def real_data(name):
+    if name == "dna-binary":
+        X, y = load_svmlight("dna.scale.xz")
+        return X, np.where(y == 3, 1.0, -1.0)
+    return load_svmlight({"a9a": "a9a.xz", "w8a": "w8a.xz"}[name])
+
+
+@pytest.mark.parametrize("name", ["a9a", "w8a", "dna-binary"])
+@pytest.mark.parametrize("loss", ["hinge", "logistic", "least_squares"])
+@pytest.mark.parametrize("lam", [1e-2, 1e-4])
+def test_real_data_reaches_independent_optimum(name, loss, lam):
+    X, y = real_data(name)
+    if loss == "least_squares":
+        reference = ridge_optimum(X, y, lam)
+    elif name == "dna-binary":  # small enough for cvxpy on the full primal
+        reference = cvxpy_optimum(X, y, loss, lam)
+    else:
+        reference = liblinear_optimum(X, y, loss, lam)
+    eps = 1e-4 * reference
+    result = train(X, y, loss, lam, epsilon=eps, rel_epsilon=0)
+    assert result.success and result.gap <= eps
+    # J* <= reference, so J(w) - J* <= eps implies the first; the second
+    # checks the reference is itself that close to the optimum.
+    assert result.fun - reference <= eps
+    assert reference - result.fun <= eps
+    assert result.lower_bound <= reference
+
+
+def test_gap_is_best_objective_minus_lower_bound():
+    X, y = synthetic("hinge", m=200, d=10)
+    h = train(X, y, "hinge", 1e-3, rel_epsilon=1e-3).history
+    np.testing.assert_allclose(h["gap"], h["best_objective"] - h["lower_bound"])
+    np.testing.assert_array_equal(h["best_objective"], np.minimum.accumulate(h["objective"]))
+    assert np.all(np.diff(h["iteration"]) == 1)
+
+
+def test_idle_planes_are_pruned_and_the_optimum_is_unchanged():
+    X, y = real_data("a9a")
+    X = X[:5000]
+    y = y[:5000]
+    kept = train(X, y, "hinge", 1e-4, epsilon=1e-5, rel_epsilon=0, idle_age=0)
+    pruned = train(X, y, "hinge", 1e-4, epsilon=1e-5, rel_epsilon=0, idle_age=10)
+    assert kept.history["planes"][-1] == kept.nit
+    assert pruned.history["planes"].max() < kept.nit
+    assert abs(kept.fun - pruned.fun) <= 2e-5
+
+
+def test_max_iter_and_callback_stop():
+    X, y = synthetic("hinge", m=300, d=20)
+    result = train(X, y, "hinge", 1e-6, rel_epsilon=0, max_iter=5)
+    assert result.nit == 5 and result.status == 2 and not result.success
+
+    def stop_at_three(row):
+        if row.iteration == 3:
+            raise StopIteration
+
+    result = train(X, y, "hinge", 1e-6, rel_epsilon=0, callback=stop_at_three)
+    assert result.nit == 3 and result.status == 3
+
+
+def test_bundle_gram_matrix_stays_exact():
+    rng = np.random.default_rng(3)
+    bundle = Bundle(7)
+    for _ in range(20):
+        bundle.add(rng.normal(size=7), rng.normal())
+    np.testing.assert_allclose(bundle.gram, bundle.A @ bundle.A.T, rtol=1e-12, atol=1e-14)
+    alpha = np.zeros(20)
+    alpha[[2, 5]] = 0.5
+    for _ in range(3):
+        bundle.update_idle(alpha)
+    kept = bundle.prune(3, alpha)
+    assert bundle.size == 2 and np.array_equal(kept, [0.5, 0.5])
+    np.testing.assert_allclose(bundle.gram, bundle.A @ bundle.A.T, rtol=1e-12, atol=1e-14)
+
+
+def test_overflowing_planes_stop_with_a_clear_error():
+    from prbmrm.errors import InputError
+
+    X = np.array([[1e160, 1.0], [2e160, -1.0]])
+    with pytest.raises(InputError, match="not finite at iteration 1"):
+        train(X, np.array([1.0, -1.0]), "hinge", 1e-4)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "logistic"])
+@pytest.mark.parametrize("lam", [1e-2, 1e-4, 1e-6])
+def test_inexact_subproblems_report_only_valid_lower_bounds(loss, lam):
+    # The inexact rule (inexact=1) stops the subproblem early: every lower
+    # bound it reports must still be below min J, here cvxpy's optimum (the
+    # objective of a feasible point, so at least min J), and the run must
+    # still end at that optimum.
+    from prbmrm.regularizers import get_regularizer
+
+    X, y = synthetic(loss, m=150, d=8, seed=1)
+    reference = cvxpy_optimum(X, y, loss, lam)
+    reg = get_regularizer("l2")
+    reg.prepare(X.shape[1], get_loss(loss).risk_floor)
+    eps = 1e-6
+    result = train(X, y, loss, lam, reg=reg, epsilon=eps, rel_epsilon=0, max_iter=20000, inexact=1)
+    bounds = result.history["lower_bound"]
+    assert result.success and result.gap <= eps
+    assert np.all(bounds <= reference + 1e-12 * abs(reference))
+    assert result.fun == pytest.approx(OBJECTIVES[loss](X, y, result.w, lam), rel=1e-12)
+    assert reference - eps <= result.fun <= reference + eps
+    exact = train(X, y, loss, lam, reg=reg, epsilon=eps, rel_epsilon=0, max_iter=20000, inexact=0)
+    assert abs(exact.fun - result.fun) <= eps
+
+
+def test_a_risk_that_takes_out_gives_the_same_run_and_planes_that_own_their_values():
+    # BMRM hands a risk that takes out= the same array every iteration and writes w_t into earlier
+    # iterates' storage: the run must be bitwise the one with a new array per call, the planes must
+    # hold the subgradients of their own iterates, and the result must not change after it is returned.
+    from prbmrm.solvers.bmrm import minimize_bmrm
+    from prbmrm.regularizers import get_regularizer
+
+    import scipy.sparse as sp
+    rng = np.random.default_rng(4)
+    d = 2 ** 16 + 5  # a sparse bundle, whose combine writes into the spare iterate
+    X = sp.random(400, d, density=20 / d, random_state=4, format="csr")
+    y = np.where(rng.random(400) < 0.5, 1.0, -1.0)
+    oracle = DistributedRisk(get_loss("hinge"), X, y, len(y), SerialComm())
+    given, points = [], []
+
+    def with_out(w, out=None):
+        points.append(w.copy())
+        r, a = oracle(w, out=out)
+        given.append(a)
+        return r, a
+
+    def fresh(w):
+        return oracle(w)
+
+    runs = []
+    for risk in (with_out, fresh):
+        regularizer = get_regularizer("l2")
+        regularizer.prepare(d, 0.0)
+        runs.append(minimize_bmrm(risk, np.zeros(d), 1e-4, regularizer, rel_epsilon=1e-6, max_iter=40))
+    mine, theirs = runs
+    assert mine.nit == theirs.nit > 5
+    assert len({id(a) for a in given}) == 1  # one array, written every iteration
+    for name in ("objective", "lower_bound", "gap"):
+        np.testing.assert_array_equal(mine.history[name], theirs.history[name])
+    np.testing.assert_array_equal(mine.w, theirs.w)
+    np.testing.assert_array_equal(mine.w_last, theirs.w_last)
+    assert not np.shares_memory(mine.w, given[0]) and not np.shares_memory(mine.w_last, given[0])
+    # The best iterate is still the one whose objective was recorded (not overwritten by a later w_t).
+    r, _ = oracle(mine.w)
+    assert 1e-4 * regularizer.value(mine.w) + r == mine.fun == min(mine.history["objective"])
+    # Every plane still kept is the subgradient at one of the iterates, not the last one written.
+    bundle = mine.bundle
+    fresh_planes = [oracle(point)[1] for point in points]
+    for row in bundle.A:
+        assert any(np.array_equal(row, plane) for plane in fresh_planes)
+    assert not all(np.array_equal(row, bundle.A[-1]) for row in bundle.A[:-1])

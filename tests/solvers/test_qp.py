@@ -1,0 +1,417 @@
+"""Tests of prbmrm.solvers.qp: the BMRM dual QP over the simplex, checked against cvxpy."""
+
+import lzma
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+from helpers import REPO, data_path
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from prbmrm.solvers.qp import SimplexQPResult, solve_simplex_qp
+
+A9A = Path(data_path("a9a.xz"))
+
+
+def reference_value(G, b):
+    """Dual value max b^T x - 0.5 |G^T x|^2 over the simplex, by cvxpy.
+
+    Evaluated at cvxpy's x clipped onto the simplex: a feasible point, so
+    never above the optimum even when the interior-point solution is a hair
+    infeasible.
+    """
+    x = cp.Variable(b.size)
+    problem = cp.Problem(cp.Maximize(b @ x - 0.5 * cp.sum_squares(G.T @ x)),
+                         [x >= 0, cp.sum(x) == 1])
+    with warnings.catch_warnings():
+        # Clarabel may flag the tightened tolerances as "inaccurate"; the
+        # point is still far more accurate than the 1e-8 the tests ask for.
+        warnings.simplefilter("ignore")
+        problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    xv = np.maximum(x.value, 0.0)
+    xv /= xv.sum()
+    return b @ xv - 0.5 * np.sum((G.T @ xv) ** 2)
+
+
+def assert_kkt(res, Q, b):
+    """x on the simplex, value consistent with x, and the KKT conditions."""
+    x = res.x
+    assert x.min() >= 0.0
+    assert abs(x.sum() - 1.0) <= 1e-12
+    assert res.value == pytest.approx(b @ x - 0.5 * x @ Q @ x, rel=1e-12, abs=1e-12)
+    # KKT: g = Qx - b equals its x-weighted mean mu on the support and is
+    # >= mu everywhere; mu - min(g) bounds the suboptimality from above.
+    g = Q @ x - b
+    mu = x @ g
+    scale = 1.0 + abs(res.value) + 1e-13 * (np.abs(Q).max() + np.abs(b).max())
+    assert mu - g.min() <= 1e-9 * scale
+    assert np.all(np.abs(g[x > 0] - mu) <= 1e-9 * scale)
+
+
+def assert_solution(res, Q, b, G=None, rtol=1e-8):
+    """Converged, feasible, KKT, and (given Q = G G^T) cvxpy's optimum."""
+    assert isinstance(res, SimplexQPResult)
+    assert res.converged
+    assert res.x.shape == b.shape
+    assert_kkt(res, Q, b)
+    if G is not None:
+        ref = reference_value(G, b)
+        assert res.value == pytest.approx(ref, rel=rtol, abs=rtol)
+
+
+def test_random_full_rank():
+    rng = np.random.default_rng(0)
+    for t in (5, 30, 80):
+        G = rng.standard_normal((t, t + 10))
+        b = rng.standard_normal(t)
+        assert_solution(solve_simplex_qp(G @ G.T, b), G @ G.T, b, G)
+
+
+def test_rank_deficient():
+    rng = np.random.default_rng(1)
+    for t, d in ((40, 3), (100, 10), (60, 1)):
+        G = rng.standard_normal((t, d))
+        b = rng.standard_normal(t)
+        Q = G @ G.T
+        assert np.linalg.matrix_rank(Q) == d
+        assert_solution(solve_simplex_qp(Q, b), Q, b, G)
+
+
+@pytest.mark.parametrize("noise", [0.0, 1e-12, 1e-9, 1e-6])
+def test_duplicated_and_near_duplicated_rows(noise):
+    rng = np.random.default_rng(2)
+    base = rng.standard_normal((8, 5))
+    G = base[rng.integers(0, 8, size=50)]
+    G = G + noise * rng.standard_normal(G.shape)
+    for b in (rng.standard_normal(50), np.zeros(50), 0.1 * np.round(5 * rng.standard_normal(50))):
+        Q = G @ G.T
+        assert_solution(solve_simplex_qp(Q, b), Q, b, G)
+
+
+def test_ties_in_b():
+    rng = np.random.default_rng(3)
+    G = rng.standard_normal((30, 4))
+    for b in (np.ones(30), np.round(rng.standard_normal(30))):
+        Q = G @ G.T
+        assert_solution(solve_simplex_qp(Q, b), Q, b, G)
+
+
+def test_zero_hessian_is_an_lp():
+    b = np.array([0.3, -1.0, 2.5, 2.5, 0.0])
+    res = solve_simplex_qp(np.zeros((5, 5)), b)
+    assert res.value == 2.5
+    assert res.x[2] + res.x[3] == 1.0
+
+
+def test_t_equals_one():
+    res = solve_simplex_qp(np.array([[4.0]]), np.array([1.5]))
+    assert res.x.tolist() == [1.0]
+    assert res.value == 1.5 - 2.0
+    assert res.converged
+
+
+def test_t_equals_two():
+    # Interior optimum: x = (0.75, 0.25) for Q = diag(1, 3), b = 0.
+    res = solve_simplex_qp(np.diag([1.0, 3.0]), np.zeros(2))
+    np.testing.assert_allclose(res.x, [0.75, 0.25], atol=1e-14)
+    # Identical planes: any split is optimal, the value is what counts.
+    G = np.array([[1.0, 2.0], [1.0, 2.0]])
+    res = solve_simplex_qp(G @ G.T, np.array([0.5, 0.5]))
+    assert res.value == pytest.approx(0.5 - 2.5, abs=1e-14)
+    # A dominated plane: same gradient, lower offset.
+    res = solve_simplex_qp(G @ G.T, np.array([0.5, 0.4]))
+    assert res.x.tolist() == [1.0, 0.0]
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        G = rng.standard_normal((2, 3))
+        b = rng.standard_normal(2)
+        assert_solution(solve_simplex_qp(G @ G.T, b), G @ G.T, b, G)
+
+
+def test_starting_points():
+    rng = np.random.default_rng(5)
+    G = rng.standard_normal((60, 6))
+    b = rng.standard_normal(60)
+    Q = G @ G.T
+    best = solve_simplex_qp(Q, b).value
+    starts = [
+        np.full(60, 1 / 60),  # a singular support: 60 planes in 6 dimensions
+        np.eye(60)[7],
+        rng.random(60),  # not on the simplex: projected
+        rng.standard_normal(60),
+        solve_simplex_qp(Q, b).x,
+    ]
+    for x0 in starts:
+        res = solve_simplex_qp(Q, b, x0)
+        assert_solution(res, Q, b)
+        assert res.value == pytest.approx(best, rel=1e-10)
+    # Started at its own solution, the solver only has to confirm it.
+    assert res.iterations == 0
+
+
+def test_iteration_limit_keeps_x_feasible():
+    rng = np.random.default_rng(6)
+    G = rng.standard_normal((80, 40))
+    b = rng.standard_normal(80)
+    res = solve_simplex_qp(G @ G.T, b, max_iter=2)
+    assert not res.converged
+    assert res.iterations == 2
+    assert res.x.min() >= 0.0
+    assert abs(res.x.sum() - 1.0) <= 1e-12
+
+
+def test_bad_shapes():
+    with pytest.raises(ValueError):
+        solve_simplex_qp(np.eye(3), np.ones(2))
+    with pytest.raises(ValueError):
+        solve_simplex_qp(np.eye(3), np.ones(3), x0=np.ones(2))
+    with pytest.raises(ValueError):
+        solve_simplex_qp(np.zeros((0, 0)), np.zeros(0))
+
+
+def test_bmrm_sequence_on_a9a():
+    """Emulate BMRM (hinge loss, lam = 1e-4) on 3000 rows of a9a, warm-started."""
+    from sklearn.datasets import load_svmlight_file
+
+    with lzma.open(A9A) as f:
+        X, y = load_svmlight_file(f, n_features=123)
+    X, y = X[:3000].tocsr(), y[:3000]
+    m, d = X.shape
+    lam, n_iter = 1e-4, 80
+    A = np.empty((n_iter, d))
+    b = np.empty(n_iter)
+    w = np.zeros(d)
+    alpha = np.zeros(0)
+    gaps = []
+    for t in range(1, n_iter + 1):
+        margin = y * (X @ w)
+        risk = np.maximum(0.0, 1.0 - margin).mean()
+        a = -(X.T @ (y * (margin < 1.0))) / m
+        A[t - 1], b[t - 1] = a, risk - a @ w
+        Q = A[:t] @ A[:t].T / lam
+        res = solve_simplex_qp(Q, b[:t], np.append(alpha, 0.0))
+        assert res.converged
+        assert res.x.min() >= 0.0 and abs(res.x.sum() - 1.0) <= 1e-12
+        if t % 10 == 0 or t <= 3:
+            assert_solution(res, Q, b[:t], A[:t] / np.sqrt(lam))
+            assert solve_simplex_qp(Q, b[:t]).value == pytest.approx(res.value, rel=1e-10)
+        alpha = res.x
+        w = -(A[:t].T @ alpha) / lam
+        # J(w) - J_t(w): the BMRM gap shrinks towards zero.
+        gaps.append(lam / 2 * w @ w + np.maximum(0.0, 1.0 - y * (X @ w)).mean() - res.value)
+    assert min(gaps) < 1e-2 * gaps[0]
+
+
+finite = st.floats(-10.0, 10.0, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 25).flatmap(lambda t: st.tuples(
+    arrays(np.float64, (t, 4), elements=finite),
+    arrays(np.float64, t, elements=finite),
+    st.booleans(),
+    st.none() | arrays(np.float64, t, elements=st.floats(0.0, 1.0)),
+)))
+def test_property_matches_cvxpy(case):
+    G, b, duplicate, x0 = case
+    if duplicate and b.size > 1:
+        G[-1] = G[0]
+    Q = G @ G.T
+    res = solve_simplex_qp(Q, b, x0)
+    assert res.converged
+    assert_kkt(res, Q, b)
+    ref = reference_value(G, b)
+    assert res.value >= ref - 1e-8 * (1.0 + abs(res.value))
+
+
+@pytest.mark.parametrize("floor", [None, 0.0, 0.3])
+@pytest.mark.parametrize("tol", [1e-1, 1e-3, 1e-8])
+def test_projected_gradient_is_feasible_and_below_the_optimum(floor, tol):
+    # BMRM's inexact rule: however loose tol, x is feasible and its dual
+    # value is at most the optimum (with a floor, the optimum with the
+    # plane (0, floor) added explicitly); tighter tol, closer to it.
+    from prbmrm.solvers.qp import solve_simplex_pg
+
+    rng = np.random.default_rng(7)
+    A = rng.normal(size=(30, 12))
+    b = rng.normal(size=30)
+    Q = A @ A.T / 0.1
+    x0 = np.zeros(30)
+    x0[:5] = 0.2 if floor is None else 0.1
+    qp = solve_simplex_pg(Q, b, x0, tol, floor)
+    x = qp.x
+    assert np.all(x >= 0) and (abs(x.sum() - 1) <= 1e-12 if floor is None else x.sum() <= 1 + 1e-12)
+    value = b @ x - 0.5 * x @ Q @ x + (0.0 if floor is None else floor * (1 - x.sum()))
+    assert qp.value == pytest.approx(value, rel=1e-12, abs=1e-12)
+    if floor is None:
+        optimum = solve_simplex_qp(Q, b).value
+    else:
+        Qf = np.zeros((31, 31))
+        Qf[1:, 1:] = Q
+        optimum = solve_simplex_qp(Qf, np.concatenate(([floor], b))).value
+    assert qp.converged and qp.value <= optimum + 1e-12
+    assert optimum - qp.value <= 2 * tol * 10 + 1e-9
+
+
+def _pg_cases():
+    """Small simplex QPs (G, b, x0, floor) of BMRM's shape: t planes of d features, t > d included."""
+    rng = np.random.default_rng(11)
+    cases = []
+    for t, d, floor in ((1, 3, None), (2, 4, 0.0), (7, 3, None), (12, 5, 0.2), (30, 12, None), (40, 8, 0.0)):
+        G = rng.normal(size=(t, d)) / np.sqrt(0.05)
+        b = rng.normal(size=t)
+        x0 = np.zeros(t)
+        x0[: max(1, t // 3)] = 1.0 / max(1, t // 3) * (0.5 if floor is not None else 1.0)
+        cases.append((G, b, x0, floor))
+    return cases
+
+
+PG_SCRIPT = """
+import pickle, sys
+import numpy as np
+import prbmrm.solvers.qp
+from prbmrm.solvers.qp import solve_simplex_pg
+prbmrm.solvers.qp.PG_NUMPY_STEPS = 0  # every step in the kernel (compiled or not), none in numpy
+cases = pickle.loads(sys.stdin.buffer.read())
+out = []
+for G, b, x0, floor, tol in cases:
+    qp = solve_simplex_pg(G @ G.T, b, x0, tol, floor)
+    out.append((qp.x, qp.value, qp.iterations, qp.converged))
+sys.stdout.buffer.write(pickle.dumps(out))
+"""
+
+
+def test_projected_gradient_kernel_equals_its_plain_python_bitwise():
+    # prbmrm/kernels/pg_numba.py is written with explicit loops so that numba's
+    # compiled code and the same functions run by the interpreter
+    # (NUMBA_DISABLE_JIT=1) do the same operations in the same order: any
+    # difference in x, value or step count is a compilation error (fast-math,
+    # a vectorized reduction), not rounding.
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    cases = [(G, b, x0, floor, tol) for G, b, x0, floor in _pg_cases() for tol in (1e-1, 1e-4, 1e-9)]
+    results = []
+    for disable in ("0", "1"):
+        env = dict(os.environ, NUMBA_DISABLE_JIT=disable)
+        done = subprocess.run([sys.executable, "-c", PG_SCRIPT], input=pickle.dumps(cases), capture_output=True,
+                              env=env, timeout=600, check=True)
+        results.append(pickle.loads(done.stdout))
+    for (x, value, steps, converged), (x_ref, value_ref, steps_ref, converged_ref) in zip(*results):
+        assert np.array_equal(x, x_ref) and value == value_ref
+        assert (steps, converged) == (steps_ref, converged_ref)
+    assert any(steps > 10 for _, _, steps, _ in results[0])
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_projected_gradient_reaches_cvxpy_optimum(case):
+    # At a tight tolerance the projected gradient is an exact solver: its
+    # value is cvxpy's optimum (with a floor, that of the bundle with the
+    # plane (0, floor) added explicitly) to the tolerance's gap.
+    from prbmrm.solvers.qp import solve_simplex_pg
+
+    G, b, x0, floor = _pg_cases()[case]
+    qp = solve_simplex_pg(G @ G.T, b, x0, 1e-10, floor, max_iter=100000)
+    assert qp.converged
+    if floor is None:
+        reference = reference_value(G, b)
+    else:
+        reference = reference_value(np.vstack([np.zeros(G.shape[1]), G]), np.concatenate(([floor], b)))
+    assert abs(qp.value - reference) <= 1e-8 * (1.0 + abs(reference))
+
+
+def test_projected_gradient_reads_a_scaled_gram_buffer():
+    # BMRM hands the bundle's Gram storage as it is (larger than t x t, its
+    # leading block the matrix) with scale = 1 / lam: the same QP as the
+    # scaled copy, to rounding.
+    from prbmrm.solvers.qp import solve_simplex_pg
+
+    G, b, x0, floor = _pg_cases()[4]
+    t, lam = b.size, 0.05
+    buffer = np.full((t + 9, t + 9), np.nan)
+    buffer[:t, :t] = G @ G.T * lam
+    plain = solve_simplex_pg(G @ G.T, b, x0, 1e-6, floor)
+    scaled = solve_simplex_pg(buffer, b, x0, 1e-6, floor, scale=1.0 / lam)
+    assert scaled.converged and plain.converged
+    assert scaled.value == pytest.approx(plain.value, rel=1e-9)
+    assert np.allclose(scaled.x, plain.x, atol=1e-6)
+
+
+def _random_pg_problems(count, seed):
+    """Simplex QPs as BMRM hands them over: (Gram buffer larger than t x t, b, x0, tol, below, scale, max_iter)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        t, d = int(rng.integers(1, 60)), int(rng.integers(1, 30))
+        G = rng.normal(size=(t, d)) * 10.0 ** rng.uniform(-2, 2)
+        pad = int(rng.integers(0, 4))
+        buffer = np.full((t + pad, t + pad), np.nan)
+        buffer[:t, :t] = G @ G.T
+        x0 = np.zeros(t)
+        k = max(1, t // int(rng.integers(1, 5)))
+        x0[:k] = rng.uniform(size=k)
+        x0 /= x0.sum() * rng.choice([1.0, 2.0])
+        yield (buffer, rng.normal(size=t) * 10.0 ** rng.uniform(-2, 1), x0, float(10.0 ** rng.uniform(-10, -1)),
+               bool(rng.integers(0, 2)), float(10.0 ** rng.uniform(-2, 2)), int(rng.choice([5, 50, 100000])))
+
+
+def test_projected_gradient_in_numpy_equals_the_compiled_kernel_bitwise():
+    # A process takes its first steps in numpy (prbmrm.kernels.pg_numpy) and the rest in the kernel: a
+    # run's results must not depend on where the switch falls, so the two agree to the bit. The
+    # kernel runs from its file (prbmrm.kernels.native); numba's own dispatch of it must agree as well.
+    from prbmrm.kernels import native as _native
+    from prbmrm.kernels import pg_numba as _pg_kernel
+    from prbmrm.kernels import pg_numpy as _pg_numpy
+
+    assert (_pg_numpy._ALPHA_MIN, _pg_numpy._ALPHA_MAX, _pg_numpy._TINY, _pg_numpy._SUPPORT) == (
+        _pg_kernel._ALPHA_MIN, _pg_kernel._ALPHA_MAX, _pg_kernel._TINY, _pg_kernel._SUPPORT)
+    cases = [(G @ G.T, b, x0, tol, floor is not None, 1.0, 10000) for G, b, x0, floor in _pg_cases()
+             for tol in (1e-1, 1e-4, 1e-9)]
+    steps = 0
+    for Q, b, x0, tol, below, scale, max_iter in cases + list(_random_pg_problems(150, 5)):
+        x, x_kernel, x_numba = np.empty(b.size), np.empty(b.size), np.empty(b.size)
+        result = _pg_numpy.pg_steps(Q, scale, b, x0, x, tol, below, max_iter)
+        assert result == _native.pg_steps(Q, scale, b, x0, x_kernel, tol, below, max_iter)
+        assert result == _pg_kernel.pg_steps(Q, scale, b, x0, x_numba, tol, below, max_iter, np.empty((6, b.size)))
+        assert x.tobytes() == x_kernel.tobytes() == x_numba.tobytes()
+        steps += result[0]
+    assert steps > 10000
+    assert _native.fallback_reason("pg_steps") is None  # it ran from the kernel file
+
+
+def test_projected_gradient_switches_to_the_kernel_without_changing_a_result(monkeypatch):
+    # Numpy steps up to the budget, then the kernel (a subproblem cut short by the budget starts
+    # over there): the same x, value and step count as all in numpy or all in the kernel.
+    import prbmrm.solvers.qp as qp
+
+    problems = list(_random_pg_problems(40, 9))
+    results = {}
+    monkeypatch.setattr(qp._native, "loaded", lambda: False)  # as in a process with no kernel file loaded yet
+    for budget in (0, 150, 10 ** 9):
+        monkeypatch.setattr(qp, "PG_NUMPY_STEPS", budget)
+        monkeypatch.setattr(qp._NumpySteps, "taken", 0)
+        results[budget] = [qp.solve_simplex_pg(Q, b, x0, tol, 0.1 if below else None, max_iter, scale)
+                           for Q, b, x0, tol, below, scale, max_iter in problems]
+        assert qp._NumpySteps.taken >= min(budget, 1000)
+    for mixed, kernel, numpy_only in zip(*results.values()):
+        assert mixed.x.tobytes() == kernel.x.tobytes() == numpy_only.x.tobytes()
+        assert mixed.value == kernel.value == numpy_only.value
+        assert mixed.iterations == kernel.iterations == numpy_only.iterations
+
+
+def test_lapack_without_scipy_linalg_is_scipys_own():
+    # prbmrm.solvers.qp loads scipy.linalg._flapack alone (scipy.linalg's package costs 50-100 ms of start-up).
+    code = ("import sys, prbmrm.solvers.qp as qp; print('scipy.linalg' in sys.modules); import scipy.linalg.lapack as lapack; "
+            "print(all(getattr(qp, f) is getattr(lapack, f) for f in ('dpotrf', 'dpotrs', 'dtrtrs')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
+    assert done.stdout.split() == ["False", "True"], done.stderr

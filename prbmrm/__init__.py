@@ -11,11 +11,11 @@ a model file, and the scikit-learn estimators (:class:`BMRMClassifier`, ...)
 are importable from here. They are imported on first use, so ``import
 prbmrm`` stays light (no h5py, scikit-learn or MPI).
 
-Imports: of prbmrm: :mod:`prbmrm._version`, :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.model`,
+Imports: of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.model`,
 :mod:`prbmrm.solvers`, :mod:`prbmrm.training`.
 """
 
-from ._version import __version__
+__version__ = "0.1.0"
 
 # Names served on first use: name -> module (PEP 562), to keep `import prbmrm` light and free of cycles.
 _LAZY = {"BMRMClassifier": "estimators", "BMRMRegressor": "estimators", "BMRMRanker": "estimators",

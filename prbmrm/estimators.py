@@ -41,7 +41,7 @@ from sklearn.utils.validation import (check_consistent_length, check_is_fitted, 
 
 from .errors import PrbmrmError
 from .losses import LOSSES
-from .losses.multivariate import _query_rows
+from .losses.multivariate import query_rows
 from .losses.vector import MulticlassLoss
 from .options import BundleOptions, Stopping
 
@@ -639,7 +639,7 @@ def query_pairs(y, qid=None):
     """
     qid = np.zeros(len(y), dtype=np.int64) if qid is None else np.asarray(qid)
     lower, upper = [], []
-    for rows in _query_rows(qid):
+    for rows in query_rows(qid):
         i, j = np.nonzero(y[rows][:, None] < y[rows][None, :])
         lower.append(rows[i])
         upper.append(rows[j])

@@ -27,7 +27,7 @@ from argparse import ArgumentTypeError
 
 from .common import EXIT_INPUT, ArgumentParser, program  # first: it defers modules scipy would load (DeferredModules)
 from ..io import read_input, write_shards
-from ..io.shards import _shard_summary
+from ..io.shards import shard_summary
 from ..distributed.comm import launched_size
 from ..errors import InputError, PrbmrmError, UsageError
 from ..structured import RaggedExamples
@@ -113,7 +113,7 @@ def _summary(paths, out_dir):
     lines, rows, nnz, queries = [], 0, 0, 0
     info = None
     for path in paths:
-        info = _shard_summary(path)
+        info = shard_summary(path)
         rows += info["rows"]
         nnz += info["nnz"]
         # Ragged shards count examples and their parts (sequence positions, points).

@@ -15,9 +15,9 @@ number of ranks. A rank holding several blocks of sparse data with many columns 
 on the block's columns only (:class:`prbmrm.distributed.comm.SupportRows`, see :data:`COMPACT_PARTIALS`), so its memory
 follows the nonzeros, not blocks x d. A scalar loss on CSR data makes one pass over the nonzeros for ``f = X w``
 and one over those of the rows with ``l' != 0`` for ``X^T l'``, accumulated in place, for groups of consecutive
-blocks at a time (:func:`prbmrm.kernels.blocks._csr_scalar_pass`; on large data of at most 2^16 columns the second
-pass is compiled, :func:`prbmrm.kernels.blocks._csr_compiled_pass`); on large dense data, one compiled pass reads each
-row once for both (:func:`prbmrm.kernels.blocks._dense_scalar_pass`).
+blocks at a time (:func:`prbmrm.kernels.blocks.csr_scalar_pass`; on large data of at most 2^16 columns the second
+pass is compiled, :func:`prbmrm.kernels.blocks.csr_compiled_pass`); on large dense data, one compiled pass reads each
+row once for both (:func:`prbmrm.kernels.blocks.dense_scalar_pass`).
 
 A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the
 same loop::
@@ -57,9 +57,9 @@ import numpy as np
 
 from .comm import SupportRows
 from ..errors import CollectiveError, JointError, PrbmrmError
-from ..kernels.blocks import (_block_groups, _chunk_bounds, _compiled_passes, _csr_compact_pass, _csr_compiled_pass,
-                      _csr_groups, _csr_scalar, _csr_scalar_pass, _dense_scalar_pass, _row_block, _rows,
-                      _same_index_dtype)
+from ..kernels.blocks import (block_groups, chunk_bounds, compiled_passes, csr_compact_pass, csr_compiled_pass,
+                      csr_groups, csr_scalar, csr_scalar_pass, dense_scalar_pass, row_block, row_range,
+                      same_index_dtype)
 from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
@@ -163,26 +163,26 @@ class DistributedRisk:
         self.comm = comm
         self.dim = loss.weight_dim(X.shape[1])
         bounds = [0, X.shape[0]] if blocks is None else list(blocks)
-        self._csr = _csr_scalar(loss, X, qid)
+        self._csr = csr_scalar(loss, X, qid)
         if self._csr:
-            X = _same_index_dtype(X)
+            X = same_index_dtype(X)
         self._X, self._y, self._bounds = X, y, np.asarray(bounds, dtype=np.intp)
-        self._line_groups = _block_groups(self._bounds)
-        self._blocks = [(_row_block(X, a, b), _rows(y, a, b), _rows(qid, a, b))
+        self._line_groups = block_groups(self._bounds)
+        self._blocks = [(row_block(X, a, b), row_range(y, a, b), row_range(qid, a, b))
                         for a, b in zip(bounds[:-1], bounds[1:])]
         self._partials, self._scratch = _partials_storage(self._csr, self._blocks, self.dim)
         if self._scratch is not None:
             # Compact rows are computed a block at a time; a block's sums do not depend on its group.
-            self._groups = [_csr_groups(X, y, [0, X.shape[0]]) for X, y, _ in self._blocks]
+            self._groups = [csr_groups(X, y, [0, X.shape[0]]) for X, y, _ in self._blocks]
         elif self._csr:
-            self._groups = _csr_groups(X, y, bounds)
+            self._groups = csr_groups(X, y, bounds)
         else:
             # Chunks never cross a block, so sums stay the same on any number of ranks;
             # a query must stay whole, so losses with query ids keep their blocks whole.
-            self._chunks = [[(_row_block(X, a + s, a + t), _rows(y, a + s, a + t), None)
-                             for s, t in _chunk_bounds(X, a, b)] if qid is None else [block]
+            self._chunks = [[(row_block(X, a + s, a + t), row_range(y, a + s, a + t), None)
+                             for s, t in chunk_bounds(X, a, b)] if qid is None else [block]
                             for block, a, b in zip(self._blocks, bounds[:-1], bounds[1:])]
-        self._n_parts, self._dense, self._csr_compiled = _compiled_passes(
+        self._n_parts, self._dense, self._csr_compiled = compiled_passes(
             loss, X, y, qid, self._bounds, self._partials, self._scratch is not None, comm)
         if not loss.decomposable:
             # Labels and query ids travel to rank 0 once; per iteration only scores do.
@@ -248,13 +248,13 @@ class DistributedRisk:
         if self.loss.decomposable:
             try:
                 if self._scratch is not None:
-                    _csr_compact_pass(self.loss, self._groups, w, self._scratch, self._partials)
+                    csr_compact_pass(self.loss, self._groups, w, self._scratch, self._partials)
                 elif self._csr_compiled is not None:
-                    _csr_compiled_pass(self._csr_compiled, self._X, w)
+                    csr_compiled_pass(self._csr_compiled, self._X, w)
                 elif self._csr:
-                    _csr_scalar_pass(self.loss, self._groups, w, self._partials)
+                    csr_scalar_pass(self.loss, self._groups, w, self._partials)
                 elif self._dense is not None:
-                    _dense_scalar_pass(self._dense, self._X, self._y, self._bounds, w, self._partials)
+                    dense_scalar_pass(self._dense, self._X, self._y, self._bounds, w, self._partials)
                 else:
                     for partial, chunks in zip(self._partials, self._chunks):
                         partial[:] = 0.0
@@ -361,7 +361,7 @@ class DistributedRisk:
             F0, dF, b = self.scores(self._message[:-1]), self.scores(self._direction), self._bounds
             # One line object per group of blocks, with the sums of each canonical block
             # apart: they do not depend on the ranks.
-            self._lines = [self.loss.lines(F0[b[i]:b[j]], dF[b[i]:b[j]], _rows(self._y, b[i], b[j]),
+            self._lines = [self.loss.lines(F0[b[i]:b[j]], dF[b[i]:b[j]], row_range(self._y, b[i], b[j]),
                                            b[i:j + 1] - b[i]) for i, j in self._line_groups]
             return all(line.exact for line in self._lines)
         except Exception as error:
@@ -374,7 +374,7 @@ class DistributedRisk:
         of up to 8,192 rows (a larger block alone), their local row boundaries (``end - first + 1``
         values) and the labels of their rows (a view)."""
         b = self._bounds
-        return [(i, j, b[i:j + 1], _rows(self._y, b[i], b[j])) for i, j in self._line_groups]
+        return [(i, j, b[i:j + 1], row_range(self._y, b[i], b[j])) for i, j in self._line_groups]
 
     def scores(self, v):
         """Return the scores ``X v`` of this rank's rows (:meth:`prbmrm.losses.Loss.scores`).

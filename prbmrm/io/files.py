@@ -25,7 +25,7 @@ import platform
 
 import h5py
 
-from .._version import __version__
+from .. import __version__
 from ..errors import InputError, UsageError
 
 

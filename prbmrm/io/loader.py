@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from ..errors import CollectiveError, InputError
 from .arrays import (_as_matrix, _as_qid, check_finite, _check_indicator, _fmt_num, _fmt_values,
     _INDEX_LIMIT, _prepare_labels, _raw_negative, row_bounds, _row_costs, STRUCTURED, _with_bias)
-from .shards import _AGREED, _conversions, LAYOUTS, list_shards, open_shard, _shard_meta, _spec_label, _survey
+from .shards import _AGREED, _conversions, LAYOUTS, list_shards, open_shard, _shard_meta, spec_label, survey_shards
 
 # Canonical blocks of in-memory data (split_local): at most 64, at least 8, and otherwise one
 # per 2**14 stored values, so that on small data (scikit-learn's digits: 1,797 x 64) the
@@ -141,7 +141,7 @@ def _canonical_blocks(metas, ranks):
 
 
 def _slice_meta(meta, lo, hi):
-    """`meta` of a whole shard restricted to its rows lo..hi (what :func:`_read_local` reads)."""
+    """`meta` of a whole shard restricted to its rows lo..hi (what :func:`read_shard_rows` reads)."""
     part = dict(meta, n=hi - lo, lo=lo)
     if meta["sparse"]:
         indptr = meta["indptr"][lo:hi + 1]
@@ -149,7 +149,7 @@ def _slice_meta(meta, lo, hi):
     return part
 
 
-def _read_local(metas, bias, as_dense=False):
+def read_shard_rows(metas, bias, as_dense=False):
     """Read this rank's checked shards into one X, y, qid (preallocated: no
     concatenation copies) and validate the values.
 
@@ -313,8 +313,8 @@ def load_local(spec, comm, *, bias=False, dense=None):
     def survey():
         files = list_shards(spec)
         light = [k for k, _, _ in _AGREED] + ["path", "n", "nnz", "exact", "negative"]
-        return ([{key: m[key] for key in light} for m in _survey(files, _spec_label(spec, files))],
-                _spec_label(spec, files))
+        return ([{key: m[key] for key in light} for m in survey_shards(files, spec_label(spec, files))],
+                spec_label(spec, files))
 
     error = surveyed = None
     if comm.is_root:  # one rank checks every file's attributes; the others get the verdict
@@ -347,7 +347,7 @@ def load_local(spec, comm, *, bias=False, dense=None):
         for i, (lo, hi) in pieces.items():
             whole = _shard_meta(files[i], *conversions[i])
             metas.append(whole if (lo, hi) == (0, whole["n"]) else _slice_meta(whole, lo, hi))
-        return metas, _read_local(metas, bias, as_dense)
+        return metas, read_shard_rows(metas, bias, as_dense)
 
     metas, (X, y, qid) = collectively(comm, read_mine)
     row_counts = [hi - lo for _, lo, hi in mine]

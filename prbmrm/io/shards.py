@@ -1,7 +1,7 @@
 """The shard format: writing, listing and validating HDF5 shard files; the format's one description.
 
 :func:`write_shards` writes a set, :func:`list_shards` finds one, and the
-survey (:func:`_survey`) checks every file's attributes and structure and that
+survey (:func:`survey_shards`) checks every file's attributes and structure and that
 the files of a set agree. A package adds a layout of its own through
 :func:`register_layout` (the structured examples of :mod:`prbmrm.structured.data`).
 
@@ -287,7 +287,7 @@ def _fill_shard(f, X, dense_out, y, qid, attrs, values):
         f.create_dataset("qid", data=qid)
 
 
-def _shard_summary(path):
+def shard_summary(path):
     """Rows, stored nonzeros, queries and layout of one shard file (for the CLI)."""
     with h5py.File(path, "r") as f:
         if _attr_str(f.attrs["label_kind"]) == STRUCTURED:
@@ -349,7 +349,7 @@ def list_shards(spec):
     raise InputError(f"{s}: no such file or directory")
 
 
-def _spec_label(spec, files):
+def spec_label(spec, files):
     if isinstance(spec, (str, bytes, os.PathLike)):
         return os.fspath(spec)
     dirs = {os.path.dirname(f) for f in files}
@@ -485,7 +485,7 @@ def _conversions(files, label):
             for path in files for group in [groups[os.path.dirname(path)]]]
 
 
-def _survey(files, label):
+def survey_shards(files, label):
     """Check every shard's attributes and structure, per conversion and across; return their metadata
     (as :func:`_shard_meta`).
 

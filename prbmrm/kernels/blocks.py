@@ -1,13 +1,13 @@
 """The blocks' sums for the risk oracle: row views that copy nothing, chunks, and the CSR and dense
 passes of scalar losses.
 
-:func:`_csr_scalar_pass` computes every block's risk and gradient for a
+:func:`csr_scalar_pass` computes every block's risk and gradient for a
 scalar loss on CSR rows in one pass over this rank's nonzeros, group by
-group of consecutive blocks (:func:`_csr_groups`); the sums of each
+group of consecutive blocks (:func:`csr_groups`); the sums of each
 canonical block stay bitwise the same on any number of ranks.
-:func:`_dense_scalar_pass` does the same on dense rows with the compiled
+:func:`dense_scalar_pass` does the same on dense rows with the compiled
 loop of :mod:`prbmrm.kernels.dense_numba` (run by :mod:`prbmrm.kernels.native`), and
-:func:`_csr_compiled_pass` on large CSR data of few columns with scipy's
+:func:`csr_compiled_pass` on large CSR data of few columns with scipy's
 product and a compiled rest.
 
 Imports: numpy, scipy and :mod:`prbmrm.losses`.
@@ -100,7 +100,7 @@ class _CSRView(_SliceOnPrune, sp.csr_matrix):
         return _CSCView
 
 
-def _row_block(X, start, stop):
+def row_block(X, start, stop):
     """Rows start:stop of X without copying the large arrays."""
     if not sp.issparse(X):
         return X[start:stop]
@@ -109,7 +109,7 @@ def _row_block(X, start, stop):
                      indptr - indptr[0]), shape=(stop - start, X.shape[1]), copy=False)
 
 
-def _csr_scalar(loss, X, qid):
+def csr_scalar(loss, X, qid):
     """Whether the evaluations of `loss` on `X` take :func:`_csr_scalar_partial`.
 
     For a scalar loss with the skeleton of :meth:`ScalarLoss.loss_gradient`
@@ -165,7 +165,7 @@ def _csr_compiled(loss, X, y, qid, compact):
     indices and at most :data:`CSR_KERNEL_COLUMNS` columns whose blocks' sums
     are kept as dense rows (not `compact`).
     """
-    if (compact or not _csr_scalar(loss, X, qid) or X.shape[1] > CSR_KERNEL_COLUMNS
+    if (compact or not csr_scalar(loss, X, qid) or X.shape[1] > CSR_KERNEL_COLUMNS
             or X.indices.dtype != np.int32 or X.indptr.dtype != np.int32):
         return None
     return _compiled_loss(loss, y, qid)
@@ -173,7 +173,7 @@ def _csr_compiled(loss, X, y, qid, compact):
 
 def _csr_choice(csr, nonzeros, unable, X, y, bounds, partials):
     """The compiled CSR pass with this rank's `csr` (:func:`_csr_compiled`) for its `X`, `y`, block `bounds`
-    and `partials` (as :func:`_csr_compiled_pass` takes it), or None: as :func:`_dense_choice`, from
+    and `partials` (as :func:`csr_compiled_pass` takes it), or None: as :func:`_dense_choice`, from
     :data:`CSR_KERNEL_NONZEROS` `nonzeros` in all."""
     if unable or nonzeros < CSR_KERNEL_NONZEROS:
         return None
@@ -184,7 +184,7 @@ def _csr_choice(csr, nonzeros, unable, X, y, bounds, partials):
     return scores, csr_updater(X, scores, y, code, params, bounds, partials)
 
 
-def _compiled_passes(loss, X, y, qid, bounds, partials, compact, comm):
+def compiled_passes(loss, X, y, qid, bounds, partials, compact, comm):
     """(blocks over all ranks, :func:`_dense_choice`, :func:`_csr_choice`) for this rank's blocks of `X`
     between `bounds` (`compact`: their sums kept on their supports), agreed by all ranks in one sum."""
     dense, csr = _dense_scalar(loss, X, y, qid), _csr_compiled(loss, X, y, qid, compact)
@@ -194,10 +194,10 @@ def _compiled_passes(loss, X, y, qid, bounds, partials, compact, comm):
             _csr_choice(csr, counts[3], counts[4], X, y, bounds, partials))
 
 
-def _csr_compiled_pass(csr, X, w):
+def csr_compiled_pass(csr, X, w):
     """Fill the per-block partial sums (gradient, then risk) of a scalar loss on CSR rows, in place.
 
-    The rows' scores by scipy's ``csr_matvec`` (as :func:`_csr_scalar_pass`
+    The rows' scores by scipy's ``csr_matvec`` (as :func:`csr_scalar_pass`
     forms them), then the compiled rest (``csr`` is :func:`_csr_choice`'s, bound to the partial sums).
     """
     scores, update = csr
@@ -206,7 +206,7 @@ def _csr_compiled_pass(csr, X, w):
     update()
 
 
-def _dense_scalar_pass(dense, X, y, bounds, w, partials):
+def dense_scalar_pass(dense, X, y, bounds, w, partials):
     """Fill the per-block `partials` (gradient, then risk) of a scalar loss on dense rows, in place.
 
     One pass over each row, compiled; `dense` is :func:`_dense_choice`'s
@@ -216,7 +216,7 @@ def _dense_scalar_pass(dense, X, y, bounds, w, partials):
     kernel(X, y, w, code, params, bounds, partials)
 
 
-def _same_index_dtype(X):
+def same_index_dtype(X):
     """`X`, or once a copy whose indptr has the dtype of its indices (scipy's kernels need one type)."""
     if X.indptr.dtype == X.indices.dtype:
         return X
@@ -225,11 +225,11 @@ def _same_index_dtype(X):
                          shape=X.shape, copy=False)
 
 
-def _csr_groups(X, y, bounds):
+def csr_groups(X, y, bounds):
     """Plan the grouped CSR pass over the blocks with local row boundaries `bounds`.
 
     Each block is cut into chunks of about ``_CHUNK_NONZEROS`` nonzeros by
-    :func:`_chunk_bounds` (relative to the block, so the cuts do not depend
+    :func:`chunk_bounds` (relative to the block, so the cuts do not depend
     on the ranks), and consecutive chunks are packed into groups of at most
     that many nonzeros and ``_GROUP_ROWS`` rows (a chunk above either makes
     a group of its own).
@@ -242,21 +242,21 @@ def _csr_groups(X, y, bounds):
         chunk (its row in the partial sums).
     """
     chunks = [(block, a + s, a + t) for block, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
-              for s, t in _chunk_bounds(X, a, b)]
+              for s, t in chunk_bounds(X, a, b)]
     groups, members = [], []
     for chunk in chunks + [None]:
         if members and (chunk is None or X.indptr[chunk[2]] - X.indptr[members[0][1]] > _CHUNK_NONZEROS
                         or chunk[2] - members[0][1] > _GROUP_ROWS):
             first = members[0][1]
             starts = np.array([a - first for _, a, _ in members] + [members[-1][2] - first], dtype=np.intp)
-            groups.append((_row_block(X, first, members[-1][2]), _rows(y, first, members[-1][2]), starts,
+            groups.append((row_block(X, first, members[-1][2]), row_range(y, first, members[-1][2]), starts,
                            [block for block, _, _ in members]))
             members = []
         members.append(chunk)
     return groups
 
 
-def _block_groups(bounds):
+def block_groups(bounds):
     """Consecutive blocks (local row boundaries `bounds`) in groups of at most ``_GROUP_ROWS`` rows
     (a larger block makes a group of its own): ``(first block, end block)`` per group."""
     groups, first = [], 0
@@ -267,8 +267,8 @@ def _block_groups(bounds):
     return groups
 
 
-def _csr_compact_pass(loss, blocks, w, scratch, partials):
-    """Fill :class:`~prbmrm.distributed.comm.SupportRows` `partials`: per block, :func:`_csr_scalar_pass` of its groups
+def csr_compact_pass(loss, blocks, w, scratch, partials):
+    """Fill :class:`~prbmrm.distributed.comm.SupportRows` `partials`: per block, :func:`csr_scalar_pass` of its groups
     (``blocks[i]``) into the dense row `scratch`, kept on the block's support.
 
     `scratch` must be zero on entry and is zero on return: the pass writes only on the block's support (its
@@ -276,7 +276,7 @@ def _csr_compact_pass(loss, blocks, w, scratch, partials):
     """
     try:
         for i, groups in enumerate(blocks):
-            _csr_scalar_pass(loss, groups, w, scratch[None], zeroed=True)
+            csr_scalar_pass(loss, groups, w, scratch[None], zeroed=True)
             partials.store(i, scratch)
             scratch[partials.index[i]] = 0.0
     except BaseException:
@@ -284,10 +284,10 @@ def _csr_compact_pass(loss, blocks, w, scratch, partials):
         raise
 
 
-def _csr_scalar_pass(loss, groups, w, partials, zeroed=False):
+def csr_scalar_pass(loss, groups, w, partials, zeroed=False):
     """Fill the per-block `partials` (gradient, then risk) of a scalar loss on CSR groups, in place.
 
-    Per group of rows (:func:`_csr_groups`): ``f = X w`` in one pass over
+    Per group of rows (:func:`csr_groups`): ``f = X w`` in one pass over
     its nonzeros (which then stay in cache), l and l' on f once, then per
     chunk its risk (``np.sum`` of its losses) and ``X^T l'`` added into its
     block's gradient by scipy's CSC kernel on the CSR arrays as they are
@@ -336,12 +336,12 @@ def _csr_rows(X, rows):
     return indptr, indices, data
 
 
-def _rows(a, start, stop):
+def row_range(a, start, stop):
     """Entries start:stop of `a`, or None if `a` is None."""
     return None if a is None else a[start:stop]
 
 
-def _chunk_bounds(X, start, stop):
+def chunk_bounds(X, start, stop):
     """Row ranges, relative to `start`, of consecutive chunks of rows start:stop of about
     ``_CHUNK_NONZEROS`` nonzeros each (for ragged examples: values of their parts)."""
     if sp.issparse(X):

@@ -631,7 +631,7 @@ class Ndcg(Loss):
         f = np.asarray(f, dtype=np.float64).ravel()
         y = np.asarray(y, dtype=np.float64).ravel()
         ndcgs, precisions = [], []
-        for rows in _query_rows(np.asarray(qid)):
+        for rows in query_rows(np.asarray(qid)):
             r, s = y[rows], f[rows]
             if not np.any(r > 0):
                 continue
@@ -643,7 +643,7 @@ class Ndcg(Loss):
                 "map": float(np.mean(precisions)) if precisions else nan}
 
 
-def _query_rows(qid):
+def query_rows(qid):
     """Row indices of each query (in order of first appearance of the query id)."""
     qid = np.asarray(qid).ravel()
     if qid.size == 0:

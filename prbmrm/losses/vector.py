@@ -34,7 +34,7 @@ from .line import EnvelopeLine
 _SPARSE_OUTPUTS = 32
 
 
-def _gradient(X, G):
+def flat_gradient(X, G):
     """Return ``(X.T @ G).ravel()``: the d x k gradient of one block, flat."""
     grad = X.T @ G
     if sp.issparse(grad):
@@ -89,7 +89,7 @@ class VectorLoss(Loss):
 
     def loss_gradient(self, w, X, y, qid=None):
         losses, G = self.coefficients(self.scores(X, w), y)
-        return float(np.sum(losses)), _gradient(X, G)
+        return float(np.sum(losses)), flat_gradient(X, G)
 
     def line_values(self, F0, dF, y, eta):
         losses, G = self.coefficients(F0 + eta * dF, y)
@@ -220,7 +220,7 @@ class MulticlassHinge(MaxMarginLoss):
         worst = np.argmax(np.where(near_kink(Z, top), slopes, -np.inf), axis=1)
         rows = np.arange(len(index))
         G = _pair_coefficients(len(index), self.n_outputs, worst, index, 1.0)
-        return float(np.sum(top)), float(np.sum(Z[rows, worst])), _gradient(X, G)
+        return float(np.sum(top)), float(np.sum(Z[rows, worst])), flat_gradient(X, G)
 
 
 class ScaledMulticlassHinge(MulticlassHinge):
@@ -437,7 +437,7 @@ class MultilabelHinge(VectorLoss):
         active = both & (((hinge > 0) & ~at_zero) | (at_zero & grows))
         G = _pair_coefficients(n, self.n_outputs, highest, lowest, active.astype(np.float64))
         risk = float(np.sum(np.where(both, np.maximum(self.margin - low.min(axis=1) + high.max(axis=1), 0.0), 0.0)))
-        return risk, float(np.sum(np.where(active, hinge, 0.0))), _gradient(X, G)
+        return risk, float(np.sum(np.where(active, hinge, 0.0))), flat_gradient(X, G)
 
     def predict_labels(self, f):
         f = np.asarray(f, dtype=np.float64).reshape(len(f), -1)

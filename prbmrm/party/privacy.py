@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from ..errors import UsageError
 from ..losses import ScalarLoss
-from ..losses.vector import _gradient
+from ..losses.vector import flat_gradient
 
 
 class ClippedLoss:
@@ -61,7 +61,7 @@ class ClippedLoss:
         risk = float(scale @ losses)
         if isinstance(self.loss, ScalarLoss):
             return risk, np.asarray(X.T @ (scale * G[:, 0]), dtype=np.float64)
-        return risk, _gradient(X, G * scale[:, None])
+        return risk, flat_gradient(X, G * scale[:, None])
 
 
 class PrivacyBudget:

@@ -42,8 +42,8 @@ import warnings
 import numpy as np
 
 from ..io import LocalData, collectively, list_shards
-from ..io.loader import _read_local
-from ..io.shards import _spec_label, _survey
+from ..io.loader import read_shard_rows
+from ..io.shards import spec_label, survey_shards
 from ..errors import CollectiveError, CoordinatorError, InputError, PrbmrmError, UsageError
 from .guard import AggregateCheck, dp_noise_bound
 from ..losses import ScalarLoss
@@ -117,8 +117,8 @@ def load_party(spec, comm, *, bias=False):
 
     def own_set():
         files = list_shards(spec)
-        label = _spec_label(spec, files)
-        return _survey(files, label)
+        label = spec_label(spec, files)
+        return survey_shards(files, label)
 
     metas = collectively(comm, own_set)
     mine = {"d": int(metas[0]["d"]), "kind": metas[0]["kind"], "has_qid": bool(metas[0]["has_qid"])}
@@ -126,7 +126,7 @@ def load_party(spec, comm, *, bias=False):
               for r in range(comm.size)]
     comm.check(_malformed(shared) or _disagreement(shared))
     kind, classes = _label_union(shared)
-    X, y, qid = collectively(comm, _read_local, metas, bias)
+    X, y, qid = collectively(comm, read_shard_rows, metas, bias)
     n_total = int(comm.allreduce_sum(np.array([len(y)], dtype=np.int64))[0])
     return LocalData(X=X, y=y, qid=qid, n_features=mine["d"], n_examples_total=n_total,
                      label_kind=kind, classes=classes, files=[m["path"] for m in metas],

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..params import Parametrized
 from ..errors import InputError, UsageError
-from ..solvers.qp import _to_simplex, solve_simplex_pg, solve_simplex_qp, solve_two_plane_qp
+from ..solvers.qp import to_simplex, solve_simplex_pg, solve_simplex_qp, solve_two_plane_qp
 
 _EPS = np.finfo(np.float64).eps
 
@@ -473,7 +473,7 @@ def maximize_smooth_dual(regularizer, A, b, lam, alpha0=None, tol=1e-10, max_ite
         x = np.zeros(len(b))
         x[np.argmax(b)] = 1.0
     else:
-        x = _to_simplex(np.asarray(alpha0, dtype=np.float64))
+        x = to_simplex(np.asarray(alpha0, dtype=np.float64))
     f, g, w, mu = evaluate(x)
     if not (math.isfinite(f) and np.isfinite(g).all()):
         raise InputError(f"the {regularizer.name} subproblem overflows: its weights exceed the float "

@@ -188,7 +188,7 @@ def solve_simplex_qp(Q, b, x0=None, tol=1e-10, max_iter=None):
         x0 = np.asarray(x0, dtype=np.float64).ravel()
         if x0.size != t or not np.isfinite(x0).all():
             raise ValueError(f"x0 must be {t} finite numbers")
-        x = _to_simplex(x0)
+        x = to_simplex(x0)
     if t == 1:
         return _result(Q, b, x, 0, True)
 
@@ -533,7 +533,7 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000, scale=1.0):
     return qp
 
 
-def _to_simplex(v):
+def to_simplex(v):
     """Return `v` if it is on the simplex to rounding, else its projection."""
     s = v.sum()
     if v.min() >= 0.0 and abs(s - 1.0) <= 1e-12 and s > 0.0:

@@ -200,7 +200,7 @@ def test_row_views_give_scipy_results_without_stale_entries():
     # prunes them; a view that skipped the trim kept uninitialized values that sum(axis=1)
     # read (Pragam's ||x_i||^2 came out inf/NaN on some runs).
     X = sp.random(400, 60, density=0.1, format="csr", random_state=3)
-    view = prbmrm.kernels.blocks._row_block(X, 100, 350)
+    view = prbmrm.kernels.blocks.row_block(X, 100, 350)
     dense = X.toarray()[100:350]
     for result, expected in [(view.multiply(view), dense * dense), (view + view, 2 * dense),
                              (view.T.multiply(view.T), (dense * dense).T)]:

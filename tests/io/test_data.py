@@ -192,7 +192,7 @@ def test_bias_column(dna, tmp_path):
 def test_balanced_by_nonzeros(dna, tmp_path):
     X, y, _ = dna
     paths = pio.write_shards(X, y, tmp_path, 7)
-    nnz = [shards._shard_summary(p)["nnz"] for p in paths]
+    nnz = [shards.shard_summary(p)["nnz"] for p in paths]
     assert sum(nnz) == X.nnz and max(nnz) / min(nnz) < 1.05
 
 

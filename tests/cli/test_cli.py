@@ -246,7 +246,7 @@ def test_the_command_line_sets_no_limit_the_environment_already_sets():
     assert not pinned(1, {"OMP_NUM_THREADS": "1", "BLIS_NUM_THREADS": "4"}) and not pinned(1, {"OMP_NUM_THREADS": "2"})
 
 
-THREADS_OF_A_RANK = ("import sys; from threadpoolctl import threadpool_info; from prbmrm import _cli, qp; "
+THREADS_OF_A_RANK = ("import sys; from threadpoolctl import threadpool_info; from prbmrm.cli import common; from prbmrm.solvers import qp; "
                      "import numpy; numpy.ones(3) @ numpy.ones(3); "
                      "sys.stdout.write(' '.join(sorted({str(pool['num_threads']) for pool in threadpool_info()})) + '\\n')")
 

@@ -793,7 +793,7 @@ def test_cli_main_in_process(tmp_path, capsys, monkeypatch):
 
 def test_cli_never_initialises_mpi(tmp_path):
     p = write_text(tmp_path / "in.txt", "1 1:1\n-1 2:1\n")
-    code = ("import sys; from prbmrm import shard; "
+    code = ("import sys; from prbmrm.cli import shard; "
             f"status = shard.main([{p!r}, '-p', '2', '-o', {str(tmp_path / 'o')!r}, '-q']); "
             "print(status, 'mpi4py.MPI' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

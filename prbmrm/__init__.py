@@ -15,7 +15,7 @@ Imports: of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.model`,
 :mod:`prbmrm.solvers`, :mod:`prbmrm.training`.
 """
 
-__version__ = "0.1.0"
+from .version import __version__
 
 # Names served on first use: name -> module (PEP 562), to keep `import prbmrm` light and free of cycles.
 _LAZY = {"BMRMClassifier": "estimators", "BMRMRegressor": "estimators", "BMRMRanker": "estimators",

@@ -11,7 +11,7 @@ typed); the subcommand's module is run by name.
 import runpy
 import sys
 
-from . import __version__
+from .version import __version__
 
 COMMANDS = {
     "shard": ("prbmrm.cli.shard", "convert SVMlight/LIBSVM, .npz or .csv input into HDF5 shard files"),

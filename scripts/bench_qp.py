@@ -5,8 +5,8 @@ bundle reaches each requested size t, times one solve of that bundle's dual
 
     maximize_x  b^T x - 0.5 x^T Q x   s.t.  x >= 0, sum(x) = 1,  Q = A^T A / lam
 
-with: prbmrm.solvers.qp warm-started from the previous iteration's solution padded
-with 0 (what BMRM does), prbmrm.solvers.qp cold, DAQP, Clarabel, OSQP (high accuracy,
+with: prbmrm.regularizers.qp warm-started from the previous iteration's solution padded
+with 0 (what BMRM does), prbmrm.regularizers.qp cold, DAQP, Clarabel, OSQP (high accuracy,
 polished) and CVXPY with its default solver. Times are medians over
 repeated solves (``in-run`` is the warm solve timed inside the BMRM loop
 itself, between data passes, averaged over the preceding 10 iterations).
@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
-from prbmrm.solvers.qp import solve_simplex_qp
+from prbmrm.regularizers.qp import solve_simplex_qp
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "a9a.xz"
 

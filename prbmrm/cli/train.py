@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from .common import ArgumentParser, run
 from .config import add_config_options, config_section, parse_configured
 from ..params import parse_params

@@ -25,7 +25,7 @@ import platform
 
 import h5py
 
-from .. import __version__
+from ..version import __version__
 from ..errors import InputError, UsageError
 
 

@@ -1,4 +1,4 @@
-"""The projected-gradient steps of :func:`prbmrm.solvers.qp.solve_simplex_pg`, as one loop numba compiles.
+"""The projected-gradient steps of :func:`prbmrm.regularizers.qp.solve_simplex_pg`, as one loop numba compiles.
 
 Written with explicit loops (no numpy reductions), so that the compiled
 kernel and the plain Python functions (``NUMBA_DISABLE_JIT=1``) run the same
@@ -138,7 +138,7 @@ def pg_steps(G, scale, b, x0, x, tol, below, max_iter, work):
     """Run the projected-gradient steps from `x0` projected into `x` (updated in place); return (steps, converged).
 
     Minimizes ``f(x) = 0.5 x^T Q x - b^T x`` with ``Q = scale * G`` over the
-    simplex (`below`: ``sum(x) <= 1``), as :func:`prbmrm.solvers.qp.solve_simplex_pg`
+    simplex (`below`: ``sum(x) <= 1``), as :func:`prbmrm.regularizers.qp.solve_simplex_pg`
     describes: Dai and Fletcher's nonmonotone Barzilai-Borwein steps with
     BMRM 2.1's stopping test. Per step: one product with the rows of G where
     the step is nonzero and one projection; f, ``<d, g>`` and the curvatures

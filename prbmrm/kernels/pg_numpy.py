@@ -3,8 +3,8 @@
 Loading numba and the cached kernel costs a process 0.6-1 s (and the first
 run on a machine ~6 s to compile), against 2-7 us per step saved: a run
 with a few thousand steps in all is faster without it. So
-:func:`prbmrm.solvers.qp.solve_simplex_pg` takes its first steps here and loads
-numba only once a process has taken :data:`prbmrm.solvers.qp.PG_NUMPY_STEPS`.
+:func:`prbmrm.regularizers.qp.solve_simplex_pg` takes its first steps here and loads
+numba only once a process has taken :data:`prbmrm.regularizers.qp.PG_NUMPY_STEPS`.
 
 Every operation is the kernel's, in the kernel's order: elementwise
 arithmetic is the same in numpy, and each sum the kernel accumulates in

@@ -24,7 +24,7 @@ class CuttingPlaneModel:
     the previous multipliers, and drop planes that stayed idle. Given a
     tolerance ``gap`` > 0, :meth:`minimize` solves the subproblem only that
     loosely where the regularizer offers ``solve_loosely`` (the quadratic
-    ones, :func:`prbmrm.solvers.qp.solve_simplex_pg`) and the bundle has not yet
+    ones, :func:`prbmrm.regularizers.qp.solve_simplex_pg`) and the bundle has not yet
     aggregated (within its `bundle_size` or `bundle_memory`);
     then a :attr:`floor` (a lower bound of R_emp, None: none known) is an
     implicit plane ``R_emp >= floor`` with the multiplier ``1 - sum(alpha)``.

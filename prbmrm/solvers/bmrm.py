@@ -103,7 +103,7 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         :class:`~prbmrm.solvers.bundle.Bundle`); 0: no limit.
     inexact : int
         1 (default): BMRM 2.1's rule. The subproblem is solved by projected
-        gradient (:func:`prbmrm.solvers.qp.solve_simplex_pg`, a compiled kernel)
+        gradient (:func:`prbmrm.regularizers.qp.solve_simplex_pg`, a compiled kernel)
         warm-started from the previous multipliers, only to the tolerance of
         :class:`InexactSchedule` (loose while the gap is large), and a
         regularizer's ``risk_floor`` (set by ``prepare``, e.g. 0 for the

@@ -1,6 +1,6 @@
 """The proximal bundle method (paper 000, Alg. 1) with Kiwiel's (1990) proximity control.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.solvers.qp`, :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.bundle`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.regularizers.qp`, :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.bundle`.
 """
 
 import math
@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from ..errors import UsageError
-from .qp import solve_simplex_qp
+from ..regularizers.qp import solve_simplex_qp
 from .base import Progress, Recorder, check_finite, snapshot
 from .bundle import Bundle
 

@@ -240,7 +240,7 @@ def test_undefined_symbols_reads_only_elf64_objects():
 
 def test_no_numpy_steps_once_a_kernel_file_is_loaded(monkeypatch):
     # The projected-gradient steps start in numpy only while no kernel file is loaded.
-    import prbmrm.solvers.qp as qp
+    import prbmrm.regularizers.qp as qp
 
     _native.function("pg_steps")
     assert _native.loaded()

@@ -8,7 +8,7 @@ import pytest
 from helpers import check_run_against_serial, load_svmlight
 from prbmrm.distributed.comm import SerialComm
 from prbmrm.losses import get_loss
-from prbmrm.solvers.qp import solve_simplex_qp, solve_two_plane_qp
+from prbmrm.regularizers.qp import solve_simplex_qp, solve_two_plane_qp
 from prbmrm.distributed.oracle import DistributedRisk
 from prbmrm.solvers import Bundle
 from test_bmrm import cvxpy_optimum, train

@@ -1,4 +1,4 @@
-"""Tests of prbmrm.solvers.qp: the BMRM dual QP over the simplex, checked against cvxpy."""
+"""Tests of prbmrm.regularizers.qp: the BMRM dual QP over the simplex, checked against cvxpy."""
 
 import lzma
 import os
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from prbmrm.solvers.qp import SimplexQPResult, solve_simplex_qp
+from prbmrm.regularizers.qp import SimplexQPResult, solve_simplex_qp
 
 A9A = Path(data_path("a9a.xz"))
 
@@ -238,7 +238,7 @@ def test_projected_gradient_is_feasible_and_below_the_optimum(floor, tol):
     # BMRM's inexact rule: however loose tol, x is feasible and its dual
     # value is at most the optimum (with a floor, the optimum with the
     # plane (0, floor) added explicitly); tighter tol, closer to it.
-    from prbmrm.solvers.qp import solve_simplex_pg
+    from prbmrm.regularizers.qp import solve_simplex_pg
 
     rng = np.random.default_rng(7)
     A = rng.normal(size=(30, 12))
@@ -277,9 +277,9 @@ def _pg_cases():
 PG_SCRIPT = """
 import pickle, sys
 import numpy as np
-import prbmrm.solvers.qp
-from prbmrm.solvers.qp import solve_simplex_pg
-prbmrm.solvers.qp.PG_NUMPY_STEPS = 0  # every step in the kernel (compiled or not), none in numpy
+import prbmrm.regularizers.qp
+from prbmrm.regularizers.qp import solve_simplex_pg
+prbmrm.regularizers.qp.PG_NUMPY_STEPS = 0  # every step in the kernel (compiled or not), none in numpy
 cases = pickle.loads(sys.stdin.buffer.read())
 out = []
 for G, b, x0, floor, tol in cases:
@@ -318,7 +318,7 @@ def test_projected_gradient_reaches_cvxpy_optimum(case):
     # At a tight tolerance the projected gradient is an exact solver: its
     # value is cvxpy's optimum (with a floor, that of the bundle with the
     # plane (0, floor) added explicitly) to the tolerance's gap.
-    from prbmrm.solvers.qp import solve_simplex_pg
+    from prbmrm.regularizers.qp import solve_simplex_pg
 
     G, b, x0, floor = _pg_cases()[case]
     qp = solve_simplex_pg(G @ G.T, b, x0, 1e-10, floor, max_iter=100000)
@@ -334,7 +334,7 @@ def test_projected_gradient_reads_a_scaled_gram_buffer():
     # BMRM hands the bundle's Gram storage as it is (larger than t x t, its
     # leading block the matrix) with scale = 1 / lam: the same QP as the
     # scaled copy, to rounding.
-    from prbmrm.solvers.qp import solve_simplex_pg
+    from prbmrm.regularizers.qp import solve_simplex_pg
 
     G, b, x0, floor = _pg_cases()[4]
     t, lam = b.size, 0.05
@@ -391,7 +391,7 @@ def test_projected_gradient_in_numpy_equals_the_compiled_kernel_bitwise():
 def test_projected_gradient_switches_to_the_kernel_without_changing_a_result(monkeypatch):
     # Numpy steps up to the budget, then the kernel (a subproblem cut short by the budget starts
     # over there): the same x, value and step count as all in numpy or all in the kernel.
-    import prbmrm.solvers.qp as qp
+    import prbmrm.regularizers.qp as qp
 
     problems = list(_random_pg_problems(40, 9))
     results = {}
@@ -409,8 +409,8 @@ def test_projected_gradient_switches_to_the_kernel_without_changing_a_result(mon
 
 
 def test_lapack_without_scipy_linalg_is_scipys_own():
-    # prbmrm.solvers.qp loads scipy.linalg._flapack alone (scipy.linalg's package costs 50-100 ms of start-up).
-    code = ("import sys, prbmrm.solvers.qp as qp; print('scipy.linalg' in sys.modules); import scipy.linalg.lapack as lapack; "
+    # prbmrm.regularizers.qp loads scipy.linalg._flapack alone (scipy.linalg's package costs 50-100 ms of start-up).
+    code = ("import sys, prbmrm.regularizers.qp as qp; print('scipy.linalg' in sys.modules); import scipy.linalg.lapack as lapack; "
             "print(all(getattr(qp, f) is getattr(lapack, f) for f in ('dpotrf', 'dpotrs', 'dtrtrs')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           timeout=600, env=dict(os.environ, PYTHONPATH=REPO))

@@ -9,7 +9,7 @@ import pytest
 from helpers import REPO, load_svmlight
 from test_bmrm import cvxpy_optimum
 
-pytestmark = pytest.mark.slow  # runs the benchmark's scoring with cvxpy references
+pytestmark = [pytest.mark.slow, pytest.mark.peers]  # the benchmark scripts, BMRM 2.1 built from source
 
 
 def load_script(name):

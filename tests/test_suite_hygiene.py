@@ -35,7 +35,7 @@ def calls(path):
 
 def test_every_child_process_gets_a_stdin():
     missing = [f"{os.path.relpath(path, REPO)}:{node.lineno}"
-               for path in sources("tests/*.py", "scripts/*.py", "prbmrm/**/*.py")
+               for path in sources("tests/**/*.py", "scripts/*.py", "prbmrm/**/*.py")
                for node in calls(path)
                if isinstance(node.func, ast.Attribute) and node.func.attr in SPAWNERS
                and isinstance(node.func.value, ast.Name) and node.func.value.id == "subprocess"
@@ -52,7 +52,7 @@ def timed(node):
 
 def test_no_test_asserts_wall_clock_seconds():
     bounded = []
-    for path in sources("tests/*.py"):
+    for path in sources("tests/**/*.py"):
         with open(path) as f:
             tree = ast.parse(f.read(), path)
         for node in ast.walk(tree):
@@ -79,8 +79,10 @@ def test_mpiexec_with_a_pipe_on_stdin_is_documented(tmp_path):
         assert "process reading stdin too slowly" in f.read()
 
 
-def test_a_fast_selection_and_ci_running_everything():
-    """`pytest -m "not slow"` leaves out the slow modules; CI (.ci/run) selects nothing out."""
+def test_a_fast_selection_a_peers_selection_and_ci_running_the_readme_command():
+    """`pytest -m "not slow"` leaves out the slow modules; the tests that build peer programs or run the
+    benchmarks (marker ``peers``) run only when selected (``pytest -m peers``); CI (.ci/run) runs the
+    README's command as it stands."""
     try:
         import tomllib
     except ImportError:  # Python 3.10
@@ -89,8 +91,12 @@ def test_a_fast_selection_and_ci_running_everything():
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         markers = tomllib.load(f)["tool"]["pytest"]["ini_options"]["markers"]
     assert any(marker.startswith("slow:") for marker in markers)
-    slow = [path for path in sources("tests/test_*.py") if "pytestmark = pytest.mark.slow" in open(path).read()]
+    assert any(marker.startswith("peers:") for marker in markers)
+    slow = [path for path in sources("tests/**/test_*.py") if "pytestmark = pytest.mark.slow" in open(path).read()]
     assert len(slow) >= 3
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        addopts = tomllib.load(f)["tool"]["pytest"]["ini_options"]["addopts"]
+    assert addopts == "-m 'not peers'"
     with open(os.path.join(REPO, ".ci", "run")) as f:
         commands = [line.split() for line in f if "pytest" in line]
     assert commands == [["python", "-m", "pytest"]]

@@ -75,7 +75,7 @@ def fit(data=None, **options):
 
 
 def load(path):
-    """Read a model file written by ``prbmrm.cli.train`` or :meth:`prbmrm.model.Model.save`.
+    """Read a model file written by ``prbmrm train`` or :meth:`prbmrm.model.Model.save`.
 
     Returns
     -------

@@ -6,7 +6,7 @@ process; started under ``mpiexec``, every rank calls ``fit`` with the same
 arrays, keeps its block of rows, and all ranks end with the same ``coef_``
 (rank 0 solves and broadcasts it), so ``predict`` works on every rank.
 
-The parameters mirror ``python -m prbmrm.cli.train``, with one difference of
+The parameters mirror ``python -m prbmrm.train``, with one difference of
 default: ``bias=True``, scikit-learn's ``fit_intercept``. BMRM's bias is a
 constant feature appended to X whose weight is the intercept; unlike
 scikit-learn's intercepts it is regularized like every other weight (it
@@ -432,7 +432,7 @@ class BMRMRanker(_BMRMEstimator):
     and ``score`` as ``qid`` (one id per row; the rows of a query must be
     contiguous); without ``qid`` all rows form one query. ``score`` is the
     mean NDCG@k over the queries with a relevant document (k of the ``ndcg``
-    loss, else 10), as in ``python -m prbmrm.cli.predict``.
+    loss, else 10), as in ``prbmrm predict``.
     """
 
     _default_losses = ("ndcg", "ndcg")
@@ -539,7 +539,7 @@ class BMRMMultilabelClassifier(ClassifierMixin, _BMRMEstimator):
     optimizes, ``1 - ranking_loss``: the fraction of (relevant, irrelevant)
     label pairs of an example scored in the right order (ties count 1/2),
     averaged over the examples that have both kinds of labels, as reported by
-    ``python -m prbmrm.cli.predict``. ``sklearn.metrics.hamming_loss(y,
+    ``prbmrm predict``. ``sklearn.metrics.hamming_loss(y,
     predict(X))`` gives the Hamming loss of the thresholded scores.
     """
 

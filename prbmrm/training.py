@@ -163,7 +163,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         every sum is a secure aggregation (see :mod:`prbmrm.party.session`).
     positive : float, optional
         One-vs-rest: map this label to +1 and every other to -1 (as
-        ``prbmrm.cli.shard --positive``); recorded in the model.
+        ``prbmrm shard --positive``); recorded in the model.
     label_column : int, str or list, default 0
         CSV input: the label column (number or header name).
     report : callable, optional

@@ -392,7 +392,7 @@ class MultilabelHinge(VectorLoss):
 
     def check_labels(self, classes, label_kind):
         if label_kind != "multilabel":
-            return (f"loss {self.name!r} needs multilabel data (label sets, e.g. `prbmrm.cli.shard "
+            return (f"loss {self.name!r} needs multilabel data (label sets, e.g. `prbmrm shard "
                     f"--multilabel`), the data has {label_kind} labels")
         if classes is None or len(classes) < 2:
             return f"loss {self.name!r} needs at least 2 labels, the data has {0 if classes is None else len(classes)}"
@@ -515,7 +515,7 @@ class MultivariateRegression(VectorLoss):
     def check_labels(self, classes, label_kind):
         if label_kind == "multilabel":
             return (f"loss {self.name!r} needs real-valued targets, the data is multilabel "
-                    "(shard a 0/1 'y' with `prbmrm.cli.shard --multioutput` to fit it as targets)")
+                    "(shard a 0/1 'y' with `prbmrm shard --multioutput` to fit it as targets)")
         k = self._outputs(classes, label_kind)
         if self._M is not None and self._M.shape[0] != k:
             return (f"loss {self.name!r}: --loss-param M={self.M} is {self._M.shape[0]} x "

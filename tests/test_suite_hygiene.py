@@ -75,7 +75,7 @@ def test_mpiexec_with_a_pipe_on_stdin_is_documented(tmp_path):
                            capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO),
                            stdin=subprocess.DEVNULL, cwd=REPO)
     assert cured.returncode == 0, cured.stderr
-    with open(os.path.join(REPO, "README.md")) as f:
+    with open(os.path.join(REPO, "docs", "troubleshooting.md")) as f:
         assert "process reading stdin too slowly" in f.read()
 
 

@@ -117,11 +117,6 @@ def pinned(threads, environ):
             and all(environ.get(name, "").strip() in ("", str(threads)) for name in own))
 
 
-def exit_program(status):
-    """End the process with `status` (``sys.exit``: mpi4py finalizes MPI in the interpreter's teardown)."""
-    sys.exit(status)
-
-
 def run(main, prog, argv=None):
     """Run ``main(argv, comm)`` and turn its errors into one message and an exit status.
 

@@ -246,7 +246,7 @@ def test_the_command_line_sets_no_limit_the_environment_already_sets():
     assert not pinned(1, {"OMP_NUM_THREADS": "1", "BLIS_NUM_THREADS": "4"}) and not pinned(1, {"OMP_NUM_THREADS": "2"})
 
 
-THREADS_OF_A_RANK = ("import sys; from threadpoolctl import threadpool_info; from prbmrm.cli import common; from prbmrm.solvers import qp; "
+THREADS_OF_A_RANK = ("import sys; from threadpoolctl import threadpool_info; from prbmrm.cli import common; from prbmrm.regularizers import qp; "
                      "import numpy; numpy.ones(3) @ numpy.ones(3); "
                      "sys.stdout.write(' '.join(sorted({str(pool['num_threads']) for pool in threadpool_info()})) + '\\n')")
 
@@ -312,37 +312,3 @@ def test_a_plain_training_run_does_not_import_what_it_does_not_use(tmp_path, arg
     assert load_model(str(tmp_path / "demo.h5")).attrs["solver"] == solver
 
 
-# ---- the end of a command-line process: exit functions and buffers, then no teardown ----
-
-EXIT_PROBE = """
-import atexit, pathlib, sys
-from prbmrm.cli.common import exit_program
-
-atexit.register(lambda: pathlib.Path("exit-functions-ran").write_text("yes"))
-sys.stdout.write("buffered, no newline")
-if __name__ == "__main__":
-    exit_program(int(sys.argv[1]), "exit_probe")
-"""
-
-
-@pytest.mark.parametrize("status", [0, 3])
-def test_a_program_ends_with_its_status_after_its_exit_functions_and_buffers(tmp_path, status):
-    """``python -m MODULE`` ends through os._exit only after the exit functions ran and stdout was flushed;
-    run any other way (here through runpy, as ``python -m prbmrm`` runs a subcommand) it raises SystemExit."""
-    import subprocess
-    import sys
-
-    from helpers import REPO
-
-    (tmp_path / "exit_probe.py").write_text(EXIT_PROBE)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout a buffered pipe
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), REPO])
-    for command, expected in (([sys.executable, "-m", "exit_probe", str(status)], "buffered, no newline"),
-                              ([sys.executable, "-c", "import runpy, sys\ntry:\n    runpy.run_module('exit_probe', "
-                                "run_name='__main__')\nexcept SystemExit as done:\n    print(' raised', done.code)",
-                                str(status)], f"buffered, no newline raised {status}\n")):
-        (tmp_path / "exit-functions-ran").unlink(missing_ok=True)
-        done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env,
-                              stdin=subprocess.DEVNULL, timeout=600)
-        assert (done.returncode, done.stdout, done.stderr) == (status if "-m" in command else 0, expected, "")
-        assert (tmp_path / "exit-functions-ran").read_text() == "yes"

@@ -342,6 +342,70 @@ class SerialComm:
         sys.stderr.flush()
         os._exit(status)
 
+    # ---- Collectives of the distributed sort of per-example scalars (P14 item 5) -------------------
+    # Non-decomposable losses order their scores across ranks with these (a sample sort:
+    # splitters from gathered samples, scores sent to the rank owning their range, counts
+    # back): no rank ever holds every score. Typed buffers only (float64 or int64).
+
+    def allgather_array(self, local):
+        """Return the same-length 1-D float64 or int64 arrays of all ranks as rows, in rank order.
+
+        Returns
+        -------
+        ndarray of shape (size, n)
+        """
+        return _typed(local)[None, :].copy()
+
+    def allgatherv_array(self, local, limit):
+        """Return the 1-D float64 or int64 arrays of all ranks concatenated in rank order.
+
+        Parameters
+        ----------
+        local : array_like
+            This rank's part (any length, possibly 0).
+        limit : int
+            The most items of the result; a larger total raises on every rank alike.
+
+        Raises
+        ------
+        ProtocolError
+            If the parts add up to more than `limit` items.
+        """
+        local = _typed(local)
+        _check_total(self.gather_counts(local.size), limit, "a gather of samples")
+        return local.copy()
+
+    def alltoallv_array(self, send, counts, limit):
+        """Send consecutive parts of `send` to every rank; return what every rank sent here.
+
+        Parameters
+        ----------
+        send : ndarray, 1-D, float64 or int64
+            The items for rank 0, then those for rank 1, ...
+        counts : array_like of int
+            How many items go to each rank (``size`` values summing to ``len(send)``).
+        limit : int
+            The most items this rank accepts in all (each rank its own); more, on any rank, raises on
+            every rank alike.
+
+        Returns
+        -------
+        received : ndarray
+            The items from rank 0, then from rank 1, ... (the type of `send`).
+        received_counts : ndarray of int64
+            How many came from each rank.
+
+        Raises
+        ------
+        ProtocolError
+            If any rank would receive more than `limit` items (on every rank).
+        """
+        send = _typed(send)
+        counts = np.asarray(counts, dtype=np.int64)
+        if counts.shape != (self.size,) or np.any(counts < 0) or int(counts.sum()) != send.size:
+            raise ValueError(f"alltoallv_array: {counts.tolist()} items for {self.size} ranks, {send.size} given")
+        return send.copy(), counts.copy()
+
 
 _WATCHES = {}
 
@@ -504,6 +568,66 @@ class MPIComm(SerialComm):
 
     def abort(self, status=1):
         abort(self._MPI, status)
+
+    # ---- Collectives of the distributed sort of per-example scalars (P14 item 5) -------------------
+
+    def _datatype(self, array):
+        return self._MPI.DOUBLE if array.dtype == np.float64 else self._MPI.INT64_T
+
+    def allgather_array(self, local):
+        local = _typed(local)
+        rows = np.empty((self.size, local.size), dtype=local.dtype)
+        self._wait(self.comm.Iallgather([local, self._datatype(local)], [rows, self._datatype(local)]),
+                   "a gather of counts")
+        return rows
+
+    def allgatherv_array(self, local, limit):
+        local = _typed(local)
+        counts = self.gather_counts(local.size)
+        _check_total(counts, limit, "a gather of samples")
+        full = np.empty(int(counts.sum()), dtype=local.dtype)
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        self._wait(self.comm.Iallgatherv([local, self._datatype(local)],
+                                         [full, (counts, displs), self._datatype(local)]), "a gather of samples")
+        return full
+
+    def alltoallv_array(self, send, counts, limit):
+        send = _typed(send)
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
+        if counts.shape != (self.size,) or np.any(counts < 0) or int(counts.sum()) != send.size:
+            raise ValueError(f"alltoallv_array: {counts.tolist()} items for {self.size} ranks, {send.size} given")
+        received_counts = np.empty(self.size, dtype=np.int64)
+        self._wait(self.comm.Ialltoall([counts, self._MPI.INT64_T], [received_counts, self._MPI.INT64_T]),
+                   "the counts of a redistribution")
+        # Every rank learns whether any would receive more than its limit: all refuse together.
+        over = np.any(received_counts < 0) or not int(received_counts.sum()) <= limit
+        if self.allreduce_max([float(over)])[0] > 0:
+            raise ProtocolError(f"a redistribution of scores: some rank would receive more items than its "
+                                f"limit (rank {self.rank}: {int(received_counts.sum())} of at most {limit})")
+        received = np.empty(int(received_counts.sum()), dtype=send.dtype)
+        self._wait(self.comm.Ialltoallv(
+            [send, (counts, np.concatenate(([0], np.cumsum(counts)[:-1]))), self._datatype(send)],
+            [received, (received_counts, np.concatenate(([0], np.cumsum(received_counts)[:-1]))),
+             self._datatype(send)]), "a redistribution of scores")
+        return received, received_counts
+
+
+# ---- Checks of the distributed sort's collectives (P14 item 5) ------------------------------------
+
+def _typed(array):
+    """`array` as a contiguous 1-D float64 or int64 array (the two types the sort's collectives move)."""
+    array = np.ascontiguousarray(array)
+    if array.dtype not in (np.float64, np.int64) or array.ndim != 1:
+        raise TypeError(f"a collective of scalars takes a 1-D float64 or int64 array, not {array.dtype} "
+                        f"of shape {array.shape}")
+    return array
+
+
+def _check_total(counts, limit, what):
+    """Raise the same ProtocolError on every rank if `counts` (alike on every rank) exceed `limit` in all."""
+    total = float(np.sum(counts))
+    if not total <= limit:
+        raise ProtocolError(f"{what} of {total:.0f} items is beyond the limit of {limit} items")
 
 
 def _first_count(names, environ):

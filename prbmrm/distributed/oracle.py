@@ -184,7 +184,7 @@ class DistributedRisk:
                             for block, a, b in zip(self._blocks, bounds[:-1], bounds[1:])]
         self._n_parts, self._dense, self._csr_compiled = compiled_passes(
             loss, X, y, qid, self._bounds, self._partials, self._scratch is not None, comm)
-        if not loss.decomposable:
+        if not loss.decomposable and not loss.spread:
             # Labels and query ids travel to rank 0 once; per iteration only scores do.
             self._counts = comm.gather_counts(X.shape[0])
             self._all_y = comm.gather_scalars(y)
@@ -267,7 +267,7 @@ class DistributedRisk:
                 error = problem
                 self._partials.fill(np.nan)
         else:
-            exchange = self._multivariate_partials(w)
+            exchange, error = self._multivariate_partials(w)
         computed = time.perf_counter()
         if self.observer is not None and error is None:
             self.observer(w, self._partials)
@@ -288,12 +288,16 @@ class DistributedRisk:
         self.evaluations += 1
 
     def _multivariate_partials(self, w):
-        """Fill the partial sums of a non-decomposable loss; return the seconds spent exchanging.
+        """Fill the partial sums of a non-decomposable loss; return the seconds spent exchanging and the error.
 
-        Scores go to rank 0, per-example coefficients come back, and each rank
-        forms ``X.T @ c`` of its blocks: only m scalars each way cross ranks.
+        A :attr:`~prbmrm.losses.MultivariateLoss.spread` loss orders the scores
+        across ranks and gives each rank the coefficients of its examples;
+        otherwise scores go to rank 0 and per-example coefficients come back.
+        Each rank forms ``X.T @ c`` of its blocks: only scalars cross ranks.
         """
         scores = np.concatenate([X @ w for X, _, _ in self._blocks])
+        if self.loss.spread:
+            return 0.0, self._spread_partials(scores)
         started = time.perf_counter()
         all_scores = self.comm.gather_scalars(scores)
         exchange = time.perf_counter() - started
@@ -317,7 +321,24 @@ class DistributedRisk:
             start = stop
         # The risk is known on rank 0 alone: it enters the sum once.
         self._partials[0, -1] = risk_sum
-        return exchange
+        return exchange, None
+
+    def _spread_partials(self, scores):
+        """The partial sums of a spread loss from this rank's `scores`; return the error, if any.
+
+        The loss's own collectives run alike on every rank (its errors come from
+        global counts, so every rank raises together); the seconds they take count as risk.
+        """
+        try:
+            risks, local = self.loss.local_coefficients(scores, self._y, self.comm, self._bounds)
+        except Exception as error:
+            self._partials.fill(np.nan)
+            return error
+        for partial, risk, X, a, b in zip(self._partials, risks, (X for X, _, _ in self._blocks),
+                                          self._bounds[:-1], self._bounds[1:]):
+            partial[:-1] = X.T @ local[a:b]
+            partial[-1] = risk
+        return None
 
     def line(self, w, d):
         """Open a line search along ``w + eta d`` (rank 0 only; the other ranks follow in serve()).

@@ -221,18 +221,56 @@ class Loss(Parametrized):
 class MultivariateLoss(Loss):
     """A risk that does not decompose over examples (ROC area, F-beta, ordinal regression, ...).
 
-    The risk oracle gathers the scores ``f = X @ w`` of all ranks (scalars,
-    never features) to rank 0, calls :meth:`coefficients` there, scatters the
-    per-example coefficients back, and each rank forms its part ``X.T @ c``.
+    Where :attr:`spread` is True, every rank calls :meth:`local_coefficients`
+    with the scores ``f = X @ w`` of its own examples, the loss orders or
+    counts them across ranks (scalars, never features) and returns the
+    coefficients of the rank's examples: no rank handles all m scores. Else
+    the risk oracle gathers the scores of all ranks to rank 0, calls
+    :meth:`coefficients` there and scatters the coefficients back. Either
+    way each rank forms its part ``X.T @ c``.
+
+    Attributes
+    ----------
+    spread : bool
+        Whether the loss computes its coefficients on every rank (:meth:`local_coefficients`).
     """
 
     decomposable = False
+    spread = False
 
     def coefficients(self, f, y, qid=None):
         """Return ``(risk_sum, c)`` over all examples, in global order, on rank 0.
 
         The empirical risk is ``risk_sum / m`` and its subgradient
-        ``X.T @ c / m``, with m the number of examples.
+        ``X.T @ c / m``, with m the number of examples. A :attr:`spread` loss
+        computes it as :meth:`local_coefficients` with every example on one
+        process and one block.
+        """
+        if not self.spread:
+            raise NotImplementedError
+        f = np.asarray(f, dtype=np.float64).ravel()
+        risks, c = self.local_coefficients(f, y, None, [0, f.size], qid)
+        return float(risks[0]), c
+
+    def local_coefficients(self, f, y, comm, bounds, qid=None):
+        """Return ``(risk_sum per block, c)`` of this rank's examples (collective, :attr:`spread` losses).
+
+        Parameters
+        ----------
+        f, y : ndarray of shape (n_local,)
+            The scores and labels of this rank's examples, in global order.
+        comm : prbmrm.distributed.comm.SerialComm or MPIComm, or None
+            The communicator (None: every example is here).
+        bounds : sequence of int
+            Local row boundaries of the canonical blocks.
+        qid : ndarray, optional
+
+        Returns
+        -------
+        risks : ndarray of shape (len(bounds) - 1,)
+            Each block's share of ``risk_sum``, the same bits on any number of ranks.
+        c : ndarray of shape (n_local,)
+            The coefficients of this rank's examples.
         """
         raise NotImplementedError
 

@@ -182,36 +182,177 @@ def precision_recall_break_even(f, y):
 
 
 # --------------------------------------------------------------------------
+# The global order of scores over ranks (a sample sort)
+# --------------------------------------------------------------------------
+
+SORT_SAMPLES = 64
+"""Samples of its sorted keys each rank gathers to every rank, per rank of the job, to choose the splitters of a
+:class:`ScoreOrder`: the ranges then hold about m/P keys each, within a few percent."""
+
+
+def _global_counts(comm, counts):
+    """The sums over ranks of this rank's small integer `counts`, and its number of examples' offset.
+
+    Returns ``(totals, offset)``: `totals` the summed counts (exact, int64), `offset` the sum of the first
+    count over the lower ranks (the global index of this rank's first example).
+    """
+    if comm is None:
+        return [int(v) for v in counts], 0
+    rows = comm.allgather_array(np.asarray(counts, dtype=np.int64))
+    return [int(v) for v in rows.sum(axis=0)], int(rows[:comm.rank, 0].sum())
+
+
+def _block_risks(weights, values, bounds, scale):
+    """``sum(weights * values) * scale`` per block of rows between `bounds` (numpy's pairwise sum: the same
+    bits for the same block wherever it lies)."""
+    return np.array([float(np.sum(weights[a:b] * values[a:b])) * scale for a, b in zip(bounds[:-1], bounds[1:])])
+
+
+class ScoreOrder:
+    """The global order of per-example keys over all ranks, by a sample sort: no rank holds every key.
+
+    Collective. The order is by key, then by tag (int64, distinct over all
+    ranks, increasing along each rank's arrays: e.g. the global example
+    index). Each rank sorts its keys, every rank picks the same P - 1
+    splitters from samples of all ranks (:data:`SORT_SAMPLES` per rank and
+    rank of the job), and one Alltoallv per array sends every key to the
+    rank owning its range ("owner"); the owner merges the sorted parts.
+    Only keys, tags and a small integer payload travel (8 bytes each), never
+    features; every rank holds O(m / P) of them. The owner computes a value
+    per owned key and :meth:`back` returns each key's value to the rank it
+    came from.
+
+    Parameters
+    ----------
+    comm : prbmrm.distributed.comm.SerialComm or MPIComm, or None
+        None: every key is here (one process, no communicator).
+    keys : ndarray of float64, shape (n,)
+    tags : ndarray of int64, shape (n,)
+    payload : ndarray of int64, shape (n,)
+        Carried with each key (e.g. its class).
+
+    Attributes
+    ----------
+    owned_keys, owned_tags, owned_payload : ndarray
+        The keys of this rank's range with their tags and payloads, in global order.
+    owned_before : int
+        The number of keys in the ranges of the lower ranks: the global position of the first owned key.
+    """
+
+    def __init__(self, comm, keys, tags, payload):
+        self._comm = comm
+        self._local = np.argsort(keys, kind="stable")   # by key, then tag: tags increase along the arrays
+        keys, tags = keys[self._local], tags[self._local]
+        payload = np.ascontiguousarray(payload, dtype=np.int64)[self._local]
+        if comm is not None and comm.size > 1:
+            counts = comm.gather_counts(keys.size)
+            total = int(counts.sum())
+            cuts = self._cuts(keys, tags, counts)
+            self._send = np.diff(np.concatenate([[0], cuts, [keys.size]])).astype(np.int64)
+            keys, self._received = comm.alltoallv_array(keys, self._send, total)
+            tags, _ = comm.alltoallv_array(tags, self._send, total)
+            payload, _ = comm.alltoallv_array(payload, self._send, total)
+        else:
+            self._comm = None
+        # The parts arrive in rank order, each sorted: a stable sort merges them (runs), and equal
+        # keys stay in tag order unless the tags of different ranks interleave.
+        self._owned = np.argsort(keys, kind="stable")
+        sorted_keys, sorted_tags = keys[self._owned], tags[self._owned]
+        if np.any((sorted_keys[1:] == sorted_keys[:-1]) & (sorted_tags[1:] < sorted_tags[:-1])):
+            self._owned = np.lexsort((tags, keys))
+            sorted_keys, sorted_tags = keys[self._owned], tags[self._owned]
+        self.owned_keys, self.owned_tags, self.owned_payload = sorted_keys, sorted_tags, payload[self._owned]
+        self.owned_before = self.exclusive(sorted_keys.size)
+
+    def _cuts(self, keys, tags, counts):
+        """Where this rank's sorted keys split into the P ranges (P - 1 positions), alike on every rank."""
+        comm = self._comm
+        limit = SORT_SAMPLES * comm.size
+        samples = np.minimum(counts, limit)
+        positions = (np.arange(samples[comm.rank]) * keys.size) // max(samples[comm.rank], 1)
+        sample_keys = comm.allgatherv_array(keys[positions], limit * comm.size)
+        sample_tags = comm.allgatherv_array(tags[positions], limit * comm.size)
+        if sample_keys.size == 0:
+            return np.zeros(comm.size - 1, dtype=np.int64)
+        # Each sample stands for counts / samples keys of its rank.
+        weights = np.repeat(counts / np.maximum(samples, 1), samples)
+        by_key = np.lexsort((sample_tags, sample_keys))
+        reach = np.cumsum(weights[by_key])
+        chosen = by_key[np.minimum(np.searchsorted(reach, reach[-1] * np.arange(1, comm.size) / comm.size),
+                                   by_key.size - 1)]
+        cuts = []
+        for key, tag in zip(sample_keys[chosen], sample_tags[chosen]):
+            # The keys below (key, tag): smaller keys, and equal ones with a smaller tag.
+            lo, hi = np.searchsorted(keys, key, "left"), np.searchsorted(keys, key, "right")
+            cuts.append(lo + np.searchsorted(tags[lo:hi], tag, "left"))
+        return np.array(cuts, dtype=np.int64)
+
+    def exclusive(self, count):
+        """The sum of the integer `count` over the lower ranks (every rank passes its own)."""
+        if self._comm is None:
+            return 0
+        rows = self._comm.allgather_array(np.array([count], dtype=np.int64))
+        return int(rows[:self._comm.rank, 0].sum())
+
+    def back(self, values):
+        """Return, in this rank's local order, the values the owners computed for its keys.
+
+        Parameters
+        ----------
+        values : ndarray of float64 or int64, shape (len(owned_keys),)
+            One value per owned key, in global order.
+        """
+        values = np.asarray(values)
+        arrived = np.empty_like(values)
+        arrived[self._owned] = values
+        returned = arrived
+        if self._comm is not None:
+            returned, _ = self._comm.alltoallv_array(arrived, self._received, int(self._send.sum()))
+        out = np.empty_like(returned)
+        out[self._local] = returned
+        return out
+
+
+# --------------------------------------------------------------------------
 # ROC area (Alg. 7) and ordinal regression (Alg. 8)
 # --------------------------------------------------------------------------
 
 class RocArea(MultivariateLoss):
     """ROC-area risk, eq. (27): ``1/(m+ m-) sum_{y_i=-1, y_j=+1} max(0, 1 + f_i - f_j)``.
 
-    Computed as in Algorithm 7: with ``c = f - y/2``, sort c once; a negative
-    example enters with weight (number of positives before it), a positive one
-    with minus (number of negatives after it); ``R = <l, c> / (m+ m-)`` and
-    ``dR/df = l / (m+ m-)``. O(m log m). Labels +-1; the risk ignores a
-    constant offset of the scores. Measure: the ROC area (AUC) of the scores.
+    Computed as in Algorithm 7: with ``c = f - y/2``, sort c once (equal values
+    in example order); a negative example enters with weight (number of
+    positives before it), a positive one with minus (number of negatives after
+    it); ``R = <l, c> / (m+ m-)`` and ``dR/df = l / (m+ m-)``. O(m log m).
+    Across ranks the sort is a :class:`ScoreOrder`: every rank counts the
+    examples of its range of c and gets back the weights l of its own examples
+    (integers, so the same on any number of ranks); ``<l, c>`` is summed per
+    block. Labels +-1; the risk ignores a constant offset of the scores.
+    Measure: the ROC area (AUC) of the scores.
     """
 
     name = "roc_area"
     task = "ranking"
+    spread = True
 
     def check_labels(self, classes, label_kind):
         return _check_plus_minus(self.name, classes, label_kind)
 
-    def coefficients(self, f, y, qid=None):
-        positive, m_pos, m_neg = _plus_minus_counts(self.name, y)
+    def local_coefficients(self, f, y, comm, bounds, qid=None):
+        positive = np.asarray(y).ravel() > 0
+        (m, m_pos), offset = _global_counts(comm, [positive.size, np.count_nonzero(positive)])
+        m_neg = m - m_pos
+        if m_pos == 0 or m_neg == 0:
+            raise InputError(f"loss {self.name!r}: needs both positive and negative examples, "
+                             f"got {m_pos} positive and {m_neg} negative")
         c = f - 0.5 * np.where(positive, 1.0, -1.0)
-        order = np.argsort(c, kind="stable")
-        is_pos = positive[order]
-        positives_before = np.cumsum(is_pos) - is_pos
-        negatives_after = m_neg - (np.arange(y.size) - positives_before)
-        l = np.empty(y.size)
-        l[order] = np.where(is_pos, -negatives_after, positives_before)
-        scale = y.size / (float(m_pos) * m_neg)
-        return float(l @ c) * scale, l * scale
+        order = ScoreOrder(comm, c, offset + np.arange(c.size, dtype=np.int64), positive.astype(np.int64))
+        is_pos = order.owned_payload
+        positives_before = order.exclusive(np.count_nonzero(is_pos)) + np.cumsum(is_pos) - is_pos
+        negatives_before = order.owned_before + np.arange(is_pos.size) - positives_before
+        l = order.back(np.where(is_pos == 1, negatives_before - m_neg, positives_before)).astype(np.float64)
+        scale = m / (float(m_pos) * m_neg)
+        return _block_risks(l, c, bounds, scale), l * scale
 
     def metrics(self, f, y, qid=None):
         from sklearn.metrics import roc_auc_score

@@ -242,12 +242,9 @@ class MultivariateLoss(Loss):
         """Return ``(risk_sum, c)`` over all examples, in global order, on rank 0.
 
         The empirical risk is ``risk_sum / m`` and its subgradient
-        ``X.T @ c / m``, with m the number of examples. A :attr:`spread` loss
-        computes it as :meth:`local_coefficients` with every example on one
-        process and one block.
+        ``X.T @ c / m``, with m the number of examples. By default
+        :meth:`local_coefficients` with every example on one process, in one block.
         """
-        if not self.spread:
-            raise NotImplementedError
         f = np.asarray(f, dtype=np.float64).ravel()
         risks, c = self.local_coefficients(f, y, None, [0, f.size], qid)
         return float(risks[0]), c

@@ -191,15 +191,10 @@ SORT_SAMPLES = 64
 
 
 def _global_counts(comm, counts):
-    """The sums over ranks of this rank's small integer `counts`, and its number of examples' offset.
-
-    Returns ``(totals, offset)``: `totals` the summed counts (exact, int64), `offset` the sum of the first
-    count over the lower ranks (the global index of this rank's first example).
-    """
+    """The sums over ranks of this rank's small integer `counts` (exact; None: one process)."""
     if comm is None:
-        return [int(v) for v in counts], 0
-    rows = comm.allgather_array(np.asarray(counts, dtype=np.int64))
-    return [int(v) for v in rows.sum(axis=0)], int(rows[:comm.rank, 0].sum())
+        return [int(v) for v in counts]
+    return [int(v) for v in comm.allgather_array(np.asarray(counts, dtype=np.int64)).sum(axis=0)]
 
 
 def _block_risks(weights, values, bounds, scale):
@@ -211,61 +206,60 @@ def _block_risks(weights, values, bounds, scale):
 class ScoreOrder:
     """The global order of per-example keys over all ranks, by a sample sort: no rank holds every key.
 
-    Collective. The order is by key, then by tag (int64, distinct over all
-    ranks, increasing along each rank's arrays: e.g. the global example
-    index). Each rank sorts its keys, every rank picks the same P - 1
-    splitters from samples of all ranks (:data:`SORT_SAMPLES` per rank and
-    rank of the job), and one Alltoallv per array sends every key to the
-    rank owning its range ("owner"); the owner merges the sorted parts.
-    Only keys, tags and a small integer payload travel (8 bytes each), never
-    features; every rank holds O(m / P) of them. The owner computes a value
-    per owned key and :meth:`back` returns each key's value to the rank it
-    came from.
+    Collective. The order is by key, then by tag: by default the global
+    position of the key (its rank, then its place in the rank's array), else
+    the given int64 tags (distinct over all ranks). Every rank picks the same
+    P - 1 splitters from samples of all ranks (:data:`SORT_SAMPLES` per rank
+    and rank of the job), sends each key, with its payload (and tag), to the
+    rank owning its range ("owner", one Alltoallv per array), and the owner
+    sorts what it received. Only keys, tags and a small integer payload
+    travel (8 bytes each), never features; every rank holds and sorts about
+    m / P of them, whatever the ties. The owner computes a value per owned key
+    and :meth:`back` returns each key's value to the rank it came from.
 
     Parameters
     ----------
     comm : prbmrm.distributed.comm.SerialComm or MPIComm, or None
         None: every key is here (one process, no communicator).
     keys : ndarray of float64, shape (n,)
-    tags : ndarray of int64, shape (n,)
     payload : ndarray of int64, shape (n,)
         Carried with each key (e.g. its class).
+    tags : ndarray of int64, shape (n,), optional
+        Ties of keys in tag order instead of global position.
 
     Attributes
     ----------
-    owned_keys, owned_tags, owned_payload : ndarray
-        The keys of this rank's range with their tags and payloads, in global order.
+    owned_keys, owned_payload : ndarray
+        The keys of this rank's range and their payloads, in global order.
     owned_before : int
         The number of keys in the ranges of the lower ranks: the global position of the first owned key.
     """
 
-    def __init__(self, comm, keys, tags, payload):
-        self._comm = comm
-        self._local = np.argsort(keys, kind="stable")   # by key, then tag: tags increase along the arrays
-        keys, tags = keys[self._local], tags[self._local]
-        payload = np.ascontiguousarray(payload, dtype=np.int64)[self._local]
-        if comm is not None and comm.size > 1:
+    def __init__(self, comm, keys, payload, tags=None):
+        self._comm = comm if comm is not None and comm.size > 1 else None
+        keys = np.ascontiguousarray(keys, dtype=np.float64)
+        payload = np.ascontiguousarray(payload, dtype=np.int64)
+        if self._comm is not None:
             counts = comm.gather_counts(keys.size)
             total = int(counts.sum())
-            cuts = self._cuts(keys, tags, counts)
-            self._send = np.diff(np.concatenate([[0], cuts, [keys.size]])).astype(np.int64)
-            keys, self._received = comm.alltoallv_array(keys, self._send, total)
-            tags, _ = comm.alltoallv_array(tags, self._send, total)
-            payload, _ = comm.alltoallv_array(payload, self._send, total)
-        else:
-            self._comm = None
-        # The parts arrive in rank order, each sorted: a stable sort merges them (runs), and equal
-        # keys stay in tag order unless the tags of different ranks interleave.
-        self._owned = np.argsort(keys, kind="stable")
-        sorted_keys, sorted_tags = keys[self._owned], tags[self._owned]
-        if np.any((sorted_keys[1:] == sorted_keys[:-1]) & (sorted_tags[1:] < sorted_tags[:-1])):
-            self._owned = np.lexsort((tags, keys))
-            sorted_keys, sorted_tags = keys[self._owned], tags[self._owned]
-        self.owned_keys, self.owned_tags, self.owned_payload = sorted_keys, sorted_tags, payload[self._owned]
-        self.owned_before = self.exclusive(sorted_keys.size)
+            if tags is None:
+                position = np.arange(keys.size, dtype=np.int64) + int(counts[:comm.rank].sum())
+            bucket = self._buckets(keys, position if tags is None else tags, counts)
+            # A radix sort of the range numbers: each range's keys in their order here.
+            self._local = np.argsort(bucket, kind="stable")
+            self._send = np.bincount(bucket, minlength=comm.size).astype(np.int64)
+            keys, self._received = comm.alltoallv_array(keys[self._local], self._send, total)
+            payload, _ = comm.alltoallv_array(payload[self._local], self._send, total)
+            if tags is not None:
+                tags, _ = comm.alltoallv_array(tags[self._local], self._send, total)
+        # What arrived from the ranks in order, each part in its own order: ties by arrival are
+        # ties by global position.
+        self._owned = _sorted_with_ties(keys, tags)
+        self.owned_keys, self.owned_payload = keys[self._owned], payload[self._owned]
+        self.owned_before = self.exclusive(keys.size)
 
-    def _cuts(self, keys, tags, counts):
-        """Where this rank's sorted keys split into the P ranges (P - 1 positions), alike on every rank."""
+    def _buckets(self, keys, tags, counts):
+        """The range (0..P-1) of each key, from splitters alike on every rank."""
         comm = self._comm
         limit = SORT_SAMPLES * comm.size
         samples = np.minimum(counts, limit)
@@ -273,19 +267,20 @@ class ScoreOrder:
         sample_keys = comm.allgatherv_array(keys[positions], limit * comm.size)
         sample_tags = comm.allgatherv_array(tags[positions], limit * comm.size)
         if sample_keys.size == 0:
-            return np.zeros(comm.size - 1, dtype=np.int64)
+            return np.zeros(keys.size, dtype=np.int64)
         # Each sample stands for counts / samples keys of its rank.
         weights = np.repeat(counts / np.maximum(samples, 1), samples)
         by_key = np.lexsort((sample_tags, sample_keys))
         reach = np.cumsum(weights[by_key])
         chosen = by_key[np.minimum(np.searchsorted(reach, reach[-1] * np.arange(1, comm.size) / comm.size),
                                    by_key.size - 1)]
-        cuts = []
-        for key, tag in zip(sample_keys[chosen], sample_tags[chosen]):
-            # The keys below (key, tag): smaller keys, and equal ones with a smaller tag.
-            lo, hi = np.searchsorted(keys, key, "left"), np.searchsorted(keys, key, "right")
-            cuts.append(lo + np.searchsorted(tags[lo:hi], tag, "left"))
-        return np.array(cuts, dtype=np.int64)
+        split_keys, split_tags = sample_keys[chosen], sample_tags[chosen]
+        # The splitters below (key, tag): smaller keys, and equal keys with a tag not above.
+        bucket = np.searchsorted(split_keys, keys, "left")
+        tied = np.flatnonzero(np.searchsorted(split_keys, keys, "right") > bucket)
+        for split_key, split_tag in zip(split_keys, split_tags):
+            bucket[tied] += (keys[tied] == split_key) & (tags[tied] >= split_tag)
+        return bucket
 
     def exclusive(self, count):
         """The sum of the integer `count` over the lower ranks (every rank passes its own)."""
@@ -305,13 +300,33 @@ class ScoreOrder:
         values = np.asarray(values)
         arrived = np.empty_like(values)
         arrived[self._owned] = values
-        returned = arrived
-        if self._comm is not None:
-            returned, _ = self._comm.alltoallv_array(arrived, self._received, int(self._send.sum()))
+        if self._comm is None:
+            return arrived
+        returned, _ = self._comm.alltoallv_array(arrived, self._received, int(self._send.sum()))
         out = np.empty_like(returned)
         out[self._local] = returned
         return out
 
+
+def _sorted_with_ties(keys, tags=None):
+    """The permutation sorting `keys`, equal keys by `tags` (default: by position), like a stable sort.
+
+    An unstable sort (numpy's vectorised quicksort: 4x a stable one) and a
+    lexicographic sort of the tied keys alone.
+    """
+    order = np.argsort(keys)
+    ordered = keys[order]
+    tie = ordered[1:] == ordered[:-1]
+    if tie.any():
+        # The runs of equal keys: each in tag (position) order.
+        tied = np.zeros(keys.size, dtype=bool)
+        tied[1:] |= tie
+        tied[:-1] |= tie
+        where = np.flatnonzero(tied)
+        run = np.cumsum(np.r_[True, ~tie][where])
+        members = order[where]
+        order[where] = members[np.lexsort((members if tags is None else tags[members], run))]
+    return order
 
 # --------------------------------------------------------------------------
 # ROC area (Alg. 7) and ordinal regression (Alg. 8)
@@ -340,13 +355,13 @@ class RocArea(MultivariateLoss):
 
     def local_coefficients(self, f, y, comm, bounds, qid=None):
         positive = np.asarray(y).ravel() > 0
-        (m, m_pos), offset = _global_counts(comm, [positive.size, np.count_nonzero(positive)])
+        m, m_pos = _global_counts(comm, [positive.size, np.count_nonzero(positive)])
         m_neg = m - m_pos
         if m_pos == 0 or m_neg == 0:
             raise InputError(f"loss {self.name!r}: needs both positive and negative examples, "
                              f"got {m_pos} positive and {m_neg} negative")
         c = f - 0.5 * np.where(positive, 1.0, -1.0)
-        order = ScoreOrder(comm, c, offset + np.arange(c.size, dtype=np.int64), positive.astype(np.int64))
+        order = ScoreOrder(comm, c, positive.astype(np.int64))
         is_pos = order.owned_payload
         positives_before = order.exclusive(np.count_nonzero(is_pos)) + np.cumsum(is_pos) - is_pos
         negatives_before = order.owned_before + np.arange(is_pos.size) - positives_before

@@ -210,12 +210,34 @@ class Loss(Parametrized):
         dict
             Name to value, e.g. ``{"accuracy": 0.85, "error_rate": 0.15}``.
         """
+        return self._measures(self._metric_sums(f, y))
+
+    def shared_metrics(self, f, y, qid, comm):
+        """Return :meth:`metrics` of the examples of all ranks, each rank passing its own (collective).
+
+        Sums travel (a reproducible sum: the same bits on any number of
+        ranks), never scores. Returns None on every rank if the measures need
+        every score on one rank (a loss that redefines :meth:`metrics` and not this).
+        """
+        if type(self).metrics is not Loss.metrics:
+            return None
+        return self._measures(comm.reproducible_sum(self._metric_sums(f, y)[None, :], max(comm.size, 2)))
+
+    def _metric_sums(self, f, y):
+        """The sums the default measures come from: (correct predictions or squared and absolute
+        residuals, number of examples)."""
         if self.task == "classification":
-            accuracy = float(np.mean(self.predict_labels(f) == y)) if len(y) else float("nan")
-            return {"accuracy": accuracy, "error_rate": 1.0 - accuracy}
+            return np.array([np.count_nonzero(self.predict_labels(f) == y), len(y)], dtype=np.float64)
         residual = f - y
-        return {"rmse": float(np.sqrt(np.mean(residual ** 2))),
-                "mae": float(np.mean(np.abs(residual)))}
+        return np.array([np.sum(residual ** 2), np.sum(np.abs(residual)), len(y)], dtype=np.float64)
+
+    def _measures(self, sums):
+        n = sums[-1]
+        if self.task == "classification":
+            accuracy = float(sums[0] / n) if n else float("nan")
+            return {"accuracy": accuracy, "error_rate": 1.0 - accuracy}
+        return {"rmse": float(np.sqrt(sums[0] / n)) if n else float("nan"),
+                "mae": float(sums[1] / n) if n else float("nan")}
 
 
 class MultivariateLoss(Loss):

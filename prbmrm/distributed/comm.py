@@ -375,36 +375,37 @@ class SerialComm:
         _check_total(self.gather_counts(local.size), limit, "a gather of samples")
         return local.copy()
 
-    def alltoallv_array(self, send, counts, limit):
+    def alltoallv_array(self, send, counts, limit, received_counts=None):
         """Send consecutive parts of `send` to every rank; return what every rank sent here.
 
         Parameters
         ----------
-        send : ndarray, 1-D, float64 or int64
-            The items for rank 0, then those for rank 1, ...
+        send : ndarray, float64 or int64
+            The items for rank 0, then those for rank 1, ... (rows of a 2-D array travel whole).
         counts : array_like of int
-            How many items go to each rank (``size`` values summing to ``len(send)``).
+            How many items (rows) go to each rank (``size`` values summing to ``len(send)``).
         limit : int
-            The most items this rank accepts in all (each rank its own); more, on any rank, raises on
-            every rank alike.
+            The most items any rank accepts in all, the same on every rank: more, for any rank, raises
+            on every rank alike.
+        received_counts : array_like of int, optional
+            How many items come from each rank, when this rank knows (e.g. the answer to an earlier
+            exchange in the other direction): the counts need not travel, and `limit` is not used.
 
         Returns
         -------
         received : ndarray
-            The items from rank 0, then from rank 1, ... (the type of `send`).
-        received_counts : ndarray of int64
-            How many came from each rank.
+            The items from rank 0, then from rank 1, ... (the type and row width of `send`).
+        matrix : ndarray of int64, shape (size, size)
+            Row r: how many items rank r sent to each rank (only this rank's row and column when
+            `received_counts` is given).
 
         Raises
         ------
         ProtocolError
             If any rank would receive more than `limit` items (on every rank).
         """
-        send = _typed(send)
-        counts = np.asarray(counts, dtype=np.int64)
-        if counts.shape != (self.size,) or np.any(counts < 0) or int(counts.sum()) != send.size:
-            raise ValueError(f"alltoallv_array: {counts.tolist()} items for {self.size} ranks, {send.size} given")
-        return send.copy(), counts.copy()
+        send, counts = _typed_rows(send, counts, self.size)
+        return send.copy(), counts[None, :].copy()
 
 
 _WATCHES = {}
@@ -591,29 +592,33 @@ class MPIComm(SerialComm):
                                          [full, (counts, displs), self._datatype(local)]), "a gather of samples")
         return full
 
-    def alltoallv_array(self, send, counts, limit):
-        send = _typed(send)
-        counts = np.ascontiguousarray(counts, dtype=np.int64)
-        if counts.shape != (self.size,) or np.any(counts < 0) or int(counts.sum()) != send.size:
-            raise ValueError(f"alltoallv_array: {counts.tolist()} items for {self.size} ranks, {send.size} given")
-        received_counts = np.empty(self.size, dtype=np.int64)
-        self._wait(self.comm.Ialltoall([counts, self._MPI.INT64_T], [received_counts, self._MPI.INT64_T]),
-                   "the counts of a redistribution")
-        # Every rank learns whether any would receive more than its limit: all refuse together.
-        over = np.any(received_counts < 0) or not int(received_counts.sum()) <= limit
-        if self.allreduce_max([float(over)])[0] > 0:
-            raise ProtocolError(f"a redistribution of scores: some rank would receive more items than its "
-                                f"limit (rank {self.rank}: {int(received_counts.sum())} of at most {limit})")
-        received = np.empty(int(received_counts.sum()), dtype=send.dtype)
-        # Blocking: the two watched collectives above show every rank here. Megabytes progress
-        # only while a rank polls, and the watch's waits sleep between polls (0.3 s -> 20 s
-        # per exchange of 2.5M scores).
+    def alltoallv_array(self, send, counts, limit, received_counts=None):
+        send, counts = _typed_rows(send, counts, self.size)
+        width = int(np.prod(send.shape[1:], dtype=np.int64))
+        matrix = np.zeros((self.size, self.size), dtype=np.int64)
+        if received_counts is None:
+            # Every rank learns every rank's counts (one watched collective): all check alike.
+            self._wait(self.comm.Iallgather([counts, self._MPI.INT64_T], [matrix, self._MPI.INT64_T]),
+                       "the counts of a redistribution")
+            totals = matrix.sum(axis=0)
+            if np.any(matrix < 0) or not totals.max() <= limit:
+                raise ProtocolError(f"a redistribution of scores: counts {matrix.tolist()} (rank r sends row "
+                                    f"r), a rank would receive more than {limit} items")
+        else:
+            # A watched step first: the blocking exchange below starts with every rank here.
+            self.barrier()
+            matrix[:, self.rank] = np.asarray(received_counts, dtype=np.int64)
+            matrix[self.rank] = counts
+        received_counts = matrix[:, self.rank]
+        received = np.empty((int(received_counts.sum()),) + send.shape[1:], dtype=send.dtype)
+        # Blocking: a watched collective above shows every rank here. Megabytes progress only
+        # while a rank polls, and the watch's waits sleep between polls (0.3 s -> 20 s per
+        # exchange of 2.5M scores).
         self.comm.Alltoallv(
-            [send, (counts, np.concatenate(([0], np.cumsum(counts)[:-1]))), self._datatype(send)],
-            [received, (received_counts, np.concatenate(([0], np.cumsum(received_counts)[:-1]))),
+            [send, (counts * width, np.concatenate(([0], np.cumsum(counts)[:-1])) * width), self._datatype(send)],
+            [received, (received_counts * width, np.concatenate(([0], np.cumsum(received_counts)[:-1])) * width),
              self._datatype(send)])
-        return received, received_counts
-
+        return received, matrix
 
 # ---- Checks of the distributed sort's collectives (P14 item 5) ------------------------------------
 
@@ -624,6 +629,18 @@ def _typed(array):
         raise TypeError(f"a collective of scalars takes a 1-D float64 or int64 array, not {array.dtype} "
                         f"of shape {array.shape}")
     return array
+
+
+def _typed_rows(send, counts, size):
+    """`send` (float64 or int64, 1-D or rows) and `counts` (int64), checked to agree."""
+    send = np.ascontiguousarray(send)
+    if send.dtype not in (np.float64, np.int64) or send.ndim not in (1, 2):
+        raise TypeError(f"a redistribution takes a float64 or int64 array of items or rows, not {send.dtype} "
+                        f"of shape {send.shape}")
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    if counts.shape != (size,) or np.any(counts < 0) or int(counts.sum()) != len(send):
+        raise ValueError(f"alltoallv_array: {counts.tolist()} items for {size} ranks, {len(send)} given")
+    return send, counts
 
 
 def _check_total(counts, limit, what):

@@ -194,11 +194,11 @@ SPLITTER_COMPARISONS = 16
 splitter), beyond by a binary search (about 25 ns per key)."""
 
 
-def _global_counts(comm, counts):
-    """The sums over ranks of this rank's small integer `counts` (exact; None: one process)."""
+def _rank_counts(comm, counts):
+    """Every rank's small integer `counts`, one row per rank (collective; None: this process's only)."""
     if comm is None:
-        return [int(v) for v in counts]
-    return [int(v) for v in comm.allgather_array(np.asarray(counts, dtype=np.int64)).sum(axis=0)]
+        return np.asarray(counts, dtype=np.int64)[None, :]
+    return comm.allgather_array(np.asarray(counts, dtype=np.int64))
 
 
 def _lower_ranks_sum(comm, count):
@@ -237,6 +237,10 @@ class ScoreOrder:
         Carried with each key (e.g. its class).
     tags : ndarray of int64, shape (n,), optional
         Ties of keys in tag order instead of global position.
+    counts : ndarray of int64, shape (P,), optional
+        The number of keys of every rank, if known (else gathered).
+
+    Payloads and tags must lie within +-2^53 (they travel in float64 rows).
 
     Attributes
     ----------
@@ -246,12 +250,13 @@ class ScoreOrder:
         The number of keys in the ranges of the lower ranks: the global position of the first owned key.
     """
 
-    def __init__(self, comm, keys, payload, tags=None):
+    def __init__(self, comm, keys, payload, tags=None, counts=None):
         self._comm = comm if comm is not None and comm.size > 1 else None
         keys = np.ascontiguousarray(keys, dtype=np.float64)
         payload = np.ascontiguousarray(payload, dtype=np.int64)
+        self.owned_before = 0
         if self._comm is not None:
-            counts = comm.gather_counts(keys.size)
+            counts = comm.gather_counts(keys.size) if counts is None else np.asarray(counts, dtype=np.int64)
             total = int(counts.sum())
             if tags is None:
                 position = np.arange(keys.size, dtype=np.int64) + int(counts[:comm.rank].sum())
@@ -259,15 +264,17 @@ class ScoreOrder:
             # A radix sort of the (16-bit) range numbers: each range's keys in their order here.
             self._local = np.argsort(bucket.astype(np.int16 if comm.size < 2**15 else np.int64), kind="stable")
             self._send = np.bincount(bucket, minlength=comm.size).astype(np.int64)
-            keys, self._received = comm.alltoallv_array(keys[self._local], self._send, total)
-            payload, _ = comm.alltoallv_array(payload[self._local], self._send, total)
-            if tags is not None:
-                tags, _ = comm.alltoallv_array(tags[self._local], self._send, total)
+            # One exchange of rows (key, payload[, tag]): integers below 2^53 are exact in float64.
+            rows = np.column_stack([keys, payload] + ([] if tags is None else [tags]))[self._local]
+            rows, matrix = comm.alltoallv_array(rows, self._send, total)
+            self._received = matrix[:, comm.rank]
+            self.owned_before = int(matrix[:, :comm.rank].sum())
+            keys, payload = rows[:, 0].copy(), rows[:, 1].astype(np.int64)
+            tags = None if tags is None else rows[:, 2].astype(np.int64)
         # What arrived from the ranks in order, each part in its own order: ties by arrival are
         # ties by global position.
         self._owned = _sorted_with_ties(keys, tags)
         self.owned_keys, self.owned_payload = keys[self._owned], payload[self._owned]
-        self.owned_before = self.exclusive(keys.size)
 
     def _buckets(self, keys, tags, counts):
         """The range (0..P-1) of each key, from splitters alike on every rank."""
@@ -275,8 +282,13 @@ class ScoreOrder:
         limit = SORT_SAMPLES * comm.size
         samples = np.minimum(counts, limit)
         positions = (np.arange(samples[comm.rank]) * keys.size) // max(samples[comm.rank], 1)
-        sample_keys = comm.allgatherv_array(keys[positions], limit * comm.size)
-        sample_tags = comm.allgatherv_array(tags[positions], limit * comm.size)
+        # One gather: each rank's sampled keys, then their tags (exact in float64).
+        gathered = comm.allgatherv_array(np.concatenate([keys[positions], tags[positions].astype(np.float64)]),
+                                         2 * limit * comm.size)
+        first = 2 * np.repeat(np.cumsum(samples) - samples, samples)
+        within = np.arange(samples.sum()) - np.repeat(np.cumsum(samples) - samples, samples)
+        sample_keys = gathered[first + within]
+        sample_tags = gathered[first + samples.repeat(samples) + within].astype(np.int64)
         if sample_keys.size == 0:
             return np.zeros(keys.size, dtype=np.int64)
         # Each sample stands for counts / samples keys of its rank.
@@ -318,7 +330,7 @@ class ScoreOrder:
         arrived[self._owned] = values
         if self._comm is None:
             return arrived
-        returned, _ = self._comm.alltoallv_array(arrived, self._received, int(self._send.sum()))
+        returned, _ = self._comm.alltoallv_array(arrived, self._received, 0, received_counts=self._send)
         out = np.empty_like(returned)
         out[self._local] = returned
         return out
@@ -371,13 +383,14 @@ class RocArea(MultivariateLoss):
 
     def local_coefficients(self, f, y, comm, bounds, qid=None):
         positive = np.asarray(y).ravel() > 0
-        m, m_pos = _global_counts(comm, [positive.size, np.count_nonzero(positive)])
+        counts = _rank_counts(comm, [positive.size, np.count_nonzero(positive)])
+        m, m_pos = (int(v) for v in counts.sum(axis=0))
         m_neg = m - m_pos
         if m_pos == 0 or m_neg == 0:
             raise InputError(f"loss {self.name!r}: needs both positive and negative examples, "
                              f"got {m_pos} positive and {m_neg} negative")
         c = f - 0.5 * np.where(positive, 1.0, -1.0)
-        order = ScoreOrder(comm, c, positive.astype(np.int64))
+        order = ScoreOrder(comm, c, positive.astype(np.int64), counts=counts[:, 0])
         is_pos = order.owned_payload
         positives_before = order.exclusive(np.count_nonzero(is_pos)) + np.cumsum(is_pos) - is_pos
         negatives_before = order.owned_before + np.arange(is_pos.size) - positives_before
@@ -394,20 +407,20 @@ class RocArea(MultivariateLoss):
         """
         positive = np.asarray(y).ravel() > 0
         f = np.asarray(f, dtype=np.float64).ravel()
-        m, m_pos = _global_counts(comm, [positive.size, np.count_nonzero(positive)])
-        offset = _lower_ranks_sum(comm, positive.size)
+        counts = _rank_counts(comm, [positive.size, np.count_nonzero(positive)])
+        (m, m_pos), offset = counts.sum(axis=0), int(counts[:comm.rank if comm else 0, 0].sum())
         if m_pos in (0, m):
             return {"roc_area": float("nan")}
         index = offset + np.arange(f.size, dtype=np.int64)
         wins = 0
         for last in (positive, ~positive):
             # Ties by tag: the class put last, then the example's index.
-            order = ScoreOrder(comm, f, positive.astype(np.int64), last * np.int64(m) + index)
+            order = ScoreOrder(comm, f, positive.astype(np.int64), last * np.int64(m) + index, counts[:, 0])
             is_pos = order.owned_payload
             negatives_before = (order.owned_before - order.exclusive(np.count_nonzero(is_pos))
                                 + np.arange(is_pos.size) - (np.cumsum(is_pos) - is_pos))
             wins += int(np.sum(negatives_before[is_pos == 1]))
-        wins = _global_counts(comm, [wins])[0]
+        wins = int(_rank_counts(comm, [wins]).sum())
         return {"roc_area": wins / (2.0 * m_pos * (m - m_pos))}
 
     def metrics(self, f, y, qid=None):

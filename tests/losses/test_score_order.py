@@ -135,3 +135,20 @@ def test_spread_losses_give_the_same_bits_on_any_number_of_ranks(comm, mpi_tmp_p
             r_one, a_one = serial(w)
             assert r == r_one and r > 0
             np.testing.assert_array_equal(a, a_one)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_shared_measures_equal_those_of_all_scores(comm, seed):
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(seed)
+    m = 40
+    f = rng.integers(0, 5, size=m).astype(np.float64)   # ties
+    y = rng.permutation(np.r_[-1.0, 1.0, rng.choice([-1.0, 1.0], size=m - 2)])
+    a, b = split(m, comm, seed)
+    shared = get_loss("roc_area").shared_metrics(f[a:b], y[a:b], None, comm)
+    assert shared["roc_area"] == pytest.approx(roc_auc_score(y > 0, f), rel=1e-14)
+    for name, target in (("hinge", y), ("least_squares", f + rng.normal(size=m))):
+        loss = get_loss(name)
+        expected = loss.metrics(f, target)
+        assert loss.shared_metrics(f[a:b], target[a:b], None, comm) == pytest.approx(expected, rel=1e-14)

@@ -9,7 +9,10 @@ loss by loss, ``--rounds`` times. Printed per run: every rank's peak RSS
 (MB, ``ru_maxrss``: loading included, so the ranks of one run compare) and
 seconds per evaluation of the risk on rank 0 (its data pass and, for a
 multivariate loss, the sort's exchanges: ``risk``) and with the broadcast and
-reduction (``risk+comm``), medians over the iterations; then the ratios the
+reduction (``risk+comm``), medians over the iterations; every rank's CPU
+seconds per iteration (the whole solve over the evaluations: waiting ranks
+poll, so CPU includes waits, but not the time a loaded machine gives others);
+then the ratios the
 acceptance of P14 item 5 names: rank 0's peak RSS over rank 1's for
 roc_area, and roc_area's risk time over hinge's (medians over the rounds).
 
@@ -47,14 +50,15 @@ def worker(directory, loss_name, gather, iterations):
         loss.spread = False  # the old way: rank 0 gathers every score and sorts them alone
     oracle = DistributedRisk(loss, local.X, local.y, local.n_examples_total, comm, local.blocks)
     comm.barrier()
+    cpu = time.process_time()
     result = run_distributed(oracle, lambda risk: minimize(
         risk, np.zeros(oracle.dim), 1e-4, method="bmrm", epsilon=0.0, rel_epsilon=0, max_iter=iterations))
+    cpu = time.process_time() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    every = comm.allgather_array(np.array([peak, oracle.total_seconds["risk"], oracle.total_seconds["comm"],
-                                           float(oracle.evaluations)]))
+    every = comm.allgather_array(np.array([peak, cpu / max(oracle.evaluations, 1)]))
     if comm.is_root:
         history = result.history
-        print(json.dumps({"peak_mb": every[:, 0].tolist(),
+        print(json.dumps({"peak_mb": every[:, 0].tolist(), "cpu": every[:, 1].tolist(),
                           "risk": float(np.median(history["seconds_risk"])),
                           "risk_comm": float(np.median(np.add(history["seconds_risk"], history["seconds_comm"]))),
                           "nit": int(result.nit), "fun": float(result.fun)}))
@@ -108,14 +112,16 @@ def main():
     results = {case: [] for case in cases}
     print(f"{args.directory}: {args.ranks} ranks, BMRM lam 1e-4, {args.iterations} iterations per run; "
           f"load {os.getloadavg()[0]:.1f}")
-    print(f"{'loss':>16} {'round':>5} {'risk s/it':>10} {'risk+comm':>10}  peak RSS MB per rank")
+    print(f"{'loss':>19} {'round':>5} {'risk s/it':>10} {'risk+comm':>10} {'CPU s/it per rank':>18}  "
+          "peak RSS MB per rank")
     for round_ in range(args.rounds):
         for loss, gather in cases:
             started = time.perf_counter()
             figures = run(args.directory, args.ranks, loss, gather, args.iterations)
             results[(loss, gather)].append(figures)
             label = loss + " (gathered)" * gather
-            print(f"{label:>16} {round_ + 1:>5} {figures['risk']:>10.3f} {figures['risk_comm']:>10.3f}  "
+            print(f"{label:>19} {round_ + 1:>5} {figures['risk']:>10.3f} {figures['risk_comm']:>10.3f} "
+                  + f"{' '.join(f'{c:.3f}' for c in figures['cpu']):>18}  "
                   + " ".join(f"{mb:.0f}" for mb in figures["peak_mb"])
                   + f"   ({time.perf_counter() - started:.0f} s wall)", flush=True)
 
@@ -126,9 +132,12 @@ def main():
         if case[0] == "roc_area":
             rss = [r["peak_mb"][0] / r["peak_mb"][1] for r in results[case]]
             label = "roc_area" + " (gathered)" * case[1]
+            cpu = [r["cpu"][0] for r in results[case]]
+            hinge_cpu = [r["cpu"][0] for r in results[("hinge", False)]]
             print(f"{label}: rank 0 / rank 1 peak RSS {np.median(rss):.2f} (acceptance <= 1.2); risk per "
                   f"iteration / hinge's {median(case, 'risk') / median(('hinge', False), 'risk'):.2f}, with comm "
-                  f"{median(case, 'risk_comm') / median(('hinge', False), 'risk_comm'):.2f} (acceptance <= 1.5)")
+                  f"{median(case, 'risk_comm') / median(('hinge', False), 'risk_comm'):.2f} (acceptance <= 1.5); "
+                  f"rank 0's CPU per iteration / hinge's {np.median(cpu) / np.median(hinge_cpu):.2f}")
 
 
 if __name__ == "__main__":

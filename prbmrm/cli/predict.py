@@ -112,6 +112,7 @@ def main(argv, comm):
     for path, values in ((args.out, scores), (args.labels, loss.predict_labels(scores))):
         if path:
             write_in_rank_order(path, values, comm)
+    n_total = int(comm.gather_counts(len(scores)).sum())
     measures = None if args.quiet else loss.shared_metrics(scores, labels, local.qid, comm)
     if measures is None and not args.quiet:
         # Measures that need every score on one rank (ranking measures of the other losses).
@@ -121,7 +122,6 @@ def main(argv, comm):
             scores, labels = everything[0].reshape((-1,) + scores.shape[1:]), everything[1]
             labels = labels.reshape(len(scores), -1) if labels.size != len(scores) else labels
             measures = loss.metrics(scores, labels, qid)
-    n_total = int(comm.gather_counts(len(scores)).sum())
     if comm.is_root and not args.quiet:
         for line in notes + [describe_mapping(local)] * (local.positive is not None):
             print(line)

@@ -105,12 +105,39 @@ def _pair_sums(level, key_low, key_high, weights_low, weights_high):
     order = np.argsort(np.concatenate([key_low, key_high]), kind="stable")
     is_low = order < m
     example = np.where(is_low, order, order - m)
-    event_level = level[example]
     low_weights = [np.where(is_low, column[example], 0.0) for column in weights_low.T]
     high_weights = [np.where(is_low, 0.0, column[example]) for column in weights_high.T]
-    low_out = [np.zeros(2 * m) for _ in high_weights]    # filled at low events
-    high_out = [np.zeros(2 * m) for _ in low_weights]    # filled at high events
-    top = int(level.max())
+    low_out, high_out = _event_pair_sums(is_low, level[example], low_weights, high_weights)
+    low_sums[example[is_low]] = np.column_stack(low_out)[is_low]
+    high_sums[example[~is_low]] = np.column_stack(high_out)[~is_low]
+    return low_sums, high_sums
+
+
+def _event_pair_sums(is_low, event_level, low_weights, high_weights):
+    """:func:`_pair_sums` on its events, already in key order (a low key before an equal high key).
+
+    Parameters
+    ----------
+    is_low : ndarray of bool, shape (e,)
+        Whether each event is the low key of its example (else the high key).
+    event_level : ndarray of int64, shape (e,)
+        The level of each event's example.
+    low_weights, high_weights : lists of ndarray of shape (e,)
+        Per column, the weights of the low events (0 at high events), and of the high ones.
+
+    Returns
+    -------
+    low_out, high_out : lists of ndarray of shape (e,)
+        Per column of `high_weights`, at each low event the sum over the high events before it
+        with a higher level; per column of `low_weights`, at each high event the sum over the low
+        events after it with a lower level.
+    """
+    size = is_low.size
+    low_out = [np.zeros(size) for _ in high_weights]    # filled at low events
+    high_out = [np.zeros(size) for _ in low_weights]    # filled at high events
+    if size == 0:
+        return low_out, high_out
+    top = int(event_level.max())
     small = np.int16 if top < 2**15 else np.int32 if top < 2**31 else np.int64
     for bit in range(max(1, top.bit_length())):
         at_bit = ((event_level >> bit) & 1).astype(bool)
@@ -119,7 +146,7 @@ def _pair_sums(level, key_low, key_high, weights_low, weights_high):
         group = (event_level >> (bit + 1)).astype(small)
         if top >> (bit + 1) == 0:
             by_group = slice(None)        # one group: the key order as it is
-            first, last = 0, 2 * m
+            first, last = 0, size
         else:
             by_group = np.argsort(group, kind="stable")   # radix sort of small integers
             sizes = np.bincount(group)
@@ -134,9 +161,7 @@ def _pair_sums(level, key_low, key_high, weights_low, weights_high):
             # Each upper member: the lower members of its group whose low key comes later.
             prefix = np.concatenate([[0.0], np.cumsum(weights[by_group] * low_event)])
             out[by_group] += (prefix[last] - prefix[1:]) * high_event
-    low_sums[example[is_low]] = np.column_stack(low_out)[is_low]
-    high_sums[example[~is_low]] = np.column_stack(high_out)[~is_low]
-    return low_sums, high_sums
+    return low_out, high_out
 
 
 def _dense_levels(y):
@@ -450,6 +475,7 @@ class Ordinal(MultivariateLoss):
     name = "ordinal"
     task = "ranking"
     params = {"cost": "constant"}
+    spread = True
 
     def check_params(self):
         self._require("cost", self.cost in ("constant", "linear"), "'constant' or 'linear'")
@@ -461,28 +487,56 @@ class Ordinal(MultivariateLoss):
             return f"loss {self.name!r} needs integer labels with at least two values, the data has {shown}"
         return None
 
-    def coefficients(self, f, y, qid=None):
-        m = y.size
-        values, level = _dense_levels(y)
-        counts = np.bincount(level, minlength=values.size).astype(np.float64)
+    def local_coefficients(self, f, y, comm, bounds, qid=None):
+        y = np.asarray(y, dtype=np.float64).ravel()
+        # The label values of all ranks, numbered alike everywhere.
+        values = np.unique(y)
+        if comm is not None:
+            values = np.unique(comm.allgatherv_array(values, _rank_counts(comm, [y.size]).sum()))
+        level = np.searchsorted(values, y).astype(np.int64)
+        per_rank = _rank_counts(comm, np.bincount(level, minlength=values.size))
+        counts = per_rank.sum(axis=0).astype(np.float64)
+        m = int(counts.sum())
         pairs = (float(m) ** 2 - float(np.sum(counts ** 2))) / 2
         if pairs == 0:
             raise InputError(f"loss {self.name!r}: all {m} labels are equal: no pair to order")
         u, v = f + 0.5, f - 0.5
-        if self.cost == "constant":
-            weights = np.ones((m, 1))
-        else:
-            weights = np.column_stack([np.ones(m), y])
-        low, high = _pair_sums(level, u, v, weights, weights)
+        # The 2n events of this rank's examples (low keys u, then high keys v), in the order of
+        # (key, low before high, example): tags low 0..m-1, high m..2m-1 by global index.
+        index = np.arange(y.size, dtype=np.int64) + int(per_rank[:comm.rank if comm else 0].sum())
+        order = ScoreOrder(comm, np.concatenate([u, v]), np.concatenate([2 * level, 2 * level + 1]),
+                           np.concatenate([index, m + index]), 2 * per_rank.sum(axis=1))
+        is_low = order.owned_payload % 2 == 0
+        event_level = order.owned_payload // 2
+        columns = [np.ones(is_low.size)] + [values[event_level]] * (self.cost == "linear")
+        low_weights = [np.where(is_low, column, 0.0) for column in columns]
+        high_weights = [np.where(is_low, 0.0, column) for column in columns]
+        low_out, high_out = _event_pair_sums(is_low, event_level, low_weights, high_weights)
+        # The partners on other ranges: high events of lower ranges, low events of higher ones, by
+        # level (integer-valued sums: exact, the same on any number of ranks).
+        histograms = np.stack([np.bincount(event_level, weights, minlength=values.size)
+                               for weights in high_weights + low_weights])
+        every = histograms[None] if comm is None else comm.allgather_array(histograms.ravel()).reshape(
+            (comm.size,) + histograms.shape)
+        rank = 0 if comm is None else comm.rank
+        below_high = every[:rank, :len(columns)].sum(axis=0)
+        above_low = every[rank + 1:, len(columns):].sum(axis=0)
+        # Higher levels than each low event's, lower than each high event's.
+        higher = np.cumsum(below_high[:, ::-1], axis=1)[:, ::-1] - below_high
+        lower = np.cumsum(above_low, axis=1) - above_low
+        sums = np.where(is_low[:, None], np.column_stack(low_out) + higher[:, event_level].T,
+                        np.column_stack(high_out) + lower[:, event_level].T)
+        sums = order.back(sums)
+        low, high = sums[:y.size], sums[y.size:]
         if self.cost == "constant":
             as_low, as_high = low[:, 0], high[:, 0]
         else:
             # C = y_j - y_i: sum over partners of y_j - y_i = (sum of y_j) - y_i * count, etc.
             as_low = low[:, 1] - y * low[:, 0]
             as_high = y * high[:, 0] - high[:, 1]
-        risk = float(u @ as_low - v @ as_high)
         scale = m / pairs
-        return risk * scale, (as_low - as_high) * scale
+        risks = _block_risks(np.ones(y.size), u * as_low - v * as_high, bounds, scale)
+        return risks, (as_low - as_high) * scale
 
     def metrics(self, f, y, qid=None):
         from scipy.stats import kendalltau

@@ -2,10 +2,17 @@
 
 Every risk here is a convex upper bound ("majorization") of a ranking or
 contingency-table error, written with the scores ``f = X w`` of all m
-examples. The non-decomposable ones (:class:`MultivariateLoss`) compute, on
-rank 0 and over all examples in global order, ``coefficients(f, y) ->
-(risk_sum, c)`` with ``R_emp = risk_sum / m`` and ``a = X.T @ c / m``; so each
-returns ``m * R`` and ``m * dR/df``. The definitions (P = pairs, C = costs)::
+examples. The non-decomposable ones (:class:`MultivariateLoss`) compute
+``(risk_sum, c)`` with ``R_emp = risk_sum / m`` and ``a = X.T @ c / m``; so each
+returns ``m * R`` and ``m * dR/df``. ``roc_area`` and ``ordinal`` are spread
+over the ranks: every rank passes the scores of its own examples to
+``local_coefficients``, a sample sort (:class:`ScoreOrder`) puts them in one
+global order with about m/P on each rank, counts come back as integers, and
+each rank gets the c of its examples and its blocks' shares of the risk: the
+same bits on any number of ranks, and no rank handles all m scores. The
+others (``preference``, ``fbeta``, ``prbep``: prefix sums of floats over the
+global order, or arbitrary pairs) run ``coefficients(f, y)`` on rank 0 over all
+examples in global order. The definitions (P = pairs, C = costs)::
 
     roc_area    R = 1/(m+ m-)  sum_{y_i < y_j} max(0, 1 + f_i - f_j)              (eq. 27, Alg. 7)
     ordinal     R = 1/M  sum_{y_i < y_j} C(y_i, y_j) max(0, 1 + f_i - f_j),       (Alg. 8)
@@ -31,7 +38,8 @@ prefix sums, with no Python loop over examples; F-beta and PRBEP in
 O(m log m) (better than the O(m^2) of Alg. 11: the inner maximization over
 tables is concave in the number of false positives and found by bisection).
 
-Imports: numpy, scipy, sklearn; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses.base`.
+Imports: numpy, scipy, sklearn; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses.base` (and a
+communicator handed in, never imported).
 """
 
 import math

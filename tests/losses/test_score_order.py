@@ -152,3 +152,16 @@ def test_shared_measures_equal_those_of_all_scores(comm, seed):
         loss = get_loss(name)
         expected = loss.metrics(f, target)
         assert loss.shared_metrics(f[a:b], target[a:b], None, comm) == pytest.approx(expected, rel=1e-14)
+
+
+@pytest.mark.parametrize("name, labels, message", [
+    ("roc_area", 1.0, "needs both positive and negative examples, got 12 positive and 0 negative"),
+    ("ordinal", 2.0, "all 12 labels are equal: no pair to order")])
+def test_a_spread_loss_fails_on_every_rank_with_one_message(comm, name, labels, message):
+    from prbmrm.errors import CollectiveError
+
+    a, b = split(12, comm, 0)
+    X = np.ones((12, 2))
+    risk = DistributedRisk(get_loss(name), X[a:b], np.full(b - a, labels), 12, comm)
+    with pytest.raises(CollectiveError, match=message):
+        run_distributed(risk, lambda evaluate: evaluate(np.zeros(2)))

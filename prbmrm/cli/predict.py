@@ -2,13 +2,17 @@
 
 Writes one decision value per example (in data order) and prints the loss's
 natural measures (accuracy and error rate for classification, RMSE and MAE for
-regression). Under ``mpiexec`` each rank scores its own shards and rank 0
-gathers the scores: only scalars cross rank boundaries.
+regression). Under ``mpiexec`` each rank scores its own shards and writes its
+rows at its place in the output file; the measures come from sums (and, for
+the ROC area, a sort of the scores across ranks), so no rank gathers every
+score, except for the measures of the losses that need them all on one rank
+(ranking and multilabel measures but the ROC area).
 
 Imports: numpy; of prbmrm: :mod:`prbmrm.cli.common`, :mod:`prbmrm.errors`, :mod:`prbmrm.io.inputs`,
 :mod:`prbmrm.io`, :mod:`prbmrm.losses`, :mod:`prbmrm.model`, :mod:`prbmrm.cli.shard`.
 """
 
+import io
 import json
 import os
 import sys
@@ -99,30 +103,82 @@ def main(argv, comm):
     if local.n_features < n_model:
         # An SVMlight test file whose highest feature index is lower than the training data's.
         model.w = model.w[:local.n_features]
-    scores = comm.gather_scalars(model.decision_function(local.X).ravel())
-    labels = comm.gather_scalars(local.y.ravel())
-    qid = None if local.qid is None else comm.gather_scalars(local.qid)
-    if not comm.is_root:
-        return 0
+    scores, labels = model.decision_function(local.X), local.y
     if model.w.ndim == 2:
         scores = scores.reshape(-1, model.w.shape[1])
         labels = labels.reshape(len(scores), -1) if labels.size != len(scores) else labels
-    predicted = loss.predict_labels(scores)
-    for path, values in ((args.out, scores), (args.labels, predicted)):
+    else:
+        scores, labels = scores.ravel(), labels.ravel()
+    for path, values in ((args.out, scores), (args.labels, loss.predict_labels(scores))):
         if path:
-            temporary = path + f".tmp-{os.getpid()}"
-            np.savetxt(temporary, values, fmt="%.17g")
-            os.replace(temporary, path)
-    if not args.quiet:
+            write_in_rank_order(path, values, comm)
+    n_total = int(comm.gather_counts(len(scores)).sum())
+    measures = None if args.quiet else loss.shared_metrics(scores, labels, local.qid, comm)
+    if measures is None and not args.quiet:
+        # Measures that need every score on one rank (ranking measures of the other losses).
+        everything = [comm.gather_scalars(np.ravel(values)) for values in (scores, labels)]
+        qid = None if local.qid is None else comm.gather_scalars(local.qid)
+        if comm.is_root:
+            scores, labels = everything[0].reshape((-1,) + scores.shape[1:]), everything[1]
+            labels = labels.reshape(len(scores), -1) if labels.size != len(scores) else labels
+            measures = loss.metrics(scores, labels, qid)
+    if comm.is_root and not args.quiet:
         for line in notes + [describe_mapping(local)] * (local.positive is not None):
             print(line)
-        measures = ", ".join(f"{name} {value:.6g}"
-                             for name, value in loss.metrics(scores, labels, qid).items())
-        print(f"{len(scores)} examples from {args.data}: {measures}")
+        shown = ", ".join(f"{name} {value:.6g}" for name, value in measures.items())
+        print(f"{n_total} examples from {args.data}: {shown}")
         for path, what in ((args.out, "decision values"), (args.labels, "labels")):
             if path:
                 print(f"{what} written to {path}")
     return 0
+
+
+def write_in_rank_order(path, values, comm):
+    """Write the rows of every rank into `path` as text, rank 0's first (collective; ``%.17g``).
+
+    Each rank formats its own rows and writes them at its offset (the bytes of
+    the lower ranks) into one temporary file next to `path`, which rank 0
+    creates and, once every rank wrote, renames: no rank holds the rows of
+    another. The file must lie on a file system every rank sees.
+
+    Raises
+    ------
+    CollectiveError
+        On every rank, naming the file and the rank that could not write.
+    """
+    buffer = io.BytesIO()
+    np.savetxt(buffer, values, fmt="%.17g")
+    data = buffer.getvalue()
+    sizes = comm.gather_counts(len(data))
+    temporary = f"{path}.tmp-{comm.bcast_object(os.getpid())}"
+    error = None
+    if comm.is_root:
+        try:
+            with open(temporary, "wb") as stream:
+                stream.truncate(int(sizes.sum()))
+        except OSError as problem:
+            error = InputError(f"{path}: cannot write the file: {problem.strerror or problem}")
+    comm.check(error)
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY)
+        try:
+            offset, view = int(sizes[:comm.rank].sum()), memoryview(data)
+            while view:
+                written = os.pwrite(descriptor, view, offset)
+                view, offset = view[written:], offset + written
+        finally:
+            os.close(descriptor)
+    except OSError as problem:
+        error = InputError(f"{path}: rank {comm.rank} cannot write its rows into {temporary}: "
+                           f"{problem.strerror or problem} (the file must be on a file system every rank sees)")
+    try:
+        comm.check(error)
+    except CollectiveError:
+        if comm.is_root:
+            os.remove(temporary)
+        raise
+    if comm.is_root:
+        os.replace(temporary, path)
 
 
 def predict_structured(args, model, loss, comm):

@@ -63,6 +63,7 @@ from ..kernels.blocks import (block_groups, chunk_bounds, compiled_passes, csr_c
 from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
+_GATHERED = 7.0  # evaluate a non-decomposable loss on rank 0 from the gathered scores (its loss is not spread)
 
 SERVICES = {}
 """The services a solver may attach, by name: the only code a message from rank 0 can select."""
@@ -184,11 +185,9 @@ class DistributedRisk:
                             for block, a, b in zip(self._blocks, bounds[:-1], bounds[1:])]
         self._n_parts, self._dense, self._csr_compiled = compiled_passes(
             loss, X, y, qid, self._bounds, self._partials, self._scratch is not None, comm)
-        if not loss.decomposable:
-            # Labels and query ids travel to rank 0 once; per iteration only scores do.
-            self._counts = comm.gather_counts(X.shape[0])
-            self._all_y = comm.gather_scalars(y)
-            self._all_qid = None if qid is None else comm.gather_scalars(qid)
+        # For a loss evaluated on rank 0 (not spread): labels and query ids travel to rank 0 once, at
+        # the first such evaluation; per iteration only scores do.
+        self._qid, self._counts = qid, None
         self._message = np.zeros(self.dim + 1)  # w, then the control flag
         self._sums = np.zeros(self.dim + 1)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
@@ -232,7 +231,8 @@ class DistributedRisk:
         if self.comm.size == 1 and isinstance(w, np.ndarray) and w.dtype == np.float64 and w.shape == (self.dim,):
             self._evaluate(0.0, np.ascontiguousarray(w))  # nothing to send: the pass reads w, not a copy
         else:
-            self._message[:-1], self._message[-1] = w, _EVALUATE
+            # Rank 0's loss decides (smooth_lbfgs swaps it for a smoothed one on rank 0 alone).
+            self._message[:-1], self._message[-1] = w, _GATHERED if self._gathers() else _EVALUATE
             self.comm.bcast_array(self._message)
             self._evaluate(time.perf_counter() - started)
         if self._deferred_error is not None:
@@ -240,9 +240,16 @@ class DistributedRisk:
             raise error
         return self._sums[-1] / self.n_total, np.divide(self._sums[:-1], self.n_total, out=out)
 
+    def _gathers(self):
+        """Whether rank 0 evaluates the loss from the gathered scores: a non-decomposable loss not spread, or a
+        communicator without the sort's collectives (party mode's, whose parties send their scores to rank 0
+        alone, as its warning says)."""
+        return not self.loss.decomposable and not (self.loss.spread and hasattr(self.comm, "alltoallv_array"))
+
     def _evaluate(self, bcast_seconds, w=None):
         """Evaluate this rank's share at `w` (by default the w of the message) and sum over the ranks."""
         started = time.perf_counter()
+        gathered = self._gathers() if w is not None else self._message[-1] == _GATHERED
         w = self._message[:-1] if w is None else w
         error, exchange = None, 0.0
         if self.loss.decomposable:
@@ -267,7 +274,7 @@ class DistributedRisk:
                 error = problem
                 self._partials.fill(np.nan)
         else:
-            exchange = self._multivariate_partials(w)
+            exchange, error = self._multivariate_partials(w, gathered)
         computed = time.perf_counter()
         if self.observer is not None and error is None:
             self.observer(w, self._partials)
@@ -287,14 +294,22 @@ class DistributedRisk:
             self.total_seconds[key] += seconds
         self.evaluations += 1
 
-    def _multivariate_partials(self, w):
-        """Fill the partial sums of a non-decomposable loss; return the seconds spent exchanging.
+    def _multivariate_partials(self, w, gathered):
+        """Fill the partial sums of a non-decomposable loss; return the seconds spent exchanging and the error.
 
-        Scores go to rank 0, per-example coefficients come back, and each rank
-        forms ``X.T @ c`` of its blocks: only m scalars each way cross ranks.
+        A :attr:`~prbmrm.losses.MultivariateLoss.spread` loss orders the scores
+        across ranks and gives each rank the coefficients of its examples;
+        otherwise scores go to rank 0 and per-example coefficients come back.
+        Each rank forms ``X.T @ c`` of its blocks: only scalars cross ranks.
         """
         scores = np.concatenate([X @ w for X, _, _ in self._blocks])
+        if not gathered:
+            return 0.0, self._spread_partials(scores)
         started = time.perf_counter()
+        if self._counts is None:
+            self._counts = self.comm.gather_counts(len(scores))
+            self._all_y = self.comm.gather_scalars(self._y)
+            self._all_qid = None if self._qid is None else self.comm.gather_scalars(self._qid)
         all_scores = self.comm.gather_scalars(scores)
         exchange = time.perf_counter() - started
         risk_sum, coefficients = 0.0, None
@@ -317,7 +332,24 @@ class DistributedRisk:
             start = stop
         # The risk is known on rank 0 alone: it enters the sum once.
         self._partials[0, -1] = risk_sum
-        return exchange
+        return exchange, None
+
+    def _spread_partials(self, scores):
+        """The partial sums of a spread loss from this rank's `scores`; return the error, if any.
+
+        The loss's own collectives run alike on every rank (its errors come from
+        global counts, so every rank raises together); the seconds they take count as risk.
+        """
+        try:
+            risks, local = self.loss.local_coefficients(scores, self._y, self.comm, self._bounds)
+        except Exception as error:
+            self._partials.fill(np.nan)
+            return error
+        for partial, risk, X, a, b in zip(self._partials, risks, (X for X, _, _ in self._blocks),
+                                          self._bounds[:-1], self._bounds[1:]):
+            partial[:-1] = X.T @ local[a:b]
+            partial[-1] = risk
+        return None
 
     def line(self, w, d):
         """Open a line search along ``w + eta d`` (rank 0 only; the other ranks follow in serve()).
@@ -455,7 +487,7 @@ class DistributedRisk:
             started = time.perf_counter()
             self.comm.bcast_array(self._message)
             flag = self._message[-1]
-            if flag == _EVALUATE:
+            if flag in (_EVALUATE, _GATHERED):
                 self._evaluate(time.perf_counter() - started)
                 continue
             if flag == _LINE:
@@ -550,7 +582,7 @@ class DistributedRisk:
             return None
         if flag == _FAIL:
             raise CollectiveError(str(self.comm.bcast_object(None)))
-        if flag != _EVALUATE:
+        if flag not in (_EVALUATE, _GATHERED):
             raise _unexpected(f"the message kind {float(flag)!r} to a party replaying the solver")
         self._received_seconds = time.perf_counter() - started
         return self._message[:-1]

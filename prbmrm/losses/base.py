@@ -210,29 +210,86 @@ class Loss(Parametrized):
         dict
             Name to value, e.g. ``{"accuracy": 0.85, "error_rate": 0.15}``.
         """
+        return self._measures(self._metric_sums(f, y))
+
+    def shared_metrics(self, f, y, qid, comm):
+        """Return :meth:`metrics` of the examples of all ranks, each rank passing its own (collective).
+
+        Sums travel (a reproducible sum: the same bits on any number of
+        ranks), never scores. Returns None on every rank if the measures need
+        every score on one rank (a loss that redefines :meth:`metrics` and not this).
+        """
+        if type(self).metrics is not Loss.metrics:
+            return None
+        return self._measures(comm.reproducible_sum(self._metric_sums(f, y)[None, :], max(comm.size, 2)))
+
+    def _metric_sums(self, f, y):
+        """The sums the default measures come from: (correct predictions or squared and absolute
+        residuals, number of examples)."""
         if self.task == "classification":
-            accuracy = float(np.mean(self.predict_labels(f) == y)) if len(y) else float("nan")
-            return {"accuracy": accuracy, "error_rate": 1.0 - accuracy}
+            return np.array([np.count_nonzero(self.predict_labels(f) == y), len(y)], dtype=np.float64)
         residual = f - y
-        return {"rmse": float(np.sqrt(np.mean(residual ** 2))),
-                "mae": float(np.mean(np.abs(residual)))}
+        return np.array([np.sum(residual ** 2), np.sum(np.abs(residual)), len(y)], dtype=np.float64)
+
+    def _measures(self, sums):
+        n = sums[-1]
+        if self.task == "classification":
+            accuracy = float(sums[0] / n) if n else float("nan")
+            return {"accuracy": accuracy, "error_rate": 1.0 - accuracy}
+        return {"rmse": float(np.sqrt(sums[0] / n)) if n else float("nan"),
+                "mae": float(sums[1] / n) if n else float("nan")}
 
 
 class MultivariateLoss(Loss):
     """A risk that does not decompose over examples (ROC area, F-beta, ordinal regression, ...).
 
-    The risk oracle gathers the scores ``f = X @ w`` of all ranks (scalars,
-    never features) to rank 0, calls :meth:`coefficients` there, scatters the
-    per-example coefficients back, and each rank forms its part ``X.T @ c``.
+    Where :attr:`spread` is True, every rank calls :meth:`local_coefficients`
+    with the scores ``f = X @ w`` of its own examples, the loss orders or
+    counts them across ranks (scalars, never features) and returns the
+    coefficients of the rank's examples: no rank handles all m scores. Else
+    the risk oracle gathers the scores of all ranks to rank 0, calls
+    :meth:`coefficients` there and scatters the coefficients back. Either
+    way each rank forms its part ``X.T @ c``.
+
+    Attributes
+    ----------
+    spread : bool
+        Whether the loss computes its coefficients on every rank (:meth:`local_coefficients`).
     """
 
     decomposable = False
+    spread = False
 
     def coefficients(self, f, y, qid=None):
         """Return ``(risk_sum, c)`` over all examples, in global order, on rank 0.
 
         The empirical risk is ``risk_sum / m`` and its subgradient
-        ``X.T @ c / m``, with m the number of examples.
+        ``X.T @ c / m``, with m the number of examples. By default
+        :meth:`local_coefficients` with every example on one process, in one block.
+        """
+        f = np.asarray(f, dtype=np.float64).ravel()
+        risks, c = self.local_coefficients(f, y, None, [0, f.size], qid)
+        return float(risks[0]), c
+
+    def local_coefficients(self, f, y, comm, bounds, qid=None):
+        """Return ``(risk_sum per block, c)`` of this rank's examples (collective, :attr:`spread` losses).
+
+        Parameters
+        ----------
+        f, y : ndarray of shape (n_local,)
+            The scores and labels of this rank's examples, in global order.
+        comm : prbmrm.distributed.comm.SerialComm or MPIComm, or None
+            The communicator (None: every example is here).
+        bounds : sequence of int
+            Local row boundaries of the canonical blocks.
+        qid : ndarray, optional
+
+        Returns
+        -------
+        risks : ndarray of shape (len(bounds) - 1,)
+            Each block's share of ``risk_sum``, the same bits on any number of ranks.
+        c : ndarray of shape (n_local,)
+            The coefficients of this rank's examples.
         """
         raise NotImplementedError
 

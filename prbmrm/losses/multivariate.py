@@ -2,10 +2,17 @@
 
 Every risk here is a convex upper bound ("majorization") of a ranking or
 contingency-table error, written with the scores ``f = X w`` of all m
-examples. The non-decomposable ones (:class:`MultivariateLoss`) compute, on
-rank 0 and over all examples in global order, ``coefficients(f, y) ->
-(risk_sum, c)`` with ``R_emp = risk_sum / m`` and ``a = X.T @ c / m``; so each
-returns ``m * R`` and ``m * dR/df``. The definitions (P = pairs, C = costs)::
+examples. The non-decomposable ones (:class:`MultivariateLoss`) compute
+``(risk_sum, c)`` with ``R_emp = risk_sum / m`` and ``a = X.T @ c / m``; so each
+returns ``m * R`` and ``m * dR/df``. ``roc_area`` and ``ordinal`` are spread
+over the ranks: every rank passes the scores of its own examples to
+``local_coefficients``, a sample sort (:class:`ScoreOrder`) puts them in one
+global order with about m/P on each rank, counts come back as integers, and
+each rank gets the c of its examples and its blocks' shares of the risk: the
+same bits on any number of ranks, and no rank handles all m scores. The
+others (``preference``, ``fbeta``, ``prbep``: prefix sums of floats over the
+global order, or arbitrary pairs) run ``coefficients(f, y)`` on rank 0 over all
+examples in global order. The definitions (P = pairs, C = costs)::
 
     roc_area    R = 1/(m+ m-)  sum_{y_i < y_j} max(0, 1 + f_i - f_j)              (eq. 27, Alg. 7)
     ordinal     R = 1/M  sum_{y_i < y_j} C(y_i, y_j) max(0, 1 + f_i - f_j),       (Alg. 8)
@@ -31,7 +38,8 @@ prefix sums, with no Python loop over examples; F-beta and PRBEP in
 O(m log m) (better than the O(m^2) of Alg. 11: the inner maximization over
 tables is concave in the number of false positives and found by bisection).
 
-Imports: numpy, scipy, sklearn; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses.base`.
+Imports: numpy, scipy, sklearn; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses.base` (and a
+communicator handed in, never imported).
 """
 
 import math
@@ -105,12 +113,39 @@ def _pair_sums(level, key_low, key_high, weights_low, weights_high):
     order = np.argsort(np.concatenate([key_low, key_high]), kind="stable")
     is_low = order < m
     example = np.where(is_low, order, order - m)
-    event_level = level[example]
     low_weights = [np.where(is_low, column[example], 0.0) for column in weights_low.T]
     high_weights = [np.where(is_low, 0.0, column[example]) for column in weights_high.T]
-    low_out = [np.zeros(2 * m) for _ in high_weights]    # filled at low events
-    high_out = [np.zeros(2 * m) for _ in low_weights]    # filled at high events
-    top = int(level.max())
+    low_out, high_out = _event_pair_sums(is_low, level[example], low_weights, high_weights)
+    low_sums[example[is_low]] = np.column_stack(low_out)[is_low]
+    high_sums[example[~is_low]] = np.column_stack(high_out)[~is_low]
+    return low_sums, high_sums
+
+
+def _event_pair_sums(is_low, event_level, low_weights, high_weights):
+    """:func:`_pair_sums` on its events, already in key order (a low key before an equal high key).
+
+    Parameters
+    ----------
+    is_low : ndarray of bool, shape (e,)
+        Whether each event is the low key of its example (else the high key).
+    event_level : ndarray of int64, shape (e,)
+        The level of each event's example.
+    low_weights, high_weights : lists of ndarray of shape (e,)
+        Per column, the weights of the low events (0 at high events), and of the high ones.
+
+    Returns
+    -------
+    low_out, high_out : lists of ndarray of shape (e,)
+        Per column of `high_weights`, at each low event the sum over the high events before it
+        with a higher level; per column of `low_weights`, at each high event the sum over the low
+        events after it with a lower level.
+    """
+    size = is_low.size
+    low_out = [np.zeros(size) for _ in high_weights]    # filled at low events
+    high_out = [np.zeros(size) for _ in low_weights]    # filled at high events
+    if size == 0:
+        return low_out, high_out
+    top = int(event_level.max())
     small = np.int16 if top < 2**15 else np.int32 if top < 2**31 else np.int64
     for bit in range(max(1, top.bit_length())):
         at_bit = ((event_level >> bit) & 1).astype(bool)
@@ -119,7 +154,7 @@ def _pair_sums(level, key_low, key_high, weights_low, weights_high):
         group = (event_level >> (bit + 1)).astype(small)
         if top >> (bit + 1) == 0:
             by_group = slice(None)        # one group: the key order as it is
-            first, last = 0, 2 * m
+            first, last = 0, size
         else:
             by_group = np.argsort(group, kind="stable")   # radix sort of small integers
             sizes = np.bincount(group)
@@ -134,9 +169,7 @@ def _pair_sums(level, key_low, key_high, weights_low, weights_high):
             # Each upper member: the lower members of its group whose low key comes later.
             prefix = np.concatenate([[0.0], np.cumsum(weights[by_group] * low_event)])
             out[by_group] += (prefix[last] - prefix[1:]) * high_event
-    low_sums[example[is_low]] = np.column_stack(low_out)[is_low]
-    high_sums[example[~is_low]] = np.column_stack(high_out)[~is_low]
-    return low_sums, high_sums
+    return low_out, high_out
 
 
 def _dense_levels(y):
@@ -182,36 +215,246 @@ def precision_recall_break_even(f, y):
 
 
 # --------------------------------------------------------------------------
+# The global order of scores over ranks (a sample sort)
+# --------------------------------------------------------------------------
+
+SORT_SAMPLES = 64
+"""Samples of its sorted keys each rank gathers to every rank, per rank of the job, to choose the splitters of a
+:class:`ScoreOrder`: the ranges then hold about m/P keys each, within a few percent."""
+
+SPLITTER_COMPARISONS = 16
+"""Up to this many ranks a key finds its range by comparisons with each splitter (about 1 ns per key and
+splitter), beyond by a binary search (about 25 ns per key)."""
+
+
+def _rank_counts(comm, counts):
+    """Every rank's small integer `counts`, one row per rank (collective; None: this process's only)."""
+    if comm is None:
+        return np.asarray(counts, dtype=np.int64)[None, :]
+    return comm.allgather_array(np.asarray(counts, dtype=np.int64))
+
+
+def _lower_ranks_sum(comm, count):
+    """The sum of the integer `count` over the ranks below this one (collective; None: one process)."""
+    if comm is None or comm.size == 1:
+        return 0
+    return int(comm.allgather_array(np.array([count], dtype=np.int64))[:comm.rank, 0].sum())
+
+
+def _block_risks(weights, values, bounds, scale):
+    """``sum(weights * values) * scale`` per block of rows between `bounds` (numpy's pairwise sum: the same
+    bits for the same block wherever it lies)."""
+    return np.array([float(np.sum(weights[a:b] * values[a:b])) * scale for a, b in zip(bounds[:-1], bounds[1:])])
+
+
+class ScoreOrder:
+    """The global order of per-example keys over all ranks, by a sample sort: no rank holds every key.
+
+    Collective. The order is by key, then by tag: by default the global
+    position of the key (its rank, then its place in the rank's array), else
+    the given int64 tags (distinct over all ranks). Every rank picks the same
+    P - 1 splitters from samples of all ranks (:data:`SORT_SAMPLES` per rank
+    and rank of the job), sends each key, with its payload (and tag), to the
+    rank owning its range ("owner", one Alltoallv per array), and the owner
+    sorts what it received. Only keys, tags and a small integer payload
+    travel (8 bytes each), never features; every rank holds and sorts about
+    m / P of them, whatever the ties. The owner computes a value per owned key
+    and :meth:`back` returns each key's value to the rank it came from.
+
+    Parameters
+    ----------
+    comm : prbmrm.distributed.comm.SerialComm or MPIComm, or None
+        None: every key is here (one process, no communicator).
+    keys : ndarray of float64, shape (n,)
+    payload : ndarray of int64, shape (n,)
+        Carried with each key (e.g. its class).
+    tags : ndarray of int64, shape (n,), optional
+        Ties of keys in tag order instead of global position.
+    counts : ndarray of int64, shape (P,), optional
+        The number of keys of every rank, if known (else gathered).
+
+    Payloads and tags must lie within +-2^53 (they travel in float64 rows).
+
+    Attributes
+    ----------
+    owned_keys, owned_payload : ndarray
+        The keys of this rank's range and their payloads, in global order.
+    owned_before : int
+        The number of keys in the ranges of the lower ranks: the global position of the first owned key.
+    """
+
+    def __init__(self, comm, keys, payload, tags=None, counts=None):
+        self._comm = comm if comm is not None and comm.size > 1 else None
+        keys = np.ascontiguousarray(keys, dtype=np.float64)
+        payload = np.ascontiguousarray(payload, dtype=np.int64)
+        self.owned_before = 0
+        if self._comm is not None:
+            counts = comm.gather_counts(keys.size) if counts is None else np.asarray(counts, dtype=np.int64)
+            total = int(counts.sum())
+            if tags is None:
+                position = np.arange(keys.size, dtype=np.int64) + int(counts[:comm.rank].sum())
+            bucket = self._buckets(keys, position if tags is None else tags, counts)
+            # A radix sort of the (16-bit) range numbers: each range's keys in their order here.
+            self._local = np.argsort(bucket.astype(np.int16 if comm.size < 2**15 else np.int64), kind="stable")
+            self._send = np.bincount(bucket, minlength=comm.size).astype(np.int64)
+            # One exchange of rows (key, payload[, tag]): integers below 2^53 are exact in float64.
+            rows = np.column_stack([keys, payload] + ([] if tags is None else [tags]))[self._local]
+            rows, matrix = comm.alltoallv_array(rows, self._send, total)
+            self._received = matrix[:, comm.rank]
+            self.owned_before = int(matrix[:, :comm.rank].sum())
+            keys, payload = rows[:, 0].copy(), rows[:, 1].astype(np.int64)
+            tags = None if tags is None else rows[:, 2].astype(np.int64)
+        # What arrived from the ranks in order, each part in its own order: ties by arrival are
+        # ties by global position.
+        self._owned = _sorted_with_ties(keys, tags)
+        self.owned_keys, self.owned_payload = keys[self._owned], payload[self._owned]
+
+    def _buckets(self, keys, tags, counts):
+        """The range (0..P-1) of each key, from splitters alike on every rank."""
+        comm = self._comm
+        limit = SORT_SAMPLES * comm.size
+        samples = np.minimum(counts, limit)
+        positions = (np.arange(samples[comm.rank]) * keys.size) // max(samples[comm.rank], 1)
+        # One gather: each rank's sampled keys, then their tags (exact in float64).
+        gathered = comm.allgatherv_array(np.concatenate([keys[positions], tags[positions].astype(np.float64)]),
+                                         2 * limit * comm.size)
+        first = 2 * np.repeat(np.cumsum(samples) - samples, samples)
+        within = np.arange(samples.sum()) - np.repeat(np.cumsum(samples) - samples, samples)
+        sample_keys = gathered[first + within]
+        sample_tags = gathered[first + samples.repeat(samples) + within].astype(np.int64)
+        if sample_keys.size == 0:
+            return np.zeros(keys.size, dtype=np.int64)
+        # Each sample stands for counts / samples keys of its rank.
+        weights = np.repeat(counts / np.maximum(samples, 1), samples)
+        by_key = np.lexsort((sample_tags, sample_keys))
+        reach = np.cumsum(weights[by_key])
+        chosen = by_key[np.minimum(np.searchsorted(reach, reach[-1] * np.arange(1, comm.size) / comm.size),
+                                   by_key.size - 1)]
+        split_keys, split_tags = sample_keys[chosen], sample_tags[chosen]
+        # The splitters below (key, tag): smaller keys, and equal keys with a tag not above.
+        if comm.size <= SPLITTER_COMPARISONS:
+            bucket = np.zeros(keys.size, dtype=np.int64)
+            for split_key, split_tag in zip(split_keys, split_tags):
+                above = keys > split_key
+                equal = np.flatnonzero(keys == split_key)
+                above[equal] = tags[equal] >= split_tag
+                bucket += above
+            return bucket
+        bucket = np.searchsorted(split_keys, keys, "left")
+        tied = np.flatnonzero(np.searchsorted(split_keys, keys, "right") > bucket)
+        for split_key, split_tag in zip(split_keys, split_tags):
+            bucket[tied] += (keys[tied] == split_key) & (tags[tied] >= split_tag)
+        return bucket
+
+    def exclusive(self, count):
+        """The sum of the integer `count` over the lower ranks (every rank passes its own)."""
+        return _lower_ranks_sum(self._comm, count)
+
+    def back(self, values):
+        """Return, in this rank's local order, the values the owners computed for its keys.
+
+        Parameters
+        ----------
+        values : ndarray of float64 or int64, shape (len(owned_keys),)
+            One value per owned key, in global order.
+        """
+        values = np.asarray(values)
+        arrived = np.empty_like(values)
+        arrived[self._owned] = values
+        if self._comm is None:
+            return arrived
+        returned, _ = self._comm.alltoallv_array(arrived, self._received, 0, received_counts=self._send)
+        out = np.empty_like(returned)
+        out[self._local] = returned
+        return out
+
+
+def _sorted_with_ties(keys, tags=None):
+    """The permutation sorting `keys`, equal keys by `tags` (default: by position), like a stable sort.
+
+    An unstable sort (numpy's vectorised quicksort: 4x a stable one) and a
+    lexicographic sort of the tied keys alone.
+    """
+    order = np.argsort(keys)
+    ordered = keys[order]
+    tie = ordered[1:] == ordered[:-1]
+    if tie.any():
+        # The runs of equal keys: each in tag (position) order.
+        tied = np.zeros(keys.size, dtype=bool)
+        tied[1:] |= tie
+        tied[:-1] |= tie
+        where = np.flatnonzero(tied)
+        run = np.cumsum(np.r_[True, ~tie][where])
+        members = order[where]
+        order[where] = members[np.lexsort((members if tags is None else tags[members], run))]
+    return order
+
+# --------------------------------------------------------------------------
 # ROC area (Alg. 7) and ordinal regression (Alg. 8)
 # --------------------------------------------------------------------------
 
 class RocArea(MultivariateLoss):
     """ROC-area risk, eq. (27): ``1/(m+ m-) sum_{y_i=-1, y_j=+1} max(0, 1 + f_i - f_j)``.
 
-    Computed as in Algorithm 7: with ``c = f - y/2``, sort c once; a negative
-    example enters with weight (number of positives before it), a positive one
-    with minus (number of negatives after it); ``R = <l, c> / (m+ m-)`` and
-    ``dR/df = l / (m+ m-)``. O(m log m). Labels +-1; the risk ignores a
-    constant offset of the scores. Measure: the ROC area (AUC) of the scores.
+    Computed as in Algorithm 7: with ``c = f - y/2``, sort c once (equal values
+    in example order); a negative example enters with weight (number of
+    positives before it), a positive one with minus (number of negatives after
+    it); ``R = <l, c> / (m+ m-)`` and ``dR/df = l / (m+ m-)``. O(m log m).
+    Across ranks the sort is a :class:`ScoreOrder`: every rank counts the
+    examples of its range of c and gets back the weights l of its own examples
+    (integers, so the same on any number of ranks); ``<l, c>`` is summed per
+    block. Labels +-1; the risk ignores a constant offset of the scores.
+    Measure: the ROC area (AUC) of the scores.
     """
 
     name = "roc_area"
     task = "ranking"
+    spread = True
 
     def check_labels(self, classes, label_kind):
         return _check_plus_minus(self.name, classes, label_kind)
 
-    def coefficients(self, f, y, qid=None):
-        positive, m_pos, m_neg = _plus_minus_counts(self.name, y)
+    def local_coefficients(self, f, y, comm, bounds, qid=None):
+        positive = np.asarray(y).ravel() > 0
+        counts = _rank_counts(comm, [positive.size, np.count_nonzero(positive)])
+        m, m_pos = (int(v) for v in counts.sum(axis=0))
+        m_neg = m - m_pos
+        if m_pos == 0 or m_neg == 0:
+            raise InputError(f"loss {self.name!r}: needs both positive and negative examples, "
+                             f"got {m_pos} positive and {m_neg} negative")
         c = f - 0.5 * np.where(positive, 1.0, -1.0)
-        order = np.argsort(c, kind="stable")
-        is_pos = positive[order]
-        positives_before = np.cumsum(is_pos) - is_pos
-        negatives_after = m_neg - (np.arange(y.size) - positives_before)
-        l = np.empty(y.size)
-        l[order] = np.where(is_pos, -negatives_after, positives_before)
-        scale = y.size / (float(m_pos) * m_neg)
-        return float(l @ c) * scale, l * scale
+        order = ScoreOrder(comm, c, positive.astype(np.int64), counts=counts[:, 0])
+        is_pos = order.owned_payload
+        positives_before = order.exclusive(np.count_nonzero(is_pos)) + np.cumsum(is_pos) - is_pos
+        negatives_before = order.owned_before + np.arange(is_pos.size) - positives_before
+        l = order.back(np.where(is_pos == 1, negatives_before - m_neg, positives_before)).astype(np.float64)
+        scale = m / (float(m_pos) * m_neg)
+        return _block_risks(l, c, bounds, scale), l * scale
+
+    def shared_metrics(self, f, y, qid, comm):
+        """The ROC area over all ranks: the pairs a positive scores above, plus half those it ties with.
+
+        Two sorts of the scores across ranks (:class:`ScoreOrder`), equal
+        scores with the positives first and then last: the negatives before
+        each positive count the pairs it wins without and with the ties.
+        """
+        positive = np.asarray(y).ravel() > 0
+        f = np.asarray(f, dtype=np.float64).ravel()
+        counts = _rank_counts(comm, [positive.size, np.count_nonzero(positive)])
+        (m, m_pos), offset = counts.sum(axis=0), int(counts[:comm.rank if comm else 0, 0].sum())
+        if m_pos in (0, m):
+            return {"roc_area": float("nan")}
+        index = offset + np.arange(f.size, dtype=np.int64)
+        wins = 0
+        for last in (positive, ~positive):
+            # Ties by tag: the class put last, then the example's index.
+            order = ScoreOrder(comm, f, positive.astype(np.int64), last * np.int64(m) + index, counts[:, 0])
+            is_pos = order.owned_payload
+            negatives_before = (order.owned_before - order.exclusive(np.count_nonzero(is_pos))
+                                + np.arange(is_pos.size) - (np.cumsum(is_pos) - is_pos))
+            wins += int(np.sum(negatives_before[is_pos == 1]))
+        wins = int(_rank_counts(comm, [wins]).sum())
+        return {"roc_area": wins / (2.0 * m_pos * (m - m_pos))}
 
     def metrics(self, f, y, qid=None):
         from sklearn.metrics import roc_auc_score
@@ -240,6 +483,7 @@ class Ordinal(MultivariateLoss):
     name = "ordinal"
     task = "ranking"
     params = {"cost": "constant"}
+    spread = True
 
     def check_params(self):
         self._require("cost", self.cost in ("constant", "linear"), "'constant' or 'linear'")
@@ -251,28 +495,56 @@ class Ordinal(MultivariateLoss):
             return f"loss {self.name!r} needs integer labels with at least two values, the data has {shown}"
         return None
 
-    def coefficients(self, f, y, qid=None):
-        m = y.size
-        values, level = _dense_levels(y)
-        counts = np.bincount(level, minlength=values.size).astype(np.float64)
+    def local_coefficients(self, f, y, comm, bounds, qid=None):
+        y = np.asarray(y, dtype=np.float64).ravel()
+        # The label values of all ranks, numbered alike everywhere.
+        values = np.unique(y)
+        if comm is not None:
+            values = np.unique(comm.allgatherv_array(values, _rank_counts(comm, [y.size]).sum()))
+        level = np.searchsorted(values, y).astype(np.int64)
+        per_rank = _rank_counts(comm, np.bincount(level, minlength=values.size))
+        counts = per_rank.sum(axis=0).astype(np.float64)
+        m = int(counts.sum())
         pairs = (float(m) ** 2 - float(np.sum(counts ** 2))) / 2
         if pairs == 0:
             raise InputError(f"loss {self.name!r}: all {m} labels are equal: no pair to order")
         u, v = f + 0.5, f - 0.5
-        if self.cost == "constant":
-            weights = np.ones((m, 1))
-        else:
-            weights = np.column_stack([np.ones(m), y])
-        low, high = _pair_sums(level, u, v, weights, weights)
+        # The 2n events of this rank's examples (low keys u, then high keys v), in the order of
+        # (key, low before high, example): tags low 0..m-1, high m..2m-1 by global index.
+        index = np.arange(y.size, dtype=np.int64) + int(per_rank[:comm.rank if comm else 0].sum())
+        order = ScoreOrder(comm, np.concatenate([u, v]), np.concatenate([2 * level, 2 * level + 1]),
+                           np.concatenate([index, m + index]), 2 * per_rank.sum(axis=1))
+        is_low = order.owned_payload % 2 == 0
+        event_level = order.owned_payload // 2
+        columns = [np.ones(is_low.size)] + [values[event_level]] * (self.cost == "linear")
+        low_weights = [np.where(is_low, column, 0.0) for column in columns]
+        high_weights = [np.where(is_low, 0.0, column) for column in columns]
+        low_out, high_out = _event_pair_sums(is_low, event_level, low_weights, high_weights)
+        # The partners on other ranges: high events of lower ranges, low events of higher ones, by
+        # level (integer-valued sums: exact, the same on any number of ranks).
+        histograms = np.stack([np.bincount(event_level, weights, minlength=values.size)
+                               for weights in high_weights + low_weights])
+        every = histograms[None] if comm is None else comm.allgather_array(histograms.ravel()).reshape(
+            (comm.size,) + histograms.shape)
+        rank = 0 if comm is None else comm.rank
+        below_high = every[:rank, :len(columns)].sum(axis=0)
+        above_low = every[rank + 1:, len(columns):].sum(axis=0)
+        # Higher levels than each low event's, lower than each high event's.
+        higher = np.cumsum(below_high[:, ::-1], axis=1)[:, ::-1] - below_high
+        lower = np.cumsum(above_low, axis=1) - above_low
+        sums = np.where(is_low[:, None], np.column_stack(low_out) + higher[:, event_level].T,
+                        np.column_stack(high_out) + lower[:, event_level].T)
+        sums = order.back(sums)
+        low, high = sums[:y.size], sums[y.size:]
         if self.cost == "constant":
             as_low, as_high = low[:, 0], high[:, 0]
         else:
             # C = y_j - y_i: sum over partners of y_j - y_i = (sum of y_j) - y_i * count, etc.
             as_low = low[:, 1] - y * low[:, 0]
             as_high = y * high[:, 0] - high[:, 1]
-        risk = float(u @ as_low - v @ as_high)
         scale = m / pairs
-        return risk * scale, (as_low - as_high) * scale
+        risks = _block_risks(np.ones(y.size), u * as_low - v * as_high, bounds, scale)
+        return risks, (as_low - as_high) * scale
 
     def metrics(self, f, y, qid=None):
         from scipy.stats import kendalltau

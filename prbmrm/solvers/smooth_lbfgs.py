@@ -3,9 +3,10 @@
 The risk oracle's loss must be one of :data:`prbmrm.losses.smoothing.SMOOTHED_LOSSES`
 (``roc_area``, ``prbep``). For the run, rank 0's oracle evaluates the smoothed
 loss instead (:attr:`prbmrm.distributed.oracle.DistributedRisk.loss` is swapped on rank 0
-and restored at the end): a non-decomposable loss is evaluated on rank 0
-alone, from the gathered scores, while the other ranks only form ``X w``
-and ``X^T c``, so they need not know. One evaluation then gives, from the
+and restored at the end): the smoothed losses are evaluated on rank 0
+alone, from the gathered scores (rank 0's message says so, also to ranks
+whose loss, ``roc_area``, is spread over the ranks), while the other ranks
+only form ``X w`` and ``X^T c``, so they need not know. One evaluation then gives, from the
 same scores and the same messages, the smoothed ``(R_mu, grad R_mu)`` that
 L-BFGS steps on and the nonsmooth ``R`` that every row reports as J.
 

@@ -685,12 +685,18 @@ def test_roc_area_from_the_command_line(tmp_path, a9a_shards):
     completed, _ = run_ranks(2, ["-m", "prbmrm.cli.train", "--data", a9a_shards, "--loss", "roc_area",
                                  "--lam", "1e-3", "--quiet", "--out", out])
     assert completed.returncode == 0, completed.stderr
-    completed, _ = run_ranks(2, ["-m", "prbmrm.cli.predict", "--model", out, "--data", a9a_shards])
+    scores = str(tmp_path / "scores.txt")
+    completed, _ = run_ranks(2, ["-m", "prbmrm.cli.predict", "--model", out, "--data", a9a_shards,
+                                 "--out", scores])
     assert completed.returncode == 0, completed.stderr
-    printed = re.fullmatch(r"2000 examples from .*: roc_area ([0-9.]+)\n", completed.stdout)
+    printed = re.fullmatch(r"2000 examples from .*: roc_area ([0-9.]+)\ndecision values written to .*\n",
+                           completed.stdout)
     assert printed, completed.stdout
     X, y = a9a_head(2000)
-    auc = roc_auc_score(y, load_model(out).decision_function(X).ravel())
+    expected = load_model(out).decision_function(X).ravel()
+    # Each rank wrote its rows at its place in the one file.
+    np.testing.assert_allclose(np.loadtxt(scores), expected, rtol=1e-12, atol=1e-12)
+    auc = roc_auc_score(y, expected)
     assert float(printed.group(1)) == pytest.approx(auc, abs=1e-6)
     assert auc > 0.85
 

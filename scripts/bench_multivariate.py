@@ -1,0 +1,144 @@
+"""No O(n) work on rank 0: roc_area against hinge on the same shards, per rank, under mpiexec.
+
+For each loss (``roc_area`` spread over the ranks by the sample sort of
+:class:`prbmrm.losses.multivariate.ScoreOrder`; ``hinge``, the decomposable
+reference; with ``--gather``, also roc_area the old way: every score gathered
+to rank 0, which sorts and counts alone) one mpiexec run loads the shards and
+makes a few BMRM iterations (lam 1e-4, no stopping test). The runs alternate
+loss by loss, ``--rounds`` times. Printed per run: every rank's peak RSS
+(MB, ``ru_maxrss``: loading included, so the ranks of one run compare) and
+seconds per evaluation of the risk on rank 0 (its data pass and, for a
+multivariate loss, the sort's exchanges: ``risk``) and with the broadcast and
+reduction (``risk+comm``), medians over the iterations; every rank's CPU
+seconds per iteration (the whole solve over the evaluations: waiting ranks
+poll, so CPU includes waits, but not the time a loaded machine gives others);
+then the ratios the
+acceptance of P14 item 5 names: rank 0's peak RSS over rank 1's for
+roc_area, and roc_area's risk time over hinge's (medians over the rounds).
+
+    python -m prbmrm.cli.shard --parts 2 --out DIR DATA     # e.g. 5,000,000 rows
+    python scripts/bench_multivariate.py DIR [--ranks 2] [--iterations 5] [--rounds 2] [--gather]
+    python scripts/bench_multivariate.py --make DIR [--rows 5000000]  # a synthetic sparse set like a9a
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+
+def worker(directory, loss_name, gather, iterations):
+    """Run under mpiexec: a few BMRM iterations; rank 0 prints every rank's figures as JSON."""
+    from prbmrm.distributed.comm import get_comm
+    from prbmrm.distributed.oracle import DistributedRisk, run_distributed
+    from prbmrm.io import load_local
+    from prbmrm.losses import get_loss
+    from prbmrm.solvers import minimize
+
+    comm = get_comm()
+    local = load_local(directory, comm)
+    loss = get_loss(loss_name)
+    if gather:
+        loss.spread = False  # the old way: rank 0 gathers every score and sorts them alone
+    oracle = DistributedRisk(loss, local.X, local.y, local.n_examples_total, comm, local.blocks)
+    comm.barrier()
+    cpu = time.process_time()
+    result = run_distributed(oracle, lambda risk: minimize(
+        risk, np.zeros(oracle.dim), 1e-4, method="bmrm", epsilon=0.0, rel_epsilon=0, max_iter=iterations))
+    cpu = time.process_time() - cpu
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    every = comm.allgather_array(np.array([peak, cpu / max(oracle.evaluations, 1)]))
+    if comm.is_root:
+        history = result.history
+        print(json.dumps({"peak_mb": every[:, 0].tolist(), "cpu": every[:, 1].tolist(),
+                          "risk": float(np.median(history["seconds_risk"])),
+                          "risk_comm": float(np.median(np.add(history["seconds_risk"], history["seconds_comm"]))),
+                          "nit": int(result.nit), "fun": float(result.fun)}))
+
+
+def run(directory, ranks, loss, gather, iterations):
+    environ = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                   PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    command = [mpiexec if os.path.exists(mpiexec) else "mpiexec", "-n", str(ranks), sys.executable, __file__,
+               directory, "--worker", loss, "--iterations", str(iterations)] + ["--gather"] * gather
+    completed = subprocess.run(command, capture_output=True, text=True, env=environ, check=False,
+                               stdin=subprocess.DEVNULL, timeout=3600)
+    if completed.returncode != 0:
+        sys.exit(f"{loss} failed on {ranks} ranks:\n{completed.stdout[-2000:]}\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def make(directory, rows, seed=0):
+    """A synthetic a9a-like sparse set (123 binary features, 14 per row, labels +-1 about half each)."""
+    import scipy.sparse as sp
+
+    from prbmrm.io import write_shards
+
+    rng = np.random.default_rng(seed)
+    d, k = 123, 14
+    columns = np.arange(k) * (d // k) + rng.integers(0, d // k, size=(rows, k))
+    X = sp.csr_matrix((np.ones(rows * k), columns.ravel(), np.arange(0, rows * k + 1, k)), shape=(rows, d))
+    margin = X @ rng.normal(size=d) + 2.0 * rng.normal(size=rows)
+    write_shards(X, np.where(margin > np.median(margin), 1.0, -1.0), directory, 2)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("directory", help="the shard directory")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--gather", action="store_true", help="also run roc_area gathered to rank 0 (the old way)")
+    parser.add_argument("--make", action="store_true", help="write a synthetic set into the directory and stop")
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.directory, args.worker, args.gather, args.iterations)
+        return
+    if args.make:
+        make(args.directory, args.rows)
+        return
+    cases = [("roc_area", False), ("hinge", False)] + [("roc_area", True)] * args.gather
+    results = {case: [] for case in cases}
+    print(f"{args.directory}: {args.ranks} ranks, BMRM lam 1e-4, {args.iterations} iterations per run; "
+          f"load {os.getloadavg()[0]:.1f}")
+    print(f"{'loss':>19} {'round':>5} {'risk s/it':>10} {'risk+comm':>10} {'CPU s/it per rank':>18}  "
+          "peak RSS MB per rank")
+    for round_ in range(args.rounds):
+        for loss, gather in cases:
+            started = time.perf_counter()
+            figures = run(args.directory, args.ranks, loss, gather, args.iterations)
+            results[(loss, gather)].append(figures)
+            label = loss + " (gathered)" * gather
+            print(f"{label:>19} {round_ + 1:>5} {figures['risk']:>10.3f} {figures['risk_comm']:>10.3f} "
+                  + f"{' '.join(f'{c:.3f}' for c in figures['cpu']):>18}  "
+                  + " ".join(f"{mb:.0f}" for mb in figures["peak_mb"])
+                  + f"   ({time.perf_counter() - started:.0f} s wall)", flush=True)
+
+    def median(case, key):
+        return float(np.median([r[key] for r in results[case]]))
+
+    for case in cases:
+        if case[0] == "roc_area":
+            rss = [r["peak_mb"][0] / r["peak_mb"][1] for r in results[case]]
+            label = "roc_area" + " (gathered)" * case[1]
+            cpu = [r["cpu"][0] for r in results[case]]
+            hinge_cpu = [r["cpu"][0] for r in results[("hinge", False)]]
+            print(f"{label}: rank 0 / rank 1 peak RSS {np.median(rss):.2f} (acceptance <= 1.2); risk per "
+                  f"iteration / hinge's {median(case, 'risk') / median(('hinge', False), 'risk'):.2f}, with comm "
+                  f"{median(case, 'risk_comm') / median(('hinge', False), 'risk_comm'):.2f} (acceptance <= 1.5); "
+                  f"rank 0's CPU per iteration / hinge's {np.median(cpu) / np.median(hinge_cpu):.2f}")
+
+
+if __name__ == "__main__":
+    main()

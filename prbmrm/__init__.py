@@ -21,7 +21,7 @@ from .version import __version__
 _LAZY = {"BMRMClassifier": "estimators", "BMRMRegressor": "estimators", "BMRMRanker": "estimators",
          "BMRMMultilabelClassifier": "estimators", "Model": "model"}
 
-__all__ = ["fit", "load", *_LAZY]
+__all__ = ["__version__", "fit", "load", *_LAZY]
 
 
 def fit(data=None, **options):

@@ -141,7 +141,13 @@ exec)
     load
     [ $# -ge 2 ] || usage
     host=$1; shift
-    exec ip netns exec "$PREFIX-$host" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
+    # `ip netns exec` mounts a fresh /sys (showing the namespace's own interfaces), which hides the
+    # cgroup file systems slurmd insists on: mount the same hierarchies again, in its mount namespace.
+    exec ip netns exec "$PREFIX-$host" unshare --uts sh -c '
+        grep " /sys/fs/cgroup" /proc/1/mounts | while read -r source target type options _; do
+            mkdir -p "$target" 2>/dev/null; mount -t "$type" -o "$options" "$source" "$target" 2>/dev/null || true
+        done
+        hostname "$0" && exec "$@"' "$host" "$@"
     ;;
 bytes)
     load

@@ -64,8 +64,9 @@ up)
     [ $# -ge 1 ] || usage
     count=$1 rate=${2:-}
     [ "$(id -u)" = 0 ] || { echo "$0: needs root (ip netns add)" >&2; exit 3; }
-    command -v ip >/dev/null && command -v tc >/dev/null && command -v unshare >/dev/null ||
-        { echo "$0: needs iproute2 (ip, tc) and util-linux (unshare): apt-get install iproute2 util-linux" >&2; exit 3; }
+    command -v ip >/dev/null && command -v tc >/dev/null && command -v unshare >/dev/null || {
+        echo "$0: needs iproute2 (ip, tc) and util-linux (unshare): apt-get install iproute2 util-linux" >&2
+        exit 3; }
     [ "$count" -ge 1 ] && [ "$count" -le 200 ] || { echo "$0: HOSTS must be 1..200" >&2; exit 2; }
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)

@@ -147,7 +147,8 @@ class Cluster:
     def link_bytes(self):
         done = subprocess.run(["bash", NETNS, "bytes", self.directory], capture_output=True, text=True,
                               timeout=60, stdin=subprocess.DEVNULL, check=True)
-        return {host: np.array([int(rx), int(tx)]) for host, rx, tx in (line.split() for line in done.stdout.splitlines())}
+        lines = (line.split() for line in done.stdout.splitlines())
+        return {host: np.array([int(rx), int(tx)]) for host, rx, tx in lines}
 
     def close(self):
         subprocess.run(["bash", NETNS, "down", self.directory], timeout=300, stdin=subprocess.DEVNULL)

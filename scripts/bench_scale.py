@@ -266,7 +266,9 @@ def fits(rows, cores):
     """Per place, the fit of ms per iteration, and the projection to 64 dedicated cores on 4 and 8 nodes."""
     out = []
     fitted = {}
-    for place in dict.fromkeys(place for place, _ in rows if place != "1 process"):
+    # The 1-process run is this machine's P = 1.
+    rows = [("local" if place == "1 process" else place, r) for place, r in rows]
+    for place in dict.fromkeys(place for place, _ in rows):
         runs = [r for p, r in rows if p == place]
         if len({r["ranks"] for r in runs}) < 3:
             continue
@@ -294,6 +296,24 @@ def fits(rows, cores):
     return "\n".join(lines)
 
 
+def compare(path, rows):
+    """Communication ms and busiest-link bytes per iteration of an earlier run's --json against this one."""
+    with open(path) as f:
+        earlier = json.load(f)
+    then = {(r["place"], r["ranks"]): r for r in earlier["runs"]}
+    lines = [f"| place | P | comm ms then ({earlier['commit']}) | now | then / now | link KB then | now |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for place, r in rows:
+        old = then.get((place, r["ranks"]))
+        if old is None or place == "1 process":
+            continue
+        link = (f"{old['link_bytes'] / 1e3:.0f} | {r['link_bytes'] / 1e3:.0f}" if r["link_bytes"] is not None
+                and old.get("link_bytes") is not None else " | ")
+        lines.append(f"| {place} | {r['ranks']} | {old['ms']['comm']:.1f} | {r['ms']['comm']:.1f} | "
+                     f"{old['ms']['comm'] / r['ms']['comm']:.1f}x | {link} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
@@ -311,6 +331,8 @@ def main():
     parser.add_argument("--lam", type=float, default=1e-4)
     parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds over every (place, P)")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--baseline", help="a --json file of an earlier run (another commit): a table of "
+                        "communication per iteration then and now, per place and P")
     parser.add_argument("--acceptance", action="store_true",
                         help="issue 26's point: 16 netns hosts x 1 rank at 100mbit, 16,000 x 2^17 in 16 shards")
     args = parser.parse_args()
@@ -372,6 +394,9 @@ def main():
     print(table(rows, d, rate_bits))
     print()
     print(fits(rows, os.cpu_count() or 1))
+    if args.baseline:
+        print()
+        print(compare(args.baseline, rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "commit": commit(), "machine": machine(), "d": d,

@@ -381,12 +381,12 @@ def main():
             cluster.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
-    d = rows[0][1]["d"]
+    d, load = rows[0][1]["d"], os.getloadavg()[0]
     data = args.data or f"hashed text {args.rows} x 2^{args.log_dim} ({nnz} nonzeros) in {args.shards} shards"
     print(f"## bench_scale: T(p) on {data}, d = {d}\n")
     print(f"- command: `{' '.join([os.path.basename(sys.executable)] + sys.argv)}`")
     print(f"- commit: {commit()}; prbmrm {prbmrm.__version__} from {os.path.dirname(prbmrm.__file__)}")
-    print(f"- machine: {machine()}; load average before: {os.getloadavg()[0]:.1f}")
+    print(f"- machine: {machine()}; load average (1 min) at the end: {load:.1f}")
     print(f"- runs: `mpiexec [-hosts h1:PPN,...] -n P python -m prbmrm.train --solver {args.solver} "
           f"--lam {args.lam:g} --epsilon 0 --rel-epsilon 0 --max-iter {args.iterations}`; ms are medians over "
           "iterations 2.. of rank 0's phases; every model bitwise equal to the 1-process one: "
@@ -399,7 +399,7 @@ def main():
         print(compare(args.baseline, rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "commit": commit(), "machine": machine(), "d": d,
+            json.dump({"args": vars(args), "commit": commit(), "machine": machine(), "d": d, "load": load,
                        "runs": [dict(place=p, **r) for p, r in rows]}, f, indent=1)
 
 

@@ -84,3 +84,20 @@ def test_the_cluster_script_refuses_a_bad_count_and_removes_what_it_made(netns, 
     finally:
         subprocess.run(["bash", CLUSTER, "down", str(tmp_path / "net")], timeout=120, stdin=subprocess.DEVNULL)
     assert namespaces() <= before, "namespaces left behind"
+
+
+def test_bench_scale_runs_on_namespace_hosts_and_checks_the_models(netns, tmp_path):
+    """scripts/bench_scale.py end to end on 2 hosts: its table, and every model bitwise the 1-process one."""
+    before = namespaces()
+    done = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_scale.py"), "--ranks", "2",
+                           "--where", "local", "netns", "--rate", "100mbit", "--rows", "400", "--log-dim", "12",
+                           "--shards", "2", "--iterations", "3", "--json", str(tmp_path / "figures.json")],
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, env=netns)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every model bitwise equal to the 1-process one: True" in done.stdout, done.stdout
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if re.match(r"\| (local|netns|1 proc)", line)]
+    assert [(place.strip(), int(p)) for place, p, *_ in rows] == [
+        ("1 process", 1), ("local", 2), ("netns 1/host 100mbit", 2)], done.stdout
+    # The ring's ideal for d = 4096 on 2 ranks: 2 (P - 1) / P x 8 (d + 1) bytes = 32.8 KB, 3 ms at 100 Mbit/s.
+    assert [cell.strip() for cell in rows[2][10:12]] == ["33", "3"], rows[2]
+    assert namespaces() <= before, "namespaces left behind"

@@ -233,11 +233,11 @@ def commit():
 
 def table(rows, d, rate_bits):
     lines = ["| place | P | iterations | ms/iteration | risk | subproblem | comm | start-up s | peak RSS MB (sum) |"
-             " busiest link KB/iteration | ring ideal KB | ideal ms at rate | comm / ideal |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             " busiest link KB/iteration | ring ideal KB | ideal ms at rate | comm / ideal | comm in messages |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for place, r in rows:
         ms = r["ms"]
-        link = ideal = ideal_ms = ratio = ""
+        link = ideal = ideal_ms = ratio = messages = ""
         if r["link_bytes"] is not None:
             # A link moves the ring's bytes in both directions: the sent and the received halves.
             link = f"{r['link_bytes'] / 1e3:.0f}"
@@ -245,9 +245,13 @@ def table(rows, d, rate_bits):
             if rate_bits and r["ranks"] > 1:
                 seconds = 8 * ideal_bytes(r["ranks"], d) / rate_bits
                 ideal_ms, ratio = f"{1e3 * seconds:.0f}", f"{ms['comm'] / (1e3 * seconds):.1f}x"
+                # Without added latency a link's time is its bytes: the communication in units of one
+                # message of d + 1 doubles is the length of the critical path in messages (a ring
+                # Allreduce: 2 (P - 1) / P; reduce and broadcast down a binomial tree: 2 log2 P).
+                messages = f"{ms['comm'] / (1e3 * 8 * 8 * (d + 1) / rate_bits):.1f}"
         lines.append(f"| {place} | {r['ranks']} | {r['iterations']} | {ms['iteration']:.1f} | {ms['risk']:.1f} | "
                      f"{ms['subproblem']:.1f} | {ms['comm']:.1f} | {r['startup']:.2f} | {r['rss'] / 2**20:.0f} | "
-                     f"{link} | {ideal} | {ideal_ms} | {ratio} |")
+                     f"{link} | {ideal} | {ideal_ms} | {ratio} | {messages} |")
     return "\n".join(lines)
 
 

@@ -41,9 +41,13 @@ NETNS=$(cd "$(dirname "$0")" && pwd)/netns_cluster.sh
 run() {
     if [ -f "$dir/net/prefix" ]; then
         # The login node's environment, as a site's module sets it (sbatch passes it on to the job):
-        # UCX, the mpich wheel's netmod, would move data between the namespaces of one machine
-        # through shared memory; TCP over the hosts' eth0 makes it cross the links.
-        UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 FI_PROVIDER=tcp FI_TCP_IFACE=eth0 \
+        # the ranks' data over TCP on the hosts' eth0, through libfabric (MPICH's ofi netmod). Not
+        # UCX, the wheel's default: its address exchange in MPI_Init puts values of about 1 KB
+        # through PMI (the wheel speaks the PMI-1 wire protocol to Slurm's mpi/pmi2 plugin), and
+        # Slurm 22.05 misreads such lines when their run-length encoding does not shorten them:
+        # "mpi/pmi2: value not properly terminated in client request", then MPI_Init fails or
+        # hangs (3 of 8 multi-node jobs here; 0 of 6 with ofi). OFI's addresses are short.
+        MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp FI_TCP_IFACE=eth0 UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 \
             SLURM_CONF=$dir/slurm.conf bash "$NETNS" exec "$dir/net" login "$@"
     else
         SLURM_CONF=$dir/slurm.conf "$@"

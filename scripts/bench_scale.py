@@ -98,7 +98,7 @@ def make_shards(args, directory):
 
 
 class PeakRSS(threading.Thread):
-    """Polls /proc for the processes whose environment holds TAG; the sum of their last VmHWM (peak RSS)."""
+    """Polls /proc for the ranks whose environment holds TAG; the sum of their VmHWM (peak RSS), the last seen."""
 
     def __init__(self, tag):
         super().__init__(daemon=True)
@@ -111,8 +111,10 @@ class PeakRSS(threading.Thread):
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        if b"prbmrm.train" not in f.read():
-                            continue
+                        argv = f.read().split(b"\0")
+                    # The ranks, not mpiexec (whose command line names prbmrm.train too).
+                    if not os.path.basename(argv[0]).startswith(b"python") or b"prbmrm.train" not in argv:
+                        continue
                     with open(f"/proc/{pid}/environ", "rb") as f:
                         if self.marker not in f.read().split(b"\0"):
                             continue

@@ -25,6 +25,11 @@ has cores (dedicated), c from the namespace hosts' runs (the cost of a
 doubling of the ranks over the network). Printed as markdown with the
 command, the commit and the machine.
 
+MPICH's netmod follows MPIR_CVAR_CH4_NETMOD (the wheel's default, UCX, or
+``ofi`` with FI_PROVIDER=tcp): on 32 namespace hosts of this loaded 2-core
+machine UCX's wire-up in MPI_Init failed now and then ("No route to host"),
+libfabric's did not.
+
 The data: hashed-text-like sparse rows (``--rows`` x 2^``--log-dim``, about
 ``--words`` nonzeros a row, Zipf-distributed words hashed into the columns,
 log(1 + count) values, unit rows) in ``--shards`` shard files, or ``--data
@@ -395,7 +400,8 @@ def main():
     print(f"- machine: {machine()}; load average (1 min) at the end: {load:.1f}")
     print(f"- runs: `mpiexec [-hosts h1:PPN,...] -n P python -m prbmrm.train --solver {args.solver} "
           f"--lam {args.lam:g} --epsilon 0 --rel-epsilon 0 --max-iter {args.iterations}`; ms are medians over "
-          "iterations 2.. of rank 0's phases; every model bitwise equal to the 1-process one: "
+          f"iterations 2.. of rank 0's phases; MPICH netmod: {os.environ.get('MPIR_CVAR_CH4_NETMOD', 'default')}; "
+          "every model bitwise equal to the 1-process one: "
           f"{all(r['bitwise'] for _, r in rows)}\n")
     print(table(rows, d, rate_bits))
     print()

@@ -71,6 +71,10 @@ from bench_ranks import fit_scaling  # noqa: E402  (one fit for the two benchmar
 DEADLINE = 1800  # seconds for one run: a hung run stops the benchmark, not the machine
 
 
+class RunFailed(RuntimeError):
+    """A training run that ended with an error: reported, and the benchmark goes on."""
+
+
 def hashed_text(rows, log_dim, words, seed=0):
     """Sparse rows like hashed bag-of-words text, and +-1 labels from a sparse true model with 5% noise."""
     import scipy.sparse as sp
@@ -195,8 +199,8 @@ def run(args, shards, ranks, launcher, cluster=None):
     after = cluster.link_bytes() if cluster else {}
     try:
         if done.returncode != 0:
-            sys.exit(f"bench_scale: the run on {ranks} rank(s) failed ({done.returncode}):\n"
-                     f"{' '.join(command)}\n{done.stderr[-3000:]}")
+            raise RunFailed(f"bench_scale: the run on {ranks} rank(s) failed ({done.returncode}):\n"
+                            f"{' '.join(command)}\n{done.stderr[-3000:]}")
         from prbmrm.model import load_model
 
         model = load_model(out)
@@ -376,12 +380,17 @@ def main():
             cluster = Cluster(math.ceil(max(args.ranks) / args.ppn), args.rate)
         first = dict(run(args, shards, 1, serial_launcher(1, 1)), bitwise=True)
         reference = first.pop("w")
-        rows = [("1 process", first)]
+        rows, failed = [("1 process", first)], []
         for _ in range(args.repeats):
             for ranks in args.ranks:
                 for place in places:
                     launcher = cluster.launcher(ranks, args.ppn) if place == "netns" else local_launcher(ranks, 1)
-                    result = run(args, shards, ranks, launcher, cluster if place == "netns" else None)
+                    try:
+                        result = run(args, shards, ranks, launcher, cluster if place == "netns" else None)
+                    except RunFailed as failure:  # the other runs' figures still count
+                        print(failure, file=sys.stderr, flush=True)
+                        failed.append(f"{place} P={ranks}")
+                        continue
                     result["bitwise"] = bool(np.array_equal(result.pop("w"), reference))
                     rows.append((netns_name if place == "netns" else "local", result))
                     print(f"  {rows[-1][0]} P={ranks}: {result['ms']['iteration']:.1f} ms/iteration "
@@ -403,6 +412,8 @@ def main():
           f"iterations 2.. of rank 0's phases; MPICH netmod: {os.environ.get('MPIR_CVAR_CH4_NETMOD', 'default')}; "
           "every model bitwise equal to the 1-process one: "
           f"{all(r['bitwise'] for _, r in rows)}\n")
+    if failed:
+        print(f"- failed (their errors above, on stderr): {', '.join(failed)}\n")
     print(table(rows, d, rate_bits))
     print()
     print(fits(rows, os.cpu_count() or 1))

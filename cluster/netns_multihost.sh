@@ -1,123 +1,49 @@
 #!/bin/bash
 # A real multi-host MPI job on ONE Linux machine: every "host" is a network
-# namespace with its own interface, address and host name, so the ranks talk
-# TCP over a (virtual) network exactly as on a cluster, and the launch goes
-# through hydra's remote-launch path (a proxy started per host).
+# namespace with its own interface, address and host name (netns_cluster.sh),
+# so the ranks talk TCP over a (virtual) network exactly as on a cluster, and
+# the launch goes through hydra's remote-launch path (a proxy started per host).
 #
-#     sudo cluster/netns_multihost.sh [prbmrm.cli.train options]
-#     sudo HOSTS=3 PPN=2 cluster/netns_multihost.sh --data shards/ --loss logistic
+#     sudo cluster/netns_multihost.sh [prbmrm.train options]
+#     sudo HOSTS=3 PPN=2 RATE=100mbit cluster/netns_multihost.sh --data shards/ --loss logistic
 #
-# Needs root (ip netns), iproute2 and util-linux (unshare), and no ssh server:
-# hydra's ssh launcher is pointed at a small shim that runs hydra_pmi_proxy in
-# the host's namespace with `ip netns exec` (hydra's `-launcher manual`, which
-# prints the proxy command lines for you to start by hand, works too).
-#
-# Layout, all inside namespaces (the machine's own network is not touched):
-#
-#   namespace PREFIX-login  bridge br0 10.77.0.1/24, runs mpiexec (the login node)
-#   namespace PREFIX-h1     eth0 10.77.0.11/24, host name h1   --.
-#   namespace PREFIX-h2     eth0 10.77.0.12/24, host name h2   --+-- veth ports on br0
-#   ...
-#
-# The namespaces share the file system, which plays the shared storage: the
-# same Python and the same checkout at the same paths on every host.
-# Prints where each rank ran, trains prbmrm on HOSTS x PPN ranks, the bytes
-# each host's eth0 moved, and checks the model against a 1-process run.
+# HOSTS (default 2) hosts of PPN (default 1) ranks each; RATE (tc units,
+# default none) limits every host's link. Needs root (ip netns), iproute2
+# and util-linux (unshare); no ssh server (netns_cluster.sh says how).
+# The ranks run the prbmrm that `python -c 'import prbmrm'` finds: the
+# installed package; PYTHONPATH=CHECKOUT runs a checkout instead (mpiexec
+# passes the environment on to every host). The launch is the one the docs
+# recommend: `mpiexec -f HOSTFILE -n P python -m prbmrm.train ...`.
+# Prints where each rank ran, trains, prints the bytes each host's eth0
+# moved, and checks the model against a 1-process run, bit for bit. Every
+# namespace is removed on exit; each step has a deadline (TIMEOUT s, default 600).
 
 set -euo pipefail
 
-HOSTS=${HOSTS:-2}                  # number of "hosts"
-PPN=${PPN:-1}                      # ranks per host
-PREFIX=prbmrm$$                    # namespace names; the PID keeps parallel runs apart
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+HOSTS=${HOSTS:-2}
+PPN=${PPN:-1}
+RATE=${RATE:-}
+TIMEOUT=${TIMEOUT:-600}
+HERE=$(cd "$(dirname "$0")" && pwd)
+NETNS=$HERE/netns_cluster.sh
 
 # The environment every rank gets (mpiexec passes its own on): the venv of
 # PRBMRM_VENV if set (else the Python on PATH), one thread per rank.
-. "$REPO/cluster/env.sh"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"   # this checkout's prbmrm on every host
+. "$HERE/env.sh"
 PYTHON=$(command -v python3 || command -v python)
-# The mpich wheel puts mpiexec next to the interpreter (a venv with
-# --system-site-packages has it only on PATH).
-MPIEXEC=$(dirname "$("$PYTHON" -c 'import sys; print(sys.executable)')")/mpiexec
-[ -x "$MPIEXEC" ] || MPIEXEC=$(command -v mpiexec) || { echo "netns_multihost.sh: no mpiexec" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || { echo "netns_multihost.sh: needs root (ip netns add)" >&2; exit 1; }
 [ "$HOSTS" -ge 2 ] && [ "$HOSTS" -le 200 ] || { echo "netns_multihost.sh: HOSTS must be 2..200" >&2; exit 1; }
 
 WORK=$(mktemp -d)
-hosts=$(seq -f "h%g" 1 "$HOSTS")
-
-cleanup() {
-    for ns in login $hosts; do
-        # Only processes inside our own namespaces (a proxy left by a failed run).
-        ip netns pids "$PREFIX-$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-        ip netns del "$PREFIX-$ns" 2>/dev/null || true   # also deletes its interfaces
-        rm -rf "/etc/netns/$PREFIX-$ns"
-    done
-    rmdir /etc/netns 2>/dev/null || true   # only if nothing else uses it
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-in_ns() { local ns=$1; shift; ip netns exec "$PREFIX-$ns" "$@"; }
-
-# ---- the network: a bridge in the login namespace, one veth cable per host ----
-ip netns add "$PREFIX-login"
-in_ns login ip link set lo up
-in_ns login ip link add br0 type bridge
-in_ns login ip addr add 10.77.0.1/24 dev br0
-in_ns login ip link set br0 up
-hosts_file="127.0.0.1 localhost
-10.77.0.1 login"
-i=0
-for h in $hosts; do
-    i=$((i + 1))
-    ip netns add "$PREFIX-$h"
-    # One cable: end "$h" on the bridge, end "eth0" in the host.
-    ip link add "$h" netns "$PREFIX-login" type veth peer name eth0 netns "$PREFIX-$h"
-    in_ns login ip link set "$h" master br0
-    in_ns login ip link set "$h" up
-    in_ns "$h" ip link set lo up
-    in_ns "$h" ip addr add "10.77.0.$((10 + i))/24" dev eth0
-    in_ns "$h" ip link set eth0 up
-    hosts_file+=$'\n'"10.77.0.$((10 + i)) $h"
-done
-# Name resolution: `ip netns exec NS` bind-mounts /etc/netns/NS/hosts over /etc/hosts.
-for ns in login $hosts; do
-    mkdir -p "/etc/netns/$PREFIX-$ns"
-    echo "$hosts_file" > "/etc/netns/$PREFIX-$ns/hosts"
-done
-
-# ---- the "ssh" hydra uses: run the command in the host's namespace ----
-# hydra's ssh launcher runs `LAUNCHER -x HOST "hydra_pmi_proxy" --control-port login:PORT ...`.
-cat > "$WORK/netns-ssh" <<EOF
-#!/bin/sh
-while [ "\${1#-}" != "\$1" ]; do shift; done    # drop ssh options (-x)
-host=\$1; shift
-# Its own UTS namespace gives the host its own name, as a real machine has.
-exec ip netns exec "$PREFIX-\$host" unshare --uts sh -c "hostname \$host && exec \$*"
-EOF
-chmod +x "$WORK/netns-ssh"
-
-# hydra's host file: one "host:ranks" line per host.
-for h in $hosts; do echo "$h:$PPN"; done > "$WORK/hostfile"
-
-# ---- the network the ranks use ----
-# MPICH's default netmod, UCX, would move data between processes of one machine
-# through shared memory even across namespaces: allow TCP only. On a cluster
-# keep UCX's default transports and only name the interface (UCX_NET_DEVICES).
-export UCX_TLS=tcp,self UCX_NET_DEVICES=eth0
-export FI_PROVIDER=tcp FI_TCP_IFACE=eth0             # the same for MPIR_CVAR_CH4_NETMOD=ofi
-
+trap 'bash "$NETNS" down "$WORK/net"; rm -rf "$WORK"' EXIT
+bash "$NETNS" up "$WORK/net" "$HOSTS" $RATE >/dev/null
+for h in $(seq -f "h%g" 1 "$HOSTS"); do echo "$h:$PPN"; done > "$WORK/hostfile"
 ranks=$((HOSTS * PPN))
-mpiexec=("$MPIEXEC" -f "$WORK/hostfile" -launcher ssh -launcher-exec "$WORK/netns-ssh" -n "$ranks")
-run_mpi() {
-    # The login node starts mpiexec under its own host name, which the hosts resolve.
-    in_ns login unshare --uts sh -c 'hostname login && exec "$@"' sh timeout 600 "${mpiexec[@]}" "$@"
-}
-eth0_bytes() { in_ns "$1" cat /sys/class/net/eth0/statistics/rx_bytes /sys/class/net/eth0/statistics/tx_bytes | paste -sd' '; }
+run_mpi() { timeout "$TIMEOUT" bash "$NETNS" mpiexec "$WORK/net" -f "$WORK/hostfile" -n "$ranks" "$@"; }
 
-echo "== $HOSTS hosts x $PPN rank(s), mpiexec on 'login' ($("$PYTHON" -m mpi4py --mpi-lib-version | sed -n 1p | tr -s ' '))"
+echo "== $HOSTS hosts x $PPN rank(s)${RATE:+, links at $RATE}, mpiexec on 'login'" \
+     "($("$PYTHON" -m mpi4py --mpi-lib-version 2>/dev/null | sed -n 1p | tr -s ' '))"
 echo "hostfile: $(paste -sd' ' "$WORK/hostfile")"
 run_mpi "$PYTHON" -c '
 import os, socket, sys, prbmrm
@@ -131,19 +57,17 @@ if c.rank == 0:
     print("\n".join(lines))
 '
 
-declare -A before
-for h in $hosts; do before[$h]=$(eth0_bytes "$h"); done
-echo "== python -m mpi4py -m prbmrm.cli.train --out $WORK/model.h5${*:+ $*} on $ranks ranks"
-run_mpi "$PYTHON" -m mpi4py -m prbmrm.cli.train --out "$WORK/model.h5" "$@"
-for h in $hosts; do
-    read -r rx0 tx0 <<< "${before[$h]}"
-    read -r rx1 tx1 <<< "$(eth0_bytes "$h")"
-    echo "$h eth0 during training: received $((rx1 - rx0)) bytes, sent $((tx1 - tx0)) bytes"
-done
+before=$(bash "$NETNS" bytes "$WORK/net")
+echo "== mpiexec -f hostfile -n $ranks python -m prbmrm.train --out model.h5${*:+ $*}"
+run_mpi "$PYTHON" -m prbmrm.train --out "$WORK/model.h5" "$@"
+paste <(echo "$before") <(bash "$NETNS" bytes "$WORK/net") |
+    while read -r h rx0 tx0 _ rx1 tx1; do
+        echo "$h eth0 during training: received $((rx1 - rx0)) bytes, sent $((tx1 - tx0)) bytes"
+    done
 
 echo "== the same training on 1 process (no MPI launcher)"
-"$PYTHON" -m prbmrm.cli.train --quiet --out "$WORK/serial.h5" "$@"
-"$PYTHON" - "$WORK/model.h5" "$WORK/serial.h5" "$HOSTS" <<'EOF'
+timeout "$TIMEOUT" "$PYTHON" -m prbmrm.train --quiet --out "$WORK/serial.h5" "$@"
+"$PYTHON" - "$WORK/model.h5" "$WORK/serial.h5" "$HOSTS" <<'PY'
 import sys
 import numpy as np
 from prbmrm.model import load_model
@@ -154,4 +78,4 @@ for name, model in ((f"{spread.attrs['ranks']} ranks on {sys.argv[3]} hosts", sp
 same = np.array_equal(spread.w, serial.w) and spread.attrs["iterations"] == serial.attrs["iterations"]
 print(f"weights bitwise identical: {same}")
 sys.exit(0 if same else 1)
-EOF
+PY

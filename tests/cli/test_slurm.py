@@ -1,12 +1,15 @@
-"""The shipped slurm/ templates on a real single-node Slurm (cluster/slurm_local.sh), as shipped.
+"""The shipped slurm/ templates on a real Slurm (cluster/slurm_local.sh), as shipped.
 
 The session fixture starts slurmctld, slurmd and munge in a temporary
-directory with 4 virtual CPUs and stops them at the end; without root or
-the Slurm daemons (PRBMRM_SLURM_INSTALL=1 lets the script install them with
-apt-get) the tests are skipped with the reason. Each template is submitted
-with sbatch, with the pip-installed MPI, and the models are compared with a
-1-process run bitwise: sums over examples are exact in fixed point, so any
-rank count takes the same path.
+directory with 4 virtual CPUs and stops them at the end; another starts a
+4-node Slurm whose nodes are network-namespace hosts (one slurmd each, the
+ranks talking TCP over the hosts' links). Without root, the Slurm daemons
+(PRBMRM_SLURM_INSTALL=1 lets the script install them with apt-get) or
+network namespaces, the tests are skipped with the reason. Each template is
+submitted with sbatch (on the namespace cluster's login node), with the
+pip-installed MPI, and the models are compared with a 1-process run bitwise:
+sums over examples are exact in fixed point, so any rank count takes the
+same path. The jobs run this checkout (PYTHONPATH), the one under test.
 """
 
 import os
@@ -30,34 +33,54 @@ SCRIPT = os.path.join(REPO, "cluster", "slurm_local.sh")
 ROW = re.compile(r"^\s*(\d+)\s+-?\d\.\d+e[+-]\d+ ", re.MULTILINE)
 
 
-@pytest.fixture(scope="session")
-def slurm(tmp_path_factory):
-    """The environment of a running single-node Slurm: SLURM_CONF, PRBMRM_HOME, PATH, PYTHONPATH."""
+def start_slurm(directory, cpus, nodes=1):
+    """Start cluster/slurm_local.sh in `directory`; the environment its jobs and clients run in."""
     if os.geteuid() != 0:
         pytest.skip("a local Slurm needs root (slurmd starts jobs as their owners)")
     if shutil.which("slurmctld") is None and os.environ.get("PRBMRM_SLURM_INSTALL") != "1":
         pytest.skip("Slurm is not installed (apt-get install slurm-wlm munge, or PRBMRM_SLURM_INSTALL=1)")
-    directory = tmp_path_factory.mktemp("slurm")
-    started = subprocess.run(["bash", SCRIPT, "start", str(directory), "4"], capture_output=True, text=True,
-                             timeout=300, stdin=subprocess.DEVNULL)
+    started = subprocess.run(["bash", SCRIPT, "start", str(directory), str(cpus), str(nodes)],
+                             capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     if started.returncode != 0:
-        subprocess.run(["bash", SCRIPT, "stop", str(directory)], timeout=60, stdin=subprocess.DEVNULL)
+        subprocess.run(["bash", SCRIPT, "stop", str(directory)], timeout=120, stdin=subprocess.DEVNULL)
         pytest.skip(f"cluster/slurm_local.sh could not start Slurm: {started.stderr.strip()[-500:]}")
     outer = LAUNCHER_SIZE_VARIABLES + SLURM_TASKS_VARIABLES
     env = {k: v for k, v in os.environ.items() if k not in outer and not k.startswith("SLURM_")}
     env.update(SLURM_CONF=str(directory / "slurm.conf"), PRBMRM_HOME=REPO,
                PATH=os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]]),
                PYTHONPATH=os.pathsep.join([REPO, env.get("PYTHONPATH", "")]))
-    yield env
+    return env
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """The environment of a running single-node Slurm: SLURM_CONF, PRBMRM_HOME, PATH, PYTHONPATH."""
+    directory = tmp_path_factory.mktemp("slurm")
+    yield start_slurm(directory, 4)
     subprocess.run(["bash", SCRIPT, "stop", str(directory)], timeout=120, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="module")
-def shards(slurm, tmp_path_factory):
+def slurm_nodes(tmp_path_factory):
+    """The environment of a running 4-node Slurm, one network-namespace host per node (2 CPUs each)."""
+    if not all(shutil.which(tool) for tool in ("ip", "tc", "unshare")):
+        pytest.skip("network-namespace hosts need iproute2 and util-linux (apt-get install iproute2)")
+    if os.geteuid() == 0:
+        probe = f"prbmrm-probe-{os.getpid()}"
+        made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+        if made.returncode != 0:
+            pytest.skip(f"no network namespaces here: ip netns add: {made.stderr.strip()}")
+    directory = tmp_path_factory.mktemp("slurm-nodes")
+    yield start_slurm(directory, 2, nodes=4)
+    subprocess.run(["bash", SCRIPT, "stop", str(directory)], timeout=120, stdin=subprocess.DEVNULL)
+
+
+def make_shards(slurm, directory):
     """3000 rows of a9a cut into 4 shards by slurm/shard.sbatch, and the SVMlight file they came from."""
     from sklearn.datasets import dump_svmlight_file
 
-    directory = tmp_path_factory.mktemp("a9a")
     X, y = load_svmlight("a9a.xz")
     source = directory / "a9a-3000.txt"
     dump_svmlight_file(X[:3000], y[:3000], str(source), zero_based=False)
@@ -66,9 +89,19 @@ def shards(slurm, tmp_path_factory):
     return directory / "shards", source
 
 
+@pytest.fixture(scope="module")
+def shards(slurm, tmp_path_factory):
+    return make_shards(slurm, tmp_path_factory.mktemp("a9a"))
+
+
+def client(slurm):
+    """How a client command reaches this Slurm: on the namespace cluster's login node, or here."""
+    return ["bash", SCRIPT, "run", os.path.dirname(slurm["SLURM_CONF"])]
+
+
 def command(slurm, *args, timeout=60):
-    done = subprocess.run(list(map(str, args)), env=slurm, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(client(slurm) + list(map(str, args)), env=slurm, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, f"{args[0]}: {done.stderr}"
     return done.stdout
 
@@ -76,7 +109,8 @@ def command(slurm, *args, timeout=60):
 def sbatch(slurm, workdir, template, *args, wait=True, options=(), **env):
     """Submit slurm/TEMPLATE from another directory with -D WORKDIR (and sbatch `options`); return the job id."""
     options = ["--parsable", "-D", workdir, *options] + (["--wait"] if wait else [])
-    done = subprocess.run(["sbatch", *options, os.path.join(REPO, "slurm", template), *map(str, args)],
+    done = subprocess.run(client(slurm) + ["sbatch", *options, os.path.join(REPO, "slurm", template),
+                                           *map(str, args)],
                           env=dict(slurm, **env), cwd="/", capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0 or not wait, done.stderr
@@ -115,6 +149,19 @@ def test_train_template_on_4_tasks_equals_one_process(slurm, shards, tmp_path):
     assert_same(model, serial_w(data, lam=1e-3))
     log = (tmp_path / f"train-4-{job}.out").read_text()
     assert "4 ranks, MPICH" in log and "Abort" not in log
+
+
+def test_train_template_on_4_namespace_nodes_equals_one_process(slurm_nodes, tmp_path):
+    """sbatch --nodes=4 slurm/train.sbatch, as shipped: a rank on each host, TCP over their links."""
+    data, _ = make_shards(slurm_nodes, tmp_path)
+    job = sbatch(slurm_nodes, tmp_path, "train.sbatch", data, "model.h5", "--lam", "1e-3", "--quiet",
+                 options=["--nodes=4", "--job-name=train-nodes"])
+    assert "COMPLETED" in sacct(slurm_nodes, "train-nodes")
+    log = (tmp_path / f"train-nodes-{job}.out").read_text()
+    assert f"job {job} (restart 0) on h[1-4]: 4 ranks, MPICH" in log and "Abort" not in log, log
+    model = load_model(str(tmp_path / "model.h5"))
+    assert model.attrs["ranks"] == 4
+    assert_same(model, serial_w(data, lam=1e-3))
 
 
 def test_lambda_sweep_as_a_job_array(slurm, shards, tmp_path):

@@ -395,7 +395,7 @@ def test_projected_gradient_switches_to_the_kernel_without_changing_a_result(mon
 
     problems = list(_random_pg_problems(40, 9))
     results = {}
-    monkeypatch.setattr(qp._native, "loaded", lambda: False)  # as in a process with no kernel file loaded yet
+    monkeypatch.setattr(qp.native, "loaded", lambda: False)  # as in a process with no kernel file loaded yet
     for budget in (0, 150, 10 ** 9):
         monkeypatch.setattr(qp, "PG_NUMPY_STEPS", budget)
         monkeypatch.setattr(qp._NumpySteps, "taken", 0)

@@ -112,7 +112,7 @@ def test_bounded_bundle_reaches_the_optimum(a9a_sample, monkeypatch, solver, k):
     if k:
         CapacitySpy.largest = 0
         # BMRM's bundle lives in the shared CuttingPlaneModel; the proximal method holds its own.
-        monkeypatch.setattr(f"prbmrm.solvers.{'_base' if solver == 'bmrm' else solver}.Bundle", CapacitySpy)
+        monkeypatch.setattr(f"prbmrm.solvers.{'base' if solver == 'bmrm' else solver}.Bundle", CapacitySpy)
     eps = 1e-4
     result = train(X, y, "hinge", 1e-3, method=solver, epsilon=eps, rel_epsilon=0, bundle_size=k)
     assert result.success and result.gap <= eps

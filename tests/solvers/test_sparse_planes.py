@@ -140,7 +140,7 @@ def test_sparse_planes_within_a_memory_budget_reach_the_cvxpy_optimum(monkeypatc
     # --bundle-memory counts the bytes sparse planes hold: more of them fit than dense planes would.
     cp = pytest.importorskip("cvxpy")
     monkeypatch.setattr(_bundle, "SPARSE_MIN_DIM", 1)
-    monkeypatch.setattr(f"prbmrm.solvers.{'_base' if solver == 'bmrm' else solver}.Bundle", ByteSpy)
+    monkeypatch.setattr(f"prbmrm.solvers.{'base' if solver == 'bmrm' else solver}.Bundle", ByteSpy)
     ByteSpy.largest = ByteSpy.aggregations = 0
     X, y = text_like(rows=200, d=2**14, per_row=10, seed=5)
     lam, dense_planes = 1e-2, 3  # per bundle: the proximal method keeps two, half the budget each

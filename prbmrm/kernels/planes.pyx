@@ -170,8 +170,9 @@ cdef void scatter_group(const index_t** index, const double** values, const Py_s
 
 
 cdef int gather(tuple indices, tuple values, Py_ssize_t n, const index_t** index, const double** value,
-                Py_ssize_t* sizes, Py_ssize_t* lengths) except -1:
-    """Fill the pointers and sizes of a group's planes (checked: one value per index, or a dense plane)."""
+                Py_ssize_t* sizes, Py_ssize_t* lengths, bint dense) except -1:
+    """Fill the pointers and sizes of a group's planes (checked: one value per index, or with `dense` a dense
+    plane: no indices and `n` values)."""
     cdef const index_t[::1] one_index
     cdef const double[::1] one_values
     cdef Py_ssize_t p
@@ -181,8 +182,9 @@ cdef int gather(tuple indices, tuple values, Py_ssize_t n, const index_t** index
         one_index = indices[p]
         one_values = values[p]
         _within(one_index, n)
-        if one_index.shape[0] != one_values.shape[0] and not (one_index.shape[0] == 0 and one_values.shape[0] == n):
-            raise ValueError("a plane needs one value per index (or, dense, one per coordinate)")
+        if one_index.shape[0] != one_values.shape[0] and not (dense and one_index.shape[0] == 0
+                                                               and one_values.shape[0] == n):
+            raise ValueError("a plane needs one value per index" + (" (or, dense, one per coordinate)" if dense else ""))
         index[p] = &one_index[0]  # the arrays outlive the call: the caller holds them
         value[p] = &one_values[0]
         sizes[p] = one_index.shape[0]
@@ -200,7 +202,7 @@ def sparse_dot_group(tuple indices, tuple values, const double[::1] x, double[::
     the group in that slice go through it while it is in cache, four planes
     in lockstep: their independent sums advance together. Each plane's sum
     still runs from 0.0 in order of k. A group of fewer planes is padded
-    with empty ones; all the planes' indices have one type.
+    with empty ones; all the planes are sparse and their indices of one type.
     """
     cdef const int32_t* index32[_GROUP]
     cdef const int64_t* index64[_GROUP]
@@ -210,11 +212,11 @@ def sparse_dot_group(tuple indices, tuple values, const double[::1] x, double[::
     if out.shape[0] != _GROUP:
         raise ValueError(f"out holds {GROUP} values")
     if _wide(indices):
-        gather(indices, values, x.shape[0], index64, value, sizes, lengths)
+        gather(indices, values, x.shape[0], index64, value, sizes, lengths, False)
         with nogil:
             dot_group(index64, value, sizes, &x[0], x.shape[0], &out[0])
     else:
-        gather(indices, values, x.shape[0], index32, value, sizes, lengths)
+        gather(indices, values, x.shape[0], index32, value, sizes, lengths, False)
         with nogil:
             dot_group(index32, value, sizes, &x[0], x.shape[0], &out[0])
 
@@ -237,11 +239,11 @@ def scatter_add_group(tuple indices, tuple values, const double[::1] weights, do
     if weights.shape[0] != _GROUP:
         raise ValueError(f"weights holds {GROUP} values")
     if _wide(indices):
-        gather(indices, values, out.shape[0], index64, value, sizes, lengths)
+        gather(indices, values, out.shape[0], index64, value, sizes, lengths, True)
         with nogil:
             scatter_group(index64, value, sizes, lengths, &weights[0], &out[0], out.shape[0])
     else:
-        gather(indices, values, out.shape[0], index32, value, sizes, lengths)
+        gather(indices, values, out.shape[0], index32, value, sizes, lengths, True)
         with nogil:
             scatter_group(index32, value, sizes, lengths, &weights[0], &out[0], out.shape[0])
 

@@ -8,15 +8,10 @@ leaving the others blocked in a collective call. Before anything else, the
 ranks check that the launcher started as many of them as MPI connected
 (:func:`prbmrm.distributed.comm.check_launch`).
 
-Importing this module defers numpy.f2py, numpy.testing and two more (:class:`DeferredModules`): the
-command-line modules import it before scipy, which otherwise loads them all at start-up.
-
 Imports: threadpoolctl; of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.errors`, :mod:`prbmrm.distributed.messages`.
 """
 
 import argparse
-import importlib.machinery
-import importlib.util
 import os
 import sys
 import traceback
@@ -29,42 +24,6 @@ EXIT_INPUT = 2
 EXIT_BUG = 1
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-class DeferredModules:
-    """A meta path finder that loads some modules on first use (:class:`importlib.util.LazyLoader`).
-
-    scipy (>= 1.15: ``scipy._lib.array_api_compat.numpy``, imported by
-    ``scipy.sparse``) copies numpy's namespace with ``from numpy import *``,
-    which imports every submodule numpy lists in ``__all__``: numpy.f2py (and
-    through it charset_normalizer) and numpy.testing, ~0.15 s of a run's
-    start-up (0.3-0.4 s on a loaded machine) that nothing here uses, and
-    numpy.polynomial and numpy.ctypeslib, ~0.01 s more (not numpy.ma, which
-    every ``np.unique`` loads, nor numpy.random, which scipy.sparse uses). Found
-    through this finder they become modules that load when an attribute of
-    theirs is first read, so code that does use them works as before.
-    """
-
-    NAMES = ("numpy.f2py", "numpy.testing", "numpy.polynomial", "numpy.ctypeslib")
-
-    @classmethod
-    def find_spec(cls, name, path=None, target=None):
-        """The regular spec of `name`, with a lazy loader, for :attr:`NAMES`; None for other modules."""
-        if name not in cls.NAMES:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = importlib.util.LazyLoader(spec.loader)
-        return spec
-
-    @classmethod
-    def install(cls):
-        """Put the finder first on :data:`sys.meta_path` (once)."""
-        if cls not in sys.meta_path:
-            sys.meta_path.insert(0, cls)
-
-
-DeferredModules.install()
 
 
 INVOKED_AS = {}

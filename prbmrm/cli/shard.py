@@ -25,7 +25,7 @@ import os
 import sys
 from argparse import ArgumentTypeError
 
-from .common import EXIT_INPUT, ArgumentParser, program  # first: it defers modules scipy would load (DeferredModules)
+from .common import EXIT_INPUT, ArgumentParser, program
 from ..io import read_input, write_shards
 from ..io.shards import shard_summary
 from ..distributed.comm import launched_size

@@ -6,19 +6,21 @@ scalar loss on CSR rows in one pass over this rank's nonzeros, group by
 group of consecutive blocks (:func:`csr_groups`); the sums of each
 canonical block stay bitwise the same on any number of ranks.
 :func:`dense_scalar_pass` does the same on dense rows with the compiled
-loop of :mod:`prbmrm.kernels.dense_numba` (run by :mod:`prbmrm.kernels.native`), and
-:func:`csr_compiled_pass` on large CSR data of few columns with scipy's
-product and a compiled rest.
+pass of the loss (:meth:`prbmrm.kernels.scalar.CyLoss.dense_pass`), and
+:func:`csr_compiled_pass` on large CSR data of few columns with the product
+``X @ w`` and the compiled rest (:meth:`prbmrm.kernels.scalar.CyLoss.csr_update`).
+The products with CSR rows are :mod:`prbmrm.kernels.sparse`'s.
 
-Imports: numpy, scipy and :mod:`prbmrm.losses`.
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.losses.base`, :mod:`prbmrm.kernels.sparse`.
 """
+
+import functools
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse import _sparsetools
 
-from ..losses import scalar
 from ..losses.base import ScalarLoss
+from .sparse import csr_matvec, csr_rmatvec, csr_rows
 
 
 # Rows per chunk of a block are chosen so that one chunk's nonzeros (12 bytes each)
@@ -41,25 +43,16 @@ _GROUP_ROWS = 2**13
 _ACTIVE_FRACTION = 0.25
 
 
-# Dense values over all ranks from which the compiled dense pass is taken: loading the kernel from
-# its file costs a process under a millisecond (without ld: 25 ms and 40 MiB through llvmlite; through
-# numba it was 0.35 CPU s and 100 MiB); the pass takes half the time of BLAS's on 1 rank (Fashion-MNIST,
-# 47M values: 16-26 ms per evaluation against 41-47 ms under the same load, docs/performance.md "Dense data").
+# Dense values over all ranks from which the compiled dense pass is taken (one read of each row for
+# f, l, l' and the gradient, against BLAS's two: about half the time on Fashion-MNIST's 47M values); below
+# it BLAS's products keep the sums of docs/performance.md "Dense data".
 DENSE_KERNEL_VALUES = 2**24
 
-# Nonzeros over all ranks from which the compiled second half of the CSR pass is taken (loaded as
-# the dense pass is; a9a, 451k nonzeros: 0.57-0.69 ms per evaluation against 0.78-0.84 ms), and the
-# most columns (wider data keeps scipy's kernels, with which docs/performance.md "Many features" was measured).
+# Nonzeros over all ranks from which the compiled second half of the CSR pass is taken (a9a, 451k
+# nonzeros: 0.57-0.69 ms per evaluation against 0.78-0.84 ms), and the most columns (wider data keeps
+# the grouped pass, with which docs/performance.md "Many features" was measured).
 CSR_KERNEL_NONZEROS = 2**18
 CSR_KERNEL_COLUMNS = 2**16
-
-# The scalar losses the compiled passes know: their code (prbmrm.kernels.dense_numba) and parameter names.
-_DENSE_LOSSES = {scalar.Hinge: (0, ()), scalar.SquaredHinge: (1, ()), scalar.ZeroHinge: (2, ()),
-                 scalar.SquaredZeroHinge: (3, ()), scalar.Exponential: (4, ()), scalar.Logistic: (5, ()),
-                 scalar.HuberHinge: (6, ("delta",)), scalar.Novelty: (7, ("rho",)), scalar.LeastSquares: (8, ()),
-                 scalar.LeastAbsoluteDeviation: (9, ()), scalar.Quantile: (10, ("tau",)),
-                 scalar.EpsilonInsensitive: (11, ("epsilon",)), scalar.Huber: (12, ("delta",)),
-                 scalar.Poisson: (13, ())}
 
 
 class _SliceOnPrune:
@@ -120,10 +113,10 @@ def csr_scalar(loss, X, qid):
 
 
 def _dense_scalar(loss, X, y, qid):
-    """The dense kernel's ``(loss code, parameters)`` for `loss` on this rank's `X`, or None if it cannot run.
+    """The compiled loss for the dense pass of `loss` on this rank's `X`, or None if it cannot run.
 
-    It runs a loss of :data:`_DENSE_LOSSES` (its exact class: a subclass may
-    change the formulas) on a C-contiguous float64 array with float64 labels.
+    It runs a built-in scalar loss (:meth:`ScalarLoss.compiled_pass`) on a
+    C-contiguous float64 array with float64 labels.
     """
     if not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype != np.float64 or not X.flags.c_contiguous:
         return None
@@ -131,35 +124,25 @@ def _dense_scalar(loss, X, y, qid):
 
 
 def _compiled_loss(loss, y, qid):
-    """``(loss code, parameters)`` of a loss of :data:`_DENSE_LOSSES` (its exact class: a subclass may change
-    the formulas) with C-contiguous float64 labels, else None."""
-    if (type(loss) not in _DENSE_LOSSES or qid is not None or not isinstance(y, np.ndarray)
+    """The compiled loss of `loss` (:meth:`ScalarLoss.compiled_pass`) with C-contiguous float64 labels, else None."""
+    if (not isinstance(loss, ScalarLoss) or qid is not None or not isinstance(y, np.ndarray)
             or y.dtype != np.float64 or y.ndim != 1 or not y.flags.c_contiguous):
         return None
-    code, names = _DENSE_LOSSES[type(loss)]
-    return code, np.array([getattr(loss, name) for name in names], dtype=np.float64)
+    return loss.compiled_pass()
 
 
 def _dense_choice(dense, values, unable):
-    """The compiled pass with this rank's `dense` (:func:`_dense_scalar`), or None.
+    """The compiled loss `dense` (:func:`_dense_scalar`) for the dense pass, or None.
 
     Taken if every rank can (`unable` ranks cannot) and they hold at least
     :data:`DENSE_KERNEL_VALUES` `values` in all: each block's sums then come
-    from the same code on any number of ranks. The compiled code is loaded
-    here (:mod:`prbmrm.kernels.native`), so the first evaluation's time is the pass's alone.
+    from the same code on any number of ranks.
     """
-    if unable or values < DENSE_KERNEL_VALUES:
-        return None
-    from .native import dense_pass
-
-    code, params = dense
-    dense_pass(np.zeros((0, 1)), np.zeros(0), np.zeros(1), code, params, np.zeros(1, dtype=np.intp),
-               np.zeros((0, 2)))
-    return dense_pass, code, params
+    return None if unable or values < DENSE_KERNEL_VALUES else dense
 
 
 def _csr_compiled(loss, X, y, qid, compact):
-    """The compiled CSR pass's ``(loss code, parameters)`` for `loss` on this rank's `X`, or None if it cannot run.
+    """The compiled loss for the CSR pass of `loss` on this rank's `X`, or None if it cannot run.
 
     As :func:`_dense_scalar`, on a CSR matrix of float64 values with int32
     indices and at most :data:`CSR_KERNEL_COLUMNS` columns whose blocks' sums
@@ -177,11 +160,8 @@ def _csr_choice(csr, nonzeros, unable, X, y, bounds, partials):
     :data:`CSR_KERNEL_NONZEROS` `nonzeros` in all."""
     if unable or nonzeros < CSR_KERNEL_NONZEROS:
         return None
-    from .native import csr_updater
-
-    code, params = csr
     scores = np.empty(X.shape[0])
-    return scores, csr_updater(X, scores, y, code, params, bounds, partials)
+    return scores, functools.partial(csr.csr_update, X.indptr, X.indices, X.data, scores, y, bounds, partials)
 
 
 def compiled_passes(loss, X, y, qid, bounds, partials, compact, comm):
@@ -197,27 +177,24 @@ def compiled_passes(loss, X, y, qid, bounds, partials, compact, comm):
 def csr_compiled_pass(csr, X, w):
     """Fill the per-block partial sums (gradient, then risk) of a scalar loss on CSR rows, in place.
 
-    The rows' scores by scipy's ``csr_matvec`` (as :func:`csr_scalar_pass`
-    forms them), then the compiled rest (``csr`` is :func:`_csr_choice`'s, bound to the partial sums).
+    The rows' scores (as :func:`csr_scalar_pass` forms them), then the
+    compiled rest (``csr`` is :func:`_csr_choice`'s, bound to the partial sums).
     """
     scores, update = csr
-    scores.fill(0.0)  # csr_matvec adds onto it
-    _sparsetools.csr_matvec(X.shape[0], X.shape[1], X.indptr, X.indices, X.data, w, scores)
+    csr_matvec(X.indptr, X.indices, X.data, np.ascontiguousarray(w, dtype=np.float64), scores)
     update()
 
 
 def dense_scalar_pass(dense, X, y, bounds, w, partials):
     """Fill the per-block `partials` (gradient, then risk) of a scalar loss on dense rows, in place.
 
-    One pass over each row, compiled; `dense` is :func:`_dense_choice`'s
-    ``(prbmrm.kernels.native.dense_pass, loss code, parameters)``.
+    One pass over each row, compiled; `dense` is :func:`_dense_choice`'s compiled loss.
     """
-    kernel, code, params = dense
-    kernel(X, y, w, code, params, bounds, partials)
+    dense.dense_pass(X, y, np.ascontiguousarray(w, dtype=np.float64), bounds, partials)
 
 
 def same_index_dtype(X):
-    """`X`, or once a copy whose indptr has the dtype of its indices (scipy's kernels need one type)."""
+    """`X`, or once a copy whose indptr has the dtype of its indices (the CSR loops take one type)."""
     if X.indptr.dtype == X.indices.dtype:
         return X
     index = np.promote_types(X.indptr.dtype, X.indices.dtype)
@@ -290,9 +267,8 @@ def csr_scalar_pass(loss, groups, w, partials, zeroed=False):
     Per group of rows (:func:`csr_groups`): ``f = X w`` in one pass over
     its nonzeros (which then stay in cache), l and l' on f once, then per
     chunk its risk (``np.sum`` of its losses) and ``X^T l'`` added into its
-    block's gradient by scipy's CSC kernel on the CSR arrays as they are
-    (``X^T`` of a CSR matrix is its CSC matrix: no conversion, no
-    temporary of length d). Rows with ``l' = 0`` (hinge: the examples
+    block's gradient by :func:`prbmrm.kernels.sparse.csr_rmatvec` on the CSR
+    arrays as they are (no conversion, no temporary of length d). Rows with ``l' = 0`` (hinge: the examples
     beyond the margin) add nothing, and are left out when few rows of the
     group are active. The kernel adds a chunk's terms in row order whatever
     rows are skipped (a zero term leaves every sum as it is, its sign
@@ -302,11 +278,12 @@ def csr_scalar_pass(loss, groups, w, partials, zeroed=False):
     """
     if not zeroed:
         partials[:] = 0.0
+    w = np.ascontiguousarray(w, dtype=np.float64)
     for X, y, starts, owners in groups:
-        # scipy's kernels are called directly: through X @ w and X[rows] their
+        # The loops of prbmrm.kernels.sparse: through X @ w and X[rows] scipy's
         # checks cost more than the products on a9a-sized groups.
-        f = np.zeros(X.shape[0])
-        _sparsetools.csr_matvec(X.shape[0], X.shape[1], X.indptr, X.indices, X.data, w, f)
+        f = np.empty(X.shape[0])
+        csr_matvec(X.indptr, X.indices, X.data, w, f)
         values = loss.value(f, y)
         # An overflowed loss (inf in l') is reported by the solver's finiteness check, without a warning here.
         with np.errstate(invalid="ignore", over="ignore"):
@@ -319,20 +296,18 @@ def csr_scalar_pass(loss, groups, w, partials, zeroed=False):
         for block, a, b, c, e in zip(owners, starts[:-1], starts[1:], cuts[:-1], cuts[1:]):
             partial = partials[block]
             partial[-1] += float(np.sum(values[a:b]))
-            # The kernel reads the rows' nonzeros at the absolute offsets of indptr[c:e + 1].
-            _sparsetools.csc_matvec(X.shape[1], e - c, indptr[c:e + 1], indices, data, slopes[c:e],
-                                    partial[:-1])
+            # The loop reads the rows' nonzeros at the absolute offsets of indptr[c:e + 1].
+            csr_rmatvec(indptr[c:e + 1], indices, data, slopes[c:e], partial[:-1])
 
 
 def _csr_rows(X, rows):
-    """``(indptr, indices, data)`` of the rows `rows` (increasing) of the CSR matrix X, by scipy's kernel."""
+    """``(indptr, indices, data)`` of the rows `rows` (increasing) of the CSR matrix X."""
     starts = X.indptr[rows]
     indptr = np.zeros(len(rows) + 1, dtype=X.indptr.dtype)
     np.cumsum(X.indptr[rows + 1] - starts, out=indptr[1:])
     indices = np.empty(indptr[-1], dtype=X.indices.dtype)
     data = np.empty(indptr[-1])
-    _sparsetools.csr_row_index(len(rows), rows.astype(X.indptr.dtype, copy=False), X.indptr, X.indices, X.data,
-                               indices, data)
+    csr_rows(X.indptr, X.indices, X.data, rows.astype(np.intp, copy=False), indptr, indices, data)
     return indptr, indices, data
 
 

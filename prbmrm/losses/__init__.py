@@ -31,9 +31,14 @@ def register_loss(cls, name=None):
     """Add a loss to :data:`LOSSES` under `name` (default: its ``name`` attribute); return it.
 
     `cls` is a :class:`Loss` subclass (for a scalar loss: a :class:`ScalarLoss`
-    subclass defining ``loss`` and ``derivative``), or a model class with a
-    ``make_loss(name, **params)`` class method
+    subclass defining ``value`` and ``derivative`` as numpy expressions), or a
+    model class with a ``make_loss(name, **params)`` class method
     (:class:`prbmrm.structured.StructuredModel`). Usable as a class decorator.
+
+    A scalar loss registered here takes the numpy path: its risk pass calls
+    its ``value`` and ``derivative`` on each group of rows, between scipy's
+    products ``X @ w`` and ``X.T @ l'``; only the built-in scalar losses have
+    compiled formulas (:attr:`ScalarLoss.compiled`) and compiled passes.
     """
     LOSSES[cls.name if name is None else name] = cls
     return cls

@@ -295,24 +295,58 @@ class MultivariateLoss(Loss):
 
 
 class ScalarLoss(Loss):
-    """A loss ``l(<w, x>, y)`` of the scalar score; subclasses define `value` and `derivative`.
+    """A loss ``l(<w, x>, y)`` of the scalar score, defined by `value` and `derivative`.
+
+    A built-in loss names its compiled counterpart in :attr:`compiled`, where
+    its formulas are written once, and inherits `value` and `derivative`,
+    which call it. A loss registered from outside
+    (:func:`prbmrm.plugins.register_loss`) defines `value` and `derivative`
+    as numpy expressions and takes the numpy path: the risk pass then runs
+    ``f = X @ w``, its `value` and `derivative`, and ``X.T @ l'`` in numpy
+    and scipy, at the speed of those calls (the compiled passes run only the
+    built-in formulas, :meth:`compiled_pass`).
 
     Attributes
     ----------
     piecewise_linear : bool
         True if l is linear between its :meth:`kinks`: the line search is
         then exact (:meth:`line`).
+    compiled : type or None
+        The loss's class in :mod:`prbmrm.kernels.scalar` (it takes the loss's
+        :attr:`params` by name), or None (a loss defined in Python).
     """
 
     piecewise_linear = False
+    compiled = None
+
+    def kernel(self):
+        """Return the compiled loss of :attr:`compiled` with this loss's parameters (None if there is none)."""
+        if self.compiled is None:
+            return None
+        return self.compiled(**{name: getattr(self, name) for name in self.params})
+
+    def compiled_pass(self):
+        """Return :meth:`kernel` if the compiled risk passes compute exactly this loss, else None.
+
+        They do unless a subclass redefines `value` or `derivative` (it then takes the numpy path).
+        """
+        if type(self).value is not ScalarLoss.value or type(self).derivative is not ScalarLoss.derivative:
+            return None
+        return self.kernel()
 
     def value(self, f, y):
-        """Return the per-example losses ``l(f_i, y_i)``."""
-        raise NotImplementedError
+        """Return the per-example losses ``l(f_i, y_i)`` (a built-in loss: by :attr:`compiled`)."""
+        return self._formulas().value(f, y)
 
     def derivative(self, f, y):
-        """Return a per-example subgradient ``l'(f_i, y_i)`` with respect to ``f_i``."""
-        raise NotImplementedError
+        """Return a per-example subgradient ``l'(f_i, y_i)`` with respect to ``f_i`` (by :attr:`compiled`)."""
+        return self._formulas().derivative(f, y)
+
+    def _formulas(self):
+        kernel = self.kernel()
+        if kernel is None:
+            raise NotImplementedError(f"loss {self.name!r} defines neither value and derivative nor `compiled`")
+        return kernel
 
     def kinks(self, y):
         """Return the scores at which ``l(., y_i)`` is not differentiable, shape (n, k).

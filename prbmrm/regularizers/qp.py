@@ -17,18 +17,15 @@ support. General QP solvers pay for generality here: on a9a bundles of
 200 planes (``scripts/bench_qp.py``) DAQP, Clarabel and OSQP take 6, 20-35
 and 14-220 ms per solve, this solver 0.3-0.5 ms warm and 2.5 ms cold.
 
-Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.kernels.pg_numpy`, :mod:`prbmrm.kernels.native` (its kernel file when first needed).
+Imports: numpy, scipy (scipy.linalg.lapack when first needed); of prbmrm: :mod:`prbmrm.kernels.simplex`.
 """
 
-import importlib.machinery
-import importlib.util
-import os
-import sys
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels import native, pg_numpy
+from ..kernels.simplex import pg_steps
 
 __all__ = ["SimplexQPResult", "solve_simplex_pg", "solve_simplex_qp", "solve_two_plane_qp"]
 
@@ -41,50 +38,13 @@ _PD_REL = 1e-12
 # optimality cannot be decided below a small multiple of that.
 _NOISE_MULT = 64.0
 
-PG_NUMPY_STEPS = 600
-"""Projected-gradient steps a process takes in numpy (:mod:`prbmrm.kernels.pg_numpy`, ~15x a compiled step's time)
-before :func:`solve_simplex_pg` loads the compiled kernel (:mod:`prbmrm.kernels.native`: 20-30 ms and ~40 MB;
-bitwise the same steps): about as long as the load takes, so a run that needs fewer steps never loads it
-and a longer one spends at most that much more; none once a kernel file is loaded. 0: always the kernel."""
+@functools.cache
+def _lapack():
+    """scipy's public LAPACK wrappers, imported on first use: importing scipy.linalg costs 50-100 ms of
+    start-up, which runs that never call :func:`solve_simplex_qp` need not pay."""
+    from scipy.linalg import lapack
 
-
-def _flapack():
-    """scipy's LAPACK wrappers, the module ``scipy.linalg._flapack``, without scipy.linalg's package.
-
-    Importing any part of scipy.linalg runs its ``__init__``, which loads all
-    of it (decompositions, matrix functions, BLAS, Cython LAPACK): 50-100 ms
-    of start-up for a run whose QPs need three LAPACK routines, while the one
-    extension module that wraps them loads in ~3 ms. These are the very
-    functions ``scipy.linalg.lapack`` exports (it re-exports this module's),
-    so the results are the same; where the file is not found (another scipy
-    layout), the package is imported as usual.
-    """
-    name = "scipy.linalg._flapack"
-    if name in sys.modules:
-        return sys.modules[name]
-    import scipy
-
-    found = importlib.machinery.PathFinder.find_spec("_flapack", [os.path.join(os.path.dirname(scipy.__file__),
-                                                                               "linalg")])
-    if found is None or not isinstance(found.loader, importlib.machinery.ExtensionFileLoader):
-        from scipy.linalg import _flapack
-
-        return _flapack
-    # Not entered in sys.modules: a later import of scipy.linalg loads its own (the same extension).
-    spec = importlib.util.spec_from_file_location(name, found.origin)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_LAPACK = _flapack()
-dpotrf, dpotrs, dtrtrs = _LAPACK.dpotrf, _LAPACK.dpotrs, _LAPACK.dtrtrs
-
-
-class _NumpySteps:
-    """The projected-gradient steps this process took in numpy so far."""
-
-    taken = 0
+    return lapack
 
 
 @dataclass
@@ -335,7 +295,7 @@ class _ActiveSet:
             return True
         shift = 0.0
         for _ in range(30):
-            L, info = dpotrf(H, 1, 1)  # lower=1, clean=1: positional, f2py parses them faster
+            L, info = _lapack().dpotrf(H, 1, 1)  # lower=1, clean=1: positional, f2py parses them faster
             if info == 0 and L.diagonal().min() ** 2 > self.pd_floor:
                 self.L = L
                 return shift == 0.0
@@ -359,7 +319,7 @@ class _ActiveSet:
         Hn[n, n] = h
         if n:
             c = Q[:, j].take(o) - Q[:, r].take(o) - (qrj - qrr)  # Q[o, j] - Q[o, r], gathered faster
-            ell = dtrtrs(L, c, 1)[0]  # lower=1
+            ell = _lapack().dtrtrs(L, c, 1)[0]  # lower=1
             Hn[:n, :n] = H
             Hn[n, :n] = c
             Hn[:n, n] = c
@@ -384,7 +344,7 @@ class _ActiveSet:
         if S.size == 1:
             return True
         # In the free coordinates the Newton direction is -z.
-        z = dpotrs(self.L, rg, 1)[0]  # lower=1
+        z = _lapack().dpotrs(self.L, rg, 1)[0]  # lower=1
         slope = -(rg @ z)
         if slope >= 0.0:
             # No descent left on S (only rounding in the gradient).
@@ -482,12 +442,9 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000, scale=1.0):
     iterate is projected onto the simplex, so the dual value returned is a
     valid lower bound however early the method stops. The projection is
     exact (sort-based) where BMRM 2.1 searches its multiplier by secants.
-    The steps run in a kernel compiled by numba (:mod:`prbmrm.kernels.pg_numba`,
-    loaded by :mod:`prbmrm.kernels.native` without numba): in numpy each step is ~30
-    calls of a microsecond or two on vectors of a few hundred entries, 3-7x
-    the C++ original's QP time. The first :data:`PG_NUMPY_STEPS` steps of a
-    process run in numpy all the same (:mod:`prbmrm.kernels.pg_numpy`, bitwise the
-    kernel's steps), which spares short runs loading the kernel.
+    The steps run compiled (:func:`prbmrm.kernels.simplex.pg_steps`): in
+    numpy each step would be ~30 calls of a microsecond or two on vectors of
+    a few hundred entries, 3-7x the C++ original's QP time.
 
     Parameters
     ----------
@@ -518,15 +475,7 @@ def solve_simplex_pg(Q, b, x0, tol, floor=None, max_iter=10000, scale=1.0):
     below = floor is not None
     x = np.empty(b.size)
     x0 = np.ascontiguousarray(x0, dtype=np.float64)
-    # Once a kernel file is loaded (the risk's compiled pass loads one too), the kernel costs nothing more.
-    left = 0 if native.loaded() else PG_NUMPY_STEPS - _NumpySteps.taken
-    steps, converged = 0, False
-    if left > 0:
-        steps, converged = pg_numpy.pg_steps(Q, float(scale), b, x0, x, float(tol), below, min(int(max_iter), left))
-        _NumpySteps.taken += steps
-    if not converged and (left <= 0 or steps < max_iter):
-        # Out of numpy steps: the kernel takes this subproblem from x0 again (the same steps, faster).
-        steps, converged = native.pg_steps(Q, float(scale), b, x0, x, float(tol), below, int(max_iter))
+    steps, converged = pg_steps(Q, float(scale), b, x0, x, float(tol), below, int(max_iter))
     qp = _result(Q, b, x, steps, converged, below=below, scale=scale)
     if below:
         qp.value += floor

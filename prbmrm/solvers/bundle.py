@@ -1,11 +1,13 @@
 """The bundle: cutting planes of R_emp, dense or sparse, their Gram matrix and products.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.kernels.plane_numba` (numba) when a bundle first holds a sparse plane.
+Imports: numpy; of prbmrm: :mod:`prbmrm.kernels.planes`.
 """
 
 import mmap
 
 import numpy as np
+
+from ..kernels.planes import GROUP, fill_support, scatter_add_group, sparse_dot, sparse_dot_group, sparse_dots
 
 SPARSE_MIN_DIM = 2 ** 16
 """The smallest dimension at which a :class:`Bundle` stores planes sparsely by default."""
@@ -360,7 +362,6 @@ def _plane(a, last=None):
     count = np.count_nonzero(a)
     if 2 * count >= len(a):
         return None, np.array(a, dtype=np.float64)
-    from ..kernels.plane_numba import fill_support
     index, values = _mapped(count + 1, _index_type(len(a))), _mapped(count + 1, np.float64)
     fill_support(a, index, values)
     index, values = index[:count], values[:count]
@@ -395,7 +396,6 @@ def _dot(plane, w):
     if index is None:
         return float(np.dot(values, w))
     # A compiled loop reads the plane once; w[index] would first copy the gathered values (5x slower).
-    from ..kernels.plane_numba import sparse_dot
     return sparse_dot(index, values, w)
 
 
@@ -404,14 +404,12 @@ def _dots(plane, x, y):
     index, values = plane
     if index is None:
         return float(np.dot(values, x)), float(np.dot(values, y))
-    from ..kernels.plane_numba import sparse_dots
     return sparse_dots(index, values, x, y)
 
 
 def _groups(planes, dim, weights=None):
-    """Yield `planes` (of a sparse bundle) as :data:`prbmrm.kernels.plane_numba.GROUP`-tuples of indices and of
+    """Yield `planes` (of a sparse bundle) as :data:`prbmrm.kernels.planes.GROUP`-tuples of indices and of
     values (a dense plane has no indices; the last group is padded with empty planes), with their `weights`."""
-    from ..kernels.plane_numba import GROUP
     empty = np.zeros(0, dtype=_index_type(dim)), np.zeros(0)
     for start in range(0, len(planes), GROUP):
         group = planes[start:start + GROUP]
@@ -426,7 +424,6 @@ def _groups(planes, dim, weights=None):
 
 def _dot_planes(planes, w):
     """``[_dot(plane, w) for plane in planes]`` bitwise, the sparse planes a group at a time in one pass over `w`."""
-    from ..kernels.plane_numba import GROUP, sparse_dot_group
     sparse = [plane for plane in planes if plane[0] is not None]
     products = np.empty(GROUP * -(-len(sparse) // GROUP))
     for start, (indices, values, _) in zip(range(0, len(sparse), GROUP), _groups(sparse, len(w))):
@@ -437,7 +434,6 @@ def _dot_planes(planes, w):
 
 def _combine(alpha, planes, dim, out=None):
     """``sum_i alpha_i a_i`` over sparse-bundle `planes`, dense, summed plane by plane in order (into `out`)."""
-    from ..kernels.plane_numba import scatter_add_group
     if out is None:
         total = np.zeros(dim)
     else:

@@ -268,10 +268,8 @@ def test_omp_num_threads_one_pins_every_pool_of_a_rank():
 
 
 # A plain training run's start-up: what it never uses stays unimported (loaded on first use elsewhere).
-UNUSED_BY_A_PLAIN_RUN = ("mpi4py", "scipy.linalg", "numba", "scipy.optimize", "scipy.special", "cryptography",
-                         "sklearn", "cvxpy", "matplotlib", "tomllib", "importlib.metadata", "socket",
-                         "highspy", "charset_normalizer", "numpy.f2py.crackfortran", "numpy.testing._private",
-                         "numpy.polynomial.polynomial", "numpy.ctypeslib._ctypeslib",
+UNUSED_BY_A_PLAIN_RUN = ("mpi4py", "numba", "llvmlite", "scipy.optimize", "scipy.special", "cryptography",
+                         "sklearn", "cvxpy", "matplotlib", "tomllib", "highspy",
                          "prbmrm.estimators", "prbmrm.party.keys", "prbmrm.party.secure", "prbmrm.cli.plot", "prbmrm.solvers.lbfgs",
                          "prbmrm.solvers.pragam", "prbmrm.solvers.sublbfgs")
 
@@ -283,19 +281,12 @@ try:
 except SystemExit as done:
     assert not done.code, done.code
 print(" ".join(sorted(sys.modules)))
-import numpy
-numpy.testing.assert_equal(1, 1)  # deferred, not gone: loaded when first used
-assert numpy.ma.masked_array([1, 2], mask=[0, 1]).sum() == 1 and numpy.polynomial.Polynomial([1, 2])(2) == 5
-assert numpy.ctypeslib.as_array(numpy.ctypeslib.as_ctypes(numpy.arange(3.0)))[2] == 2.0
-import numpy.f2py
-assert callable(numpy.f2py.run_main) and "numpy.f2py.crackfortran" in sys.modules
 """
 
 
 @pytest.mark.parametrize("args, solver", [((), "proximal"), (("--solver", "bmrm", "--max-iter", "30"), "bmrm")])
 def test_a_plain_training_run_does_not_import_what_it_does_not_use(tmp_path, args, solver):
-    # BMRM's first projected-gradient steps run in numpy (prbmrm.regularizers.qp.PG_NUMPY_STEPS): a short run
-    # never loads numba.
+    # The compiled kernels are extension modules built at install: no run loads numba, llvmlite or ctypes.
     import subprocess
     import sys
 

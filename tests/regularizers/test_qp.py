@@ -274,45 +274,6 @@ def _pg_cases():
     return cases
 
 
-PG_SCRIPT = """
-import pickle, sys
-import numpy as np
-import prbmrm.regularizers.qp
-from prbmrm.regularizers.qp import solve_simplex_pg
-prbmrm.regularizers.qp.PG_NUMPY_STEPS = 0  # every step in the kernel (compiled or not), none in numpy
-cases = pickle.loads(sys.stdin.buffer.read())
-out = []
-for G, b, x0, floor, tol in cases:
-    qp = solve_simplex_pg(G @ G.T, b, x0, tol, floor)
-    out.append((qp.x, qp.value, qp.iterations, qp.converged))
-sys.stdout.buffer.write(pickle.dumps(out))
-"""
-
-
-def test_projected_gradient_kernel_equals_its_plain_python_bitwise():
-    # prbmrm/kernels/pg_numba.py is written with explicit loops so that numba's
-    # compiled code and the same functions run by the interpreter
-    # (NUMBA_DISABLE_JIT=1) do the same operations in the same order: any
-    # difference in x, value or step count is a compilation error (fast-math,
-    # a vectorized reduction), not rounding.
-    import os
-    import pickle
-    import subprocess
-    import sys
-
-    cases = [(G, b, x0, floor, tol) for G, b, x0, floor in _pg_cases() for tol in (1e-1, 1e-4, 1e-9)]
-    results = []
-    for disable in ("0", "1"):
-        env = dict(os.environ, NUMBA_DISABLE_JIT=disable)
-        done = subprocess.run([sys.executable, "-c", PG_SCRIPT], input=pickle.dumps(cases), capture_output=True,
-                              env=env, timeout=600, check=True)
-        results.append(pickle.loads(done.stdout))
-    for (x, value, steps, converged), (x_ref, value_ref, steps_ref, converged_ref) in zip(*results):
-        assert np.array_equal(x, x_ref) and value == value_ref
-        assert (steps, converged) == (steps_ref, converged_ref)
-    assert any(steps > 10 for _, _, steps, _ in results[0])
-
-
 @pytest.mark.parametrize("case", range(6))
 def test_projected_gradient_reaches_cvxpy_optimum(case):
     # At a tight tolerance the projected gradient is an exact solver: its
@@ -347,71 +308,12 @@ def test_projected_gradient_reads_a_scaled_gram_buffer():
     assert np.allclose(scaled.x, plain.x, atol=1e-6)
 
 
-def _random_pg_problems(count, seed):
-    """Simplex QPs as BMRM hands them over: (Gram buffer larger than t x t, b, x0, tol, below, scale, max_iter)."""
-    rng = np.random.default_rng(seed)
-    for _ in range(count):
-        t, d = int(rng.integers(1, 60)), int(rng.integers(1, 30))
-        G = rng.normal(size=(t, d)) * 10.0 ** rng.uniform(-2, 2)
-        pad = int(rng.integers(0, 4))
-        buffer = np.full((t + pad, t + pad), np.nan)
-        buffer[:t, :t] = G @ G.T
-        x0 = np.zeros(t)
-        k = max(1, t // int(rng.integers(1, 5)))
-        x0[:k] = rng.uniform(size=k)
-        x0 /= x0.sum() * rng.choice([1.0, 2.0])
-        yield (buffer, rng.normal(size=t) * 10.0 ** rng.uniform(-2, 1), x0, float(10.0 ** rng.uniform(-10, -1)),
-               bool(rng.integers(0, 2)), float(10.0 ** rng.uniform(-2, 2)), int(rng.choice([5, 50, 100000])))
-
-
-def test_projected_gradient_in_numpy_equals_the_compiled_kernel_bitwise():
-    # A process takes its first steps in numpy (prbmrm.kernels.pg_numpy) and the rest in the kernel: a
-    # run's results must not depend on where the switch falls, so the two agree to the bit. The
-    # kernel runs from its file (prbmrm.kernels.native); numba's own dispatch of it must agree as well.
-    from prbmrm.kernels import native as _native
-    from prbmrm.kernels import pg_numba as _pg_kernel
-    from prbmrm.kernels import pg_numpy as _pg_numpy
-
-    assert (_pg_numpy._ALPHA_MIN, _pg_numpy._ALPHA_MAX, _pg_numpy._TINY, _pg_numpy._SUPPORT) == (
-        _pg_kernel._ALPHA_MIN, _pg_kernel._ALPHA_MAX, _pg_kernel._TINY, _pg_kernel._SUPPORT)
-    cases = [(G @ G.T, b, x0, tol, floor is not None, 1.0, 10000) for G, b, x0, floor in _pg_cases()
-             for tol in (1e-1, 1e-4, 1e-9)]
-    steps = 0
-    for Q, b, x0, tol, below, scale, max_iter in cases + list(_random_pg_problems(150, 5)):
-        x, x_kernel, x_numba = np.empty(b.size), np.empty(b.size), np.empty(b.size)
-        result = _pg_numpy.pg_steps(Q, scale, b, x0, x, tol, below, max_iter)
-        assert result == _native.pg_steps(Q, scale, b, x0, x_kernel, tol, below, max_iter)
-        assert result == _pg_kernel.pg_steps(Q, scale, b, x0, x_numba, tol, below, max_iter, np.empty((6, b.size)))
-        assert x.tobytes() == x_kernel.tobytes() == x_numba.tobytes()
-        steps += result[0]
-    assert steps > 10000
-    assert _native.fallback_reason("pg_steps") is None  # it ran from the kernel file
-
-
-def test_projected_gradient_switches_to_the_kernel_without_changing_a_result(monkeypatch):
-    # Numpy steps up to the budget, then the kernel (a subproblem cut short by the budget starts
-    # over there): the same x, value and step count as all in numpy or all in the kernel.
-    import prbmrm.regularizers.qp as qp
-
-    problems = list(_random_pg_problems(40, 9))
-    results = {}
-    monkeypatch.setattr(qp.native, "loaded", lambda: False)  # as in a process with no kernel file loaded yet
-    for budget in (0, 150, 10 ** 9):
-        monkeypatch.setattr(qp, "PG_NUMPY_STEPS", budget)
-        monkeypatch.setattr(qp._NumpySteps, "taken", 0)
-        results[budget] = [qp.solve_simplex_pg(Q, b, x0, tol, 0.1 if below else None, max_iter, scale)
-                           for Q, b, x0, tol, below, scale, max_iter in problems]
-        assert qp._NumpySteps.taken >= min(budget, 1000)
-    for mixed, kernel, numpy_only in zip(*results.values()):
-        assert mixed.x.tobytes() == kernel.x.tobytes() == numpy_only.x.tobytes()
-        assert mixed.value == kernel.value == numpy_only.value
-        assert mixed.iterations == kernel.iterations == numpy_only.iterations
-
-
-def test_lapack_without_scipy_linalg_is_scipys_own():
-    # prbmrm.regularizers.qp loads scipy.linalg._flapack alone (scipy.linalg's package costs 50-100 ms of start-up).
-    code = ("import sys, prbmrm.regularizers.qp as qp; print('scipy.linalg' in sys.modules); import scipy.linalg.lapack as lapack; "
-            "print(all(getattr(qp, f) is getattr(lapack, f) for f in ('dpotrf', 'dpotrs', 'dtrtrs')))")
+def test_lapack_is_scipys_public_wrappers_imported_on_first_use():
+    # prbmrm.regularizers.qp takes dpotrf, dpotrs and dtrtrs from scipy.linalg.lapack, and only once a QP needs
+    # them (scipy.linalg's package costs 50-100 ms of start-up).
+    code = ("import sys, numpy as np, prbmrm.regularizers.qp as qp; print('scipy.linalg' in sys.modules); "
+            "qp.solve_simplex_qp(np.eye(3), np.arange(3.0)); import scipy.linalg.lapack as lapack; "
+            "print(qp._lapack() is lapack)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
     assert done.stdout.split() == ["False", "True"], done.stderr

@@ -301,7 +301,7 @@ def test_blocked_plane_kernels_are_bitwise_plane_by_plane():
     # The Gram row and A^T alpha go over groups of planes a slice of the coordinates at a time, four
     # planes in lockstep: the same bits as one plane at a time, across slices and groups (a last group
     # padded), with planes of any length and dense ones among them.
-    from prbmrm.kernels.plane_numba import CHUNK, GROUP, sparse_dot
+    from prbmrm.kernels.planes import CHUNK, GROUP, sparse_dot
 
     rng = np.random.default_rng(12)
     d = 3 * CHUNK + 17

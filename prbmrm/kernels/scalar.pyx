@@ -1,0 +1,496 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The built-in scalar losses l(f, y), each written once, and the compiled risk passes that use them.
+
+Each loss of :mod:`prbmrm.losses.scalar` is a pair of ``cdef inline``
+functions here (its value and its derivative in f), as scikit-learn's
+``sklearn/_loss/_loss.pyx.tp`` writes its losses once for Python and the
+compiled loops alike. A :class:`CyLoss` subclass per loss carries them (and
+the loss's parameter) into the loops written once in :class:`CyLoss`: the
+elementwise ``value`` and ``derivative`` that the Python classes call, the
+risk pass on dense rows (:meth:`CyLoss.dense_pass`) and the second half of
+the pass on CSR rows (:meth:`CyLoss.csr_update`). A Python loss class names
+its counterpart in its ``compiled`` attribute.
+
+The formulas follow numpy's semantics where they differ from C's: a NaN
+in either operand of ``maximum``, ``minimum`` or ``clip`` propagates (so a
+NaN score makes the risk NaN, and the solver reports it), and a boolean
+mask multiplies as 0.0 or 1.0. The module is built with
+``-ffp-contract=off``: every operation rounds as written, so results are
+the same bitwise on every machine and every number of ranks.
+"""
+
+import numpy as np
+
+from libc.math cimport exp, fabs, log1p
+from libc.stdint cimport int32_t, int64_t
+
+ctypedef fused index_t:
+    int32_t
+    int64_t
+
+cdef double LOG2 = 0.693147180559945309417232121458176568  # numpy's NPY_LOGE2
+
+
+# numpy's elementwise semantics (maximum, minimum, clip, sign, logaddexp), NaN propagating.
+
+cdef inline double maximum(double a, double b) noexcept nogil:
+    return a if (a >= b or a != a) else b
+
+
+cdef inline double clip(double x, double low, double high) noexcept nogil:
+    cdef double t = x if (x != x or x > low) else low
+    return t if (t != t or t < high) else high
+
+
+cdef inline double sign(double x) noexcept nogil:
+    if x > 0.0:
+        return 1.0
+    if x < 0.0:
+        return -1.0
+    return x if x != x else 0.0
+
+
+cdef inline double mask(bint condition) noexcept nogil:
+    return 1.0 if condition else 0.0
+
+
+cdef inline double expit(double z) noexcept nogil:
+    """``1 / (1 + exp(-z))`` without overflow."""
+    cdef double e
+    if z >= 0.0:
+        return 1.0 / (1.0 + exp(-z))
+    e = exp(z)
+    return e / (1.0 + e)
+
+
+cdef inline double log1pexp(double z) noexcept nogil:
+    """``log(1 + exp(z))``: numpy's ``logaddexp(0, z)``."""
+    if z == 0.0:
+        return LOG2
+    if z < 0.0:
+        return log1p(exp(z))
+    if z > 0.0:
+        return z + log1p(exp(-z))
+    return z + z  # NaN
+
+
+# The losses: value and derivative in f, labels y (paper 000, Table 5; paper 002, Table 1).
+
+cdef inline double hinge_value(double f, double y) noexcept nogil:
+    return maximum(0.0, 1.0 - y * f)
+
+
+cdef inline double hinge_derivative(double f, double y) noexcept nogil:
+    return -y * mask(y * f < 1.0)
+
+
+cdef inline double squared_hinge_value(double f, double y) noexcept nogil:
+    cdef double m = maximum(0.0, 1.0 - y * f)
+    return 0.5 * (m * m)
+
+
+cdef inline double squared_hinge_derivative(double f, double y) noexcept nogil:
+    return -y * maximum(0.0, 1.0 - y * f)
+
+
+cdef inline double zero_hinge_value(double f, double y) noexcept nogil:
+    return maximum(0.0, -y * f)
+
+
+cdef inline double zero_hinge_derivative(double f, double y) noexcept nogil:
+    return -y * mask(y * f < 0.0)
+
+
+cdef inline double squared_zero_hinge_value(double f, double y) noexcept nogil:
+    cdef double m = maximum(0.0, -y * f)
+    return 0.5 * (m * m)
+
+
+cdef inline double squared_zero_hinge_derivative(double f, double y) noexcept nogil:
+    return -y * maximum(0.0, -y * f)
+
+
+cdef inline double exponential_value(double f, double y) noexcept nogil:
+    return exp(-y * f)
+
+
+cdef inline double exponential_derivative(double f, double y) noexcept nogil:
+    return -y * exp(-y * f)
+
+
+cdef inline double logistic_value(double f, double y) noexcept nogil:
+    return log1pexp(-y * f)
+
+
+cdef inline double logistic_derivative(double f, double y) noexcept nogil:
+    return -y * expit(-y * f)
+
+
+cdef inline double huber_hinge_value(double f, double y, double h) noexcept nogil:
+    cdef double u = (1.0 + h) - y * f
+    cdef double q = clip(u, 0.0, 2.0 * h)
+    # q^2 / (4h) is the quadratic piece, capped at h where u = 2h; the linear rest adds u - 2h.
+    return q * q / (4.0 * h) + maximum(u - 2.0 * h, 0.0)
+
+
+cdef inline double huber_hinge_derivative(double f, double y, double h) noexcept nogil:
+    return y * clip((1.0 + h) - y * f, 0.0, 2.0 * h) * (-0.5 / h)
+
+
+cdef inline double novelty_value(double f, double rho) noexcept nogil:
+    return maximum(0.0, rho - f)
+
+
+cdef inline double novelty_derivative(double f, double rho) noexcept nogil:
+    return mask(f < rho) * -1.0
+
+
+cdef inline double least_squares_value(double f, double y) noexcept nogil:
+    cdef double r = f - y
+    return 0.5 * (r * r)
+
+
+cdef inline double least_squares_derivative(double f, double y) noexcept nogil:
+    return f - y
+
+
+cdef inline double least_absolute_deviation_value(double f, double y) noexcept nogil:
+    return fabs(f - y)
+
+
+cdef inline double least_absolute_deviation_derivative(double f, double y) noexcept nogil:
+    return sign(f - y)
+
+
+cdef inline double quantile_value(double f, double y, double tau) noexcept nogil:
+    cdef double r = f - y
+    return r * (mask(r > 0.0) - tau)
+
+
+cdef inline double quantile_derivative(double f, double y, double tau) noexcept nogil:
+    return mask(f > y) - tau
+
+
+cdef inline double epsilon_insensitive_value(double f, double y, double epsilon) noexcept nogil:
+    return maximum(0.0, fabs(f - y) - epsilon)
+
+
+cdef inline double epsilon_insensitive_derivative(double f, double y, double epsilon) noexcept nogil:
+    cdef double r = f - y
+    return mask(r > epsilon) * 1.0 - mask(r < -epsilon)
+
+
+cdef inline double huber_value(double f, double y, double delta) noexcept nogil:
+    cdef double r = f - y
+    cdef double c = clip(r, -delta, delta)
+    # c (r - c/2) is r^2/2 inside the band and delta (|r| - delta/2) outside.
+    return c * (r - 0.5 * c)
+
+
+cdef inline double huber_derivative(double f, double y, double delta) noexcept nogil:
+    return clip(f - y, -delta, delta)
+
+
+cdef inline double poisson_value(double f, double y) noexcept nogil:
+    return exp(f) - y * f
+
+
+cdef inline double poisson_derivative(double f, double y) noexcept nogil:
+    return exp(f) - y
+
+
+cdef inline double dot(const double* x, const double* w, Py_ssize_t n) noexcept nogil:
+    """``<x, w>`` in four interleaved partial sums (independent additions pipeline; the order is this code's)."""
+    cdef double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0
+    cdef Py_ssize_t j, end = n - n % 4
+    for j in range(0, end, 4):
+        s0 += x[j] * w[j]
+        s1 += x[j + 1] * w[j + 1]
+        s2 += x[j + 2] * w[j + 2]
+        s3 += x[j + 3] * w[j + 3]
+    for j in range(end, n):
+        s0 += x[j] * w[j]
+    return (s0 + s1) + (s2 + s3)
+
+
+def _operands(f, y):
+    """`f` and `y` broadcast together as flat C-contiguous float64 arrays, and their shape (`y` None: zeros)."""
+    f = np.asarray(f, dtype=np.float64)
+    y = np.zeros_like(f) if y is None else np.asarray(y, dtype=np.float64)
+    f, y = np.broadcast_arrays(f, y)
+    return np.ascontiguousarray(f).ravel(), np.ascontiguousarray(y).ravel(), f.shape
+
+
+def _check_blocks(const Py_ssize_t[::1] bounds, Py_ssize_t rows, partials, Py_ssize_t cols):
+    """Raise ValueError unless `bounds` increase within ``[0, rows]`` and `partials` is one row per block of
+    ``cols + 1`` values."""
+    cdef Py_ssize_t b
+    for b in range(bounds.shape[0]):
+        if bounds[b] < 0 or bounds[b] > rows or (b and bounds[b] < bounds[b - 1]):
+            raise ValueError("the block bounds are not increasing row indices")
+    if partials.shape[0] != max(bounds.shape[0] - 1, 0) or partials.shape[1] != cols + 1:
+        raise ValueError("the partial sums do not have one row of (columns + 1) values per block")
+
+
+cdef class CyLoss:
+    """A compiled scalar loss: its value and derivative, elementwise and in the risk passes.
+
+    Subclasses define :meth:`value1` and :meth:`derivative1` from the loss's
+    inline functions; the loops are written here once.
+    """
+
+    cdef double param  # the loss's parameter, if it has one
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return 0.0
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return 0.0
+
+    def value(self, f, y):
+        """Return the per-example losses ``l(f_i, y_i)`` (arrays broadcast together; `y` may be None)."""
+        cdef const double[::1] fs, ys
+        cdef double[::1] out
+        cdef Py_ssize_t i
+        fs, ys, shape = _operands(f, y)
+        result = np.empty(fs.shape[0])
+        out = result
+        with nogil:
+            for i in range(fs.shape[0]):
+                out[i] = self.value1(fs[i], ys[i])
+        return result.reshape(shape)
+
+    def derivative(self, f, y):
+        """Return the per-example derivatives ``l'(f_i, y_i)`` in f (a subgradient at a kink)."""
+        cdef const double[::1] fs, ys
+        cdef double[::1] out
+        cdef Py_ssize_t i
+        fs, ys, shape = _operands(f, y)
+        result = np.empty(fs.shape[0])
+        out = result
+        with nogil:
+            for i in range(fs.shape[0]):
+                out[i] = self.derivative1(fs[i], ys[i])
+        return result.reshape(shape)
+
+    def dense_pass(self, const double[:, ::1] X, const double[::1] y, const double[::1] w,
+                   const Py_ssize_t[::1] bounds, double[:, ::1] partials):
+        """Fill ``partials[b]`` (the gradient sum, then the risk sum) of each block b of rows between `bounds`.
+
+        Each row is read from memory once: its score ``f = <x, w>``, then l
+        and ``c = l'``, then ``g += c x`` while the row is in the L1 cache
+        (BLAS's ``X @ w`` then ``X^T l'`` reads each chunk twice). Rows with
+        ``c = 0`` add nothing and are skipped. Rows are added in order from
+        +0.0, so a block's sums depend on its rows only.
+        """
+        cdef Py_ssize_t rows = X.shape[0], d = X.shape[1], b, i, j
+        cdef double risk, f, c
+        cdef double* partial
+        cdef const double* x
+        if w.shape[0] != d or y.shape[0] != rows:
+            raise ValueError("dense_pass: the arrays' shapes do not agree")
+        _check_blocks(bounds, rows, partials, d)
+        with nogil:
+            for b in range(bounds.shape[0] - 1):
+                partial = &partials[b, 0]
+                for j in range(d + 1):
+                    partial[j] = 0.0
+                risk = 0.0
+                for i in range(bounds[b], bounds[b + 1]):
+                    x = &X[i, 0]
+                    f = dot(x, &w[0], d)
+                    risk += self.value1(f, y[i])
+                    c = self.derivative1(f, y[i])
+                    if c != 0.0:
+                        for j in range(d):
+                            partial[j] += c * x[j]
+                partial[d] = risk
+
+    def csr_update(self, const index_t[::1] indptr, const index_t[::1] indices, const double[::1] data,
+                   const double[::1] f, const double[::1] y, const Py_ssize_t[::1] bounds,
+                   double[:, ::1] partials):
+        """Fill ``partials[b]`` (the gradient sum, then the risk sum) of each block b of CSR rows between
+        `bounds`, from the rows' scores `f`: the second half of the pass.
+
+        l and l' per row, then ``g += l' x`` on the nonzeros of the rows with
+        ``l' != 0``, in the order of scipy's ``csc_matvec`` (the gradient is
+        the same bitwise as ``X.T @ l'`` by it); the risk is added row by row
+        from +0.0. The column indices must lie in ``[0, partials.shape[1] - 1)``
+        (the loader checks the shards').
+        """
+        cdef Py_ssize_t rows = f.shape[0], d = partials.shape[1] - 1, b, i, k
+        cdef double risk, c
+        cdef double* partial
+        if indptr.shape[0] != rows + 1 or y.shape[0] != rows or indices.shape[0] != data.shape[0]:
+            raise ValueError("csr_update: the arrays' shapes do not agree")
+        if rows and (indptr[0] < 0 or indptr[rows] > data.shape[0]):
+            raise ValueError("csr_update: indptr points outside the nonzeros")
+        _check_blocks(bounds, rows, partials, d)
+        with nogil:
+            for b in range(bounds.shape[0] - 1):
+                partial = &partials[b, 0]
+                for k in range(d + 1):
+                    partial[k] = 0.0
+                risk = 0.0
+                for i in range(bounds[b], bounds[b + 1]):
+                    risk += self.value1(f[i], y[i])
+                    c = self.derivative1(f[i], y[i])
+                    if c != 0.0:
+                        for k in range(indptr[i], indptr[i + 1]):
+                            partial[indices[k]] += data[k] * c
+                partial[d] = risk
+
+
+cdef class CyHinge(CyLoss):
+    """:class:`prbmrm.losses.scalar.Hinge`, compiled."""
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return hinge_value(f, y)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return hinge_derivative(f, y)
+
+
+cdef class CySquaredHinge(CyLoss):
+    """:class:`prbmrm.losses.scalar.SquaredHinge`, compiled."""
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return squared_hinge_value(f, y)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return squared_hinge_derivative(f, y)
+
+
+cdef class CyZeroHinge(CyLoss):
+    """:class:`prbmrm.losses.scalar.ZeroHinge`, compiled."""
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return zero_hinge_value(f, y)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return zero_hinge_derivative(f, y)
+
+
+cdef class CySquaredZeroHinge(CyLoss):
+    """:class:`prbmrm.losses.scalar.SquaredZeroHinge`, compiled."""
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return squared_zero_hinge_value(f, y)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return squared_zero_hinge_derivative(f, y)
+
+
+cdef class CyExponential(CyLoss):
+    """:class:`prbmrm.losses.scalar.Exponential`, compiled."""
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return exponential_value(f, y)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return exponential_derivative(f, y)
+
+
+cdef class CyLogistic(CyLoss):
+    """:class:`prbmrm.losses.scalar.Logistic`, compiled."""
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return logistic_value(f, y)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return logistic_derivative(f, y)
+
+
+cdef class CyHuberHinge(CyLoss):
+    """:class:`prbmrm.losses.scalar.HuberHinge` with its `delta`, compiled."""
+
+    def __init__(self, double delta):
+        self.param = delta
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return huber_hinge_value(f, y, self.param)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return huber_hinge_derivative(f, y, self.param)
+
+
+cdef class CyNovelty(CyLoss):
+    """:class:`prbmrm.losses.scalar.Novelty` with its `rho`, compiled (the labels are ignored)."""
+
+    def __init__(self, double rho):
+        self.param = rho
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return novelty_value(f, self.param)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return novelty_derivative(f, self.param)
+
+
+cdef class CyLeastSquares(CyLoss):
+    """:class:`prbmrm.losses.scalar.LeastSquares`, compiled."""
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return least_squares_value(f, y)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return least_squares_derivative(f, y)
+
+
+cdef class CyLeastAbsoluteDeviation(CyLoss):
+    """:class:`prbmrm.losses.scalar.LeastAbsoluteDeviation`, compiled."""
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return least_absolute_deviation_value(f, y)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return least_absolute_deviation_derivative(f, y)
+
+
+cdef class CyQuantile(CyLoss):
+    """:class:`prbmrm.losses.scalar.Quantile` with its `tau`, compiled."""
+
+    def __init__(self, double tau):
+        self.param = tau
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return quantile_value(f, y, self.param)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return quantile_derivative(f, y, self.param)
+
+
+cdef class CyEpsilonInsensitive(CyLoss):
+    """:class:`prbmrm.losses.scalar.EpsilonInsensitive` with its `epsilon`, compiled."""
+
+    def __init__(self, double epsilon):
+        self.param = epsilon
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return epsilon_insensitive_value(f, y, self.param)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return epsilon_insensitive_derivative(f, y, self.param)
+
+
+cdef class CyHuber(CyLoss):
+    """:class:`prbmrm.losses.scalar.Huber` with its `delta`, compiled."""
+
+    def __init__(self, double delta):
+        self.param = delta
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return huber_value(f, y, self.param)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return huber_derivative(f, y, self.param)
+
+
+cdef class CyPoisson(CyLoss):
+    """:class:`prbmrm.losses.scalar.Poisson`, compiled."""
+
+    cdef double value1(self, double f, double y) noexcept nogil:
+        return poisson_value(f, y)
+
+    cdef double derivative1(self, double f, double y) noexcept nogil:
+        return poisson_derivative(f, y)

@@ -12,13 +12,13 @@ A key file holds the 32-byte private key in hex; a ``.pub`` file and the
 roster hold public keys in hex, the roster as ``{"parties": [{"party": r,
 "public_key": hex, "fingerprint": hex}, ...]}`` in rank order.
 
-Imports: cryptography; of prbmrm: :mod:`prbmrm.cli.common`, :mod:`prbmrm.errors`, :mod:`prbmrm.party.secure`.
+Imports: cryptography; of prbmrm: :mod:`prbmrm.cli.common`, :mod:`prbmrm.errors`, :mod:`prbmrm.io.files`,
+:mod:`prbmrm.party.secure`.
 """
 
 import argparse
 import json
 import os
-import stat
 import sys
 
 from cryptography.hazmat.primitives import serialization
@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from ..cli.common import program
 from ..errors import InputError
+from ..io.files import private_problem
 from .secure import fingerprint
 
 MAX_ROSTER_BYTES = 1 << 20
@@ -77,25 +78,15 @@ def load_signing_key(path):
         If the file cannot be read, is not private to its owner or holds no key.
     """
     try:
-        with open(path) as f:
-            mode = os.fstat(f.fileno())
-            private_problem = _not_private(mode)
-            text = "" if private_problem else f.read(200)
+        with open(path, "rb") as f:
+            problem = private_problem(os.fstat(f.fileno()))
+            text = "" if problem else f.read(200).decode("ascii", "replace")
     except OSError as error:
         raise InputError(f"{path}: cannot read the party's signing key ({error.strerror})") from None
-    if private_problem:
-        raise InputError(f"{path}: the party's signing key {private_problem}: it must be private to its owner "
+    if problem:
+        raise InputError(f"{path}: the party's signing key {problem}: it must be private to its owner "
                          f"(chmod 600 {path})")
     return Ed25519PrivateKey.from_private_bytes(_hex_key(path, text, "a signing key"))
-
-
-def _not_private(status):
-    """Why a secret key file of stat `status` is not private to the running user, or None."""
-    if status.st_mode & 0o077:
-        return f"is accessible to others (mode {stat.S_IMODE(status.st_mode):04o})"
-    if hasattr(os, "geteuid") and status.st_uid != os.geteuid():
-        return f"belongs to another user (uid {status.st_uid})"
-    return None
 
 
 def _distinct(keys, files):
@@ -122,11 +113,10 @@ def write_roster(public_paths, out):
     parties, keys = [], []
     for r, path in enumerate(public_paths):
         try:
-            with open(path) as f:
-                keys.append(_hex_key(path, f.read(200), "a public key"))
-        except (OSError, UnicodeDecodeError) as error:
-            raise InputError(f"{path}: cannot read the public key ({getattr(error, 'strerror', None) or error})") \
-                from None
+            with open(path, "rb") as f:
+                keys.append(_hex_key(path, f.read(200).decode("ascii", "replace"), "a public key"))
+        except OSError as error:
+            raise InputError(f"{path}: cannot read the public key ({error.strerror})") from None
         parties.append({"party": r, "public_key": keys[-1].hex(), "fingerprint": fingerprint(keys[-1])})
     _distinct(keys, public_paths)
     with open(out, "w") as f:

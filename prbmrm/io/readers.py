@@ -129,7 +129,7 @@ def _read_svmlight(path, multilabel):
         with _open_binary(path) as f:
             X, y, qid = load_svmlight_file(f, dtype=np.float64, multilabel=multilabel,
                                            zero_based=True, query_id=True)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:  # OverflowError: an index or qid beyond 64 or 32 bits
         raise _svmlight_error(path, exc, multilabel) from None
     except _READ_ERRORS as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
@@ -187,6 +187,8 @@ def _locate_svmlight_error(path, multilabel, chunk=4096):
         try:
             load_svmlight_file(io.BytesIO(b"".join(lines)), multilabel=multilabel,
                                zero_based=True, query_id=True)
+        except OverflowError:
+            return "a feature index or query id too large (feature indices must be below 2^31)"
         except ValueError as exc:
             return str(exc)
         return None

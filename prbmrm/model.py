@@ -286,7 +286,8 @@ def read_checked(path, file_format, what):
     """
     try:
         with h5py.File(path, "r") as f:
-            if f.attrs.get("format") != file_format:
+            found = f.attrs.get("format")
+            if not isinstance(found, str) or found != file_format:
                 raise InputError(f"{path}: not a prbmrm {what}")
             yield f
     except OSError as error:

@@ -92,7 +92,7 @@ def _array(tag):
 
 def _hook(pairs):
     if pairs and pairs[0][0] in (_ARRAY, _BYTES):
-        if len(pairs) != 1 or not isinstance(pairs[0][1], (list, str)):
+        if len(pairs) != 1 or not isinstance(pairs[0][1], list if pairs[0][0] == _ARRAY else str):
             raise ValueError("a malformed tag")
         if pairs[0][0] == _ARRAY:
             return _array(pairs[0][1])

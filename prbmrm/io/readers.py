@@ -14,6 +14,7 @@ import itertools
 import lzma
 import os
 import zipfile
+import zlib
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,7 +24,7 @@ from .arrays import (_as_array, _as_matrix, _as_qid, check_finite, _check_indica
     _is_number, _label_sets)
 
 _OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
-_READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
+_READ_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)  # zlib.error: a damaged .gz stream
 
 # ---- Reading input files ------------------------------------------------
 
@@ -306,7 +307,8 @@ def _read_npz(path, multilabel, multioutput):
     if "X" in arrays:
         X = arrays["X"]
     elif {"data", "indices", "indptr", "shape"} <= arrays.keys():
-        fmt = np.asarray(arrays.get("format", "csr")).astype(str).item()
+        fmt = np.asarray(arrays.get("format", "csr"))
+        fmt = fmt.astype(str).item() if fmt.size == 1 and fmt.dtype.kind in "SU" else repr(fmt.tolist())
         if fmt not in ("csr", "csc"):
             raise InputError(f"{path}: sparse format {fmt!r} is not supported (csr or csc)")
         try:
@@ -314,7 +316,7 @@ def _read_npz(path, multilabel, multioutput):
                 (arrays["data"], arrays["indices"], arrays["indptr"]),
                 shape=tuple(int(s) for s in arrays["shape"]))
             X.check_format(full_check=True)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             raise InputError(f"{path}: invalid sparse matrix: {exc}") from None
     else:
         raise InputError(f"{path}: no feature arrays: expected 'X' (dense) or "

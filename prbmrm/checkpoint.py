@@ -270,7 +270,8 @@ def verify_state(state, risk, lam, regularizer, path):
     solved again) nor a lower bound the state claims may exceed J(best_w).
     This catches damage and edits that would make a run claim a gap it does
     not have; it is a consistency check, not an authentication (a forger who
-    writes planes that are valid at best_w but not elsewhere is not caught).
+    writes planes that are valid at best_w but not elsewhere is not caught:
+    only a checkpoint key, :func:`load_checkpoint` with `key`, stops one).
 
     Parameters
     ----------

@@ -50,7 +50,7 @@ def errors(completed):
 def test_the_crafted_pickle_runs_code_when_unpickled(tmp_path):
     """The control: the payload of the hostile tests does write its file if anyone unpickles it."""
     marker = tmp_path / "control"
-    code = (f"import sys, pickle; sys.path.insert(0, {os.path.join(REPO, 'tests')!r}); "
+    code = (f"import sys, pickle; sys.path.insert(0, {os.path.join(REPO, 'tests', 'party')!r}); "
             f"import hostile_ranks; pickle.loads(hostile_ranks.crafted({str(marker)!r}))")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60, stdin=subprocess.DEVNULL)
     assert marker.exists()

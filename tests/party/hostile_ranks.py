@@ -167,10 +167,9 @@ def patch(scenario, marker):
         poison(lambda p: -50.0 * p)
     elif scenario == "times-1e300":
         poison(lambda p: 1e300 * p)
-    elif scenario == "times-0.5":  # a bounded lie from the third evaluation on: not caught (docs/party.md)
-        poison(lambda p: 0.5 * p)
-    elif scenario == "times-0.5-first":  # the same lie from the first evaluation on
-        poison(lambda p: 0.5 * p, start=1)
+    elif scenario.startswith("scale:"):  # scale:FACTOR:START, bounded lies measured in docs/party.md
+        factor, start = scenario.split(":")[1:]
+        poison(lambda p: float(factor) * p, start=int(start))
     elif scenario == "offset":
         poison(lambda p: p + 100.0)
     elif scenario == "nan":

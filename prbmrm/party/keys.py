@@ -8,9 +8,12 @@ agreement against, so a substituted key stops the run naming the party::
     python -m prbmrm.party.keys keygen site-0          # party 0: site-0.key (secret) and site-0.pub
     python -m prbmrm.party.keys roster site-0.pub site-1.pub site-2.pub --out roster.json
 
-A key file holds the 32-byte private key in hex; a ``.pub`` file and the
-roster hold public keys in hex, the roster as ``{"parties": [{"party": r,
-"public_key": hex, "fingerprint": hex}, ...]}`` in rank order.
+A key file holds the 32-byte private key in hex and must be private to its
+owner (mode 0600, as ssh requires: anything else is refused); a ``.pub``
+file and the roster hold public keys in hex, the roster as ``{"parties":
+[{"party": r, "public_key": hex, "fingerprint": hex}, ...]}`` in rank
+order, each key once (a key listed twice is refused when the roster is
+written and when it is read: its holder would play two parties).
 
 Imports: cryptography; of prbmrm: :mod:`prbmrm.cli.common`, :mod:`prbmrm.errors`, :mod:`prbmrm.io.files`,
 :mod:`prbmrm.party.secure`.

@@ -7,7 +7,7 @@ imports MPI. A problem on any rank becomes the same :class:`prbmrm.errors.Collec
 on every rank. Rows are cut into canonical blocks that do not depend on the number of
 ranks, so sums over them, and results, are bitwise the same on any number of ranks.
 
-Imports: h5py, numpy, scipy, :mod:`prbmrm.io.arrays` and :mod:`prbmrm.io.shards`.
+Imports: h5py, numpy, scipy, :mod:`prbmrm.io.arrays`, :mod:`prbmrm.io.files` and :mod:`prbmrm.io.shards`.
 """
 
 from dataclasses import dataclass, field

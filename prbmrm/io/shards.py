@@ -454,7 +454,8 @@ def _shard_meta(path, pos, files, label, positioned=True):
         count, index = _count_attr(a, "shard_count", path, 1), _count_attr(a, "shard_index", path)
         if positioned:
             _check_position(path, count, index, pos, files, label)
-        n, d, kind = _count_attr(a, "n_examples", path), _count_attr(a, "n_features", path), _attr_str(a["label_kind"])
+        n, d = _count_attr(a, "n_examples", path), _count_attr(a, "n_features", path)
+        kind = _attr_str(a["label_kind"])
         check_memory(path, VECTORS_IN_MEMORY * 8 * (d + 1), f"n_features = {d} (the model's vectors)")
         if kind not in LABEL_KINDS and kind not in LAYOUTS:
             load_builtin_plugins()  # the structured package registers its layout

@@ -202,7 +202,8 @@ def test_a_checkpoint_without_a_tag_and_a_key_readable_by_others_are_refused(sha
               "--out", tmp_path / "m.h5")
     one_line(cli(*resume, "--checkpoint-key", key), checkpoint, r"the checkpoint has no authentication tag")
     # The key from the environment, as from --checkpoint-key.
-    completed, _ = run_ranks(1, ["-m", "prbmrm.cli.train", *map(str, resume[1:])], env={"PRBMRM_CHECKPOINT_KEY": str(key)})
+    completed, _ = run_ranks(1, ["-m", "prbmrm.cli.train", *map(str, resume[1:])],
+                             env={"PRBMRM_CHECKPOINT_KEY": str(key)})
     one_line(completed, checkpoint, r"the checkpoint has no authentication tag")
     key.chmod(0o644)
     one_line(cli(*resume, "--checkpoint-key", key), key,

@@ -3,7 +3,7 @@
 :func:`read_input` turns one file into arrays (X, y, qid) with one clear
 message per problem, naming the file and line.
 
-Imports: numpy, scipy, scikit-learn (the SVMlight parser) and :mod:`prbmrm.io.arrays`.
+Imports: numpy, scipy, scikit-learn (the SVMlight parser), :mod:`prbmrm.io.arrays` and :mod:`prbmrm.io.files`.
 """
 
 import bz2
@@ -12,6 +12,7 @@ import gzip
 import io
 import itertools
 import lzma
+import math
 import os
 import zipfile
 import zlib
@@ -20,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
+from .files import check_memory
 from .arrays import (_as_array, _as_matrix, _as_qid, check_finite, _check_indicator, _is_indicator,
     _is_number, _label_sets)
 
@@ -290,7 +292,40 @@ def _csv_error(path, exc, skip, label_column):
     return InputError(f"{path}: malformed CSV input: {exc}")
 
 
+def _check_npz_sizes(path):
+    """Refuse an ``.npz`` member whose header declares more values than it stores, or than memory holds.
+
+    Read before :func:`numpy.load`, which allocates what a header declares before reading a
+    compressed or zipped member.
+    """
+    declared = 0
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                if version not in ((1, 0), (2, 0)):
+                    raise InputError(f"{path}: {info.filename}: .npy format version {version} is not supported")
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read_header(member)
+                size = math.prod(shape) * dtype.itemsize
+                stored = info.file_size - member.tell()
+                if size > stored:
+                    raise InputError(f"{path}: {info.filename} declares {shape} values of {dtype} ({size} bytes) "
+                                     f"but stores {max(stored, 0)} bytes")
+                declared += size
+    check_memory(path, declared, "its arrays")
+
+
 def _read_npz(path, multilabel, multioutput):
+    try:
+        _check_npz_sizes(path)
+    except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, RuntimeError, zlib.error) as exc:
+        # ValueError: a malformed .npy header; NotImplementedError, RuntimeError: a compression method
+        # zipfile lacks, an encrypted member
+        raise InputError(f"{path}: not a readable .npz file: {' '.join(str(exc).split())[:200]}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}

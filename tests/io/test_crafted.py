@@ -3,8 +3,9 @@
 Each input here once gave a traceback (exit 1), tried to allocate terabytes, or was accepted silently.
 """
 
-import errno
+import io
 import re
+import zipfile
 
 import h5py
 import numpy as np
@@ -47,6 +48,23 @@ def test_a_feature_index_beyond_2_to_the_31_is_named_with_its_line(tmp_path):
     one_line(cli("shard", path, "--parts", 1, "--out", tmp_path / "out"), path,
              r"line 2: a feature index or query id too large \(feature indices must be below 2\^31\)")
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_an_npz_member_declaring_2_to_the_40_values_is_refused_before_allocating(tmp_path):
+    path = tmp_path / "big.npz"
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (2**40,)})
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("X.npy", _npy(np.eye(3)))
+        archive.writestr("y.npy", header.getvalue() + bytes(24))  # 3 values stored of the 2^40 declared
+    one_line(cli("shard", path, "--parts", 1, "--out", tmp_path / "out"), path,
+             r"y.npy declares \(1099511627776,\) values of float64 \(8796093022208 bytes\) but stores 24 bytes")
+
+
+def _npy(array):
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
 
 
 def test_a_shard_declaring_2_to_the_40_values_is_refused_before_allocating(shards, tmp_path):

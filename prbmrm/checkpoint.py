@@ -22,10 +22,12 @@ Imports: h5py, numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.io.fi
 """
 
 import hashlib
+import hmac
 import itertools
 import json
 import math
 import numbers
+import os
 import signal
 
 import h5py
@@ -33,20 +35,28 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import InputError, UsageError
-from .io.files import write_hdf5
-from .model import read_checked
+from .io.files import private_problem, write_hdf5
+from .model import read_checked, read_numbers
 from .solvers.base import HISTORY_COLUMNS
 from .solvers.bundle import Bundle
 
 CHECKPOINT_FORMAT = "prbmrm-checkpoint"
+
+TAG = "hmac_sha256"
+"""The root attribute of an authenticated checkpoint: HMAC-SHA256 (hex) of :func:`canonical_items`."""
+
+KEY_VARIABLE = "PRBMRM_CHECKPOINT_KEY"
+"""The environment variable that names the checkpoint key file when ``--checkpoint-key`` is not given."""
+
+MIN_KEY_BYTES = 16
 
 RESUME_OPTIONS = ("loss", "loss_params", "lam", "reg", "reg_params", "solver", "solver_params", "bias",
                   "idle_age", "bundle_size")
 """Options a resumed run must share with the checkpoint (the stopping tests and --max-iter may change)."""
 
 
-def save_checkpoint(path, state, meta):
-    """Write `state` and `meta` to `path` atomically.
+def save_checkpoint(path, state, meta, key=None):
+    """Write `state` and `meta` to `path` atomically (authenticated if a `key` is given).
 
     Parameters
     ----------
@@ -55,6 +65,9 @@ def save_checkpoint(path, state, meta):
         Arrays and scalars (nested dicts become HDF5 groups) under ``/state``.
     meta : dict
         JSON-serializable values, stored as root attributes (JSON text).
+    key : bytes, optional
+        The checkpoint key (:func:`read_key`): the file gets the attribute
+        :data:`TAG`, the HMAC-SHA256 of every dataset and attribute.
 
     Raises
     ------
@@ -63,11 +76,96 @@ def save_checkpoint(path, state, meta):
         checkpoint stays as it was and no temporary file is left.
     """
     def fill(f):
-        for key, value in meta.items():
-            f.attrs[key] = json.dumps(value)
+        for name, value in meta.items():
+            f.attrs[name] = json.dumps(value)
         _write_group(f.create_group("state"), state)
+        if key is not None:
+            f.attrs[TAG] = authentication_tag(f, key, path)
 
     write_hdf5(path, CHECKPOINT_FORMAT, fill, "checkpoint")
+
+
+def read_key(path):
+    """Return the checkpoint key held in the file `path` (its bytes, at least 16).
+
+    Like a party's signing key, the file must be private to its owner.
+
+    Raises
+    ------
+    InputError
+        If it cannot be read, is not private, or is too short.
+    """
+    try:
+        with open(path, "rb") as f:
+            problem = private_problem(os.fstat(f.fileno()))
+            key = b"" if problem else f.read(4096)
+    except OSError as error:
+        raise InputError(f"{path}: cannot read the checkpoint key ({error.strerror})") from None
+    if problem:
+        raise InputError(f"{path}: the checkpoint key {problem}: it must be private to its owner (chmod 600 {path})")
+    if len(key.strip()) < MIN_KEY_BYTES:
+        raise InputError(f"{path}: the checkpoint key must hold at least {MIN_KEY_BYTES} bytes (e.g. "
+                         f"head -c 32 /dev/urandom > {os.path.basename(path)}), found {len(key.strip())}")
+    return key.strip()
+
+
+def _part(data):
+    return len(data).to_bytes(8, "little") + data
+
+
+def canonical_items(f, path):
+    """Yield the canonical serialization of the open HDF5 file `f`, one byte string per item.
+
+    Every group, dataset and attribute but :data:`TAG`, in sorted order: its
+    kind, full name, and value (an attribute's text, or its dtype, shape and
+    bytes; a dataset's dtype, shape and bytes), each part length-prefixed so
+    that no two files serialize alike. Only hard links are followed.
+
+    Raises
+    ------
+    InputError
+        Naming `path`, if it holds anything else (a soft or external link, a
+        named type) or a dataset that does not store what it declares.
+    """
+    def value(v):
+        if isinstance(v, str):
+            return _part(b"text") + _part(v.encode("utf-8", "surrogatepass"))
+        if isinstance(v, bytes):
+            return _part(b"bytes") + _part(v)
+        array = np.asarray(v)
+        if array.dtype.kind not in "biuf":
+            raise InputError(f"{path}: an attribute of type {array.dtype} is not part of a checkpoint")
+        return _part(array.dtype.str.encode()) + _part(repr(array.shape).encode()) + _part(array.tobytes())
+
+    def walk(group):
+        for name in sorted(group.attrs):
+            if group.name == "/" and name == TAG:
+                continue
+            yield _part(b"attribute") + _part(group.name.encode()) + _part(name.encode()) + value(group.attrs[name])
+        for name in sorted(group):
+            full = f"{group.name.rstrip('/')}/{name}"
+            if not isinstance(group.get(name, getlink=True), h5py.HardLink):
+                raise InputError(f"{path}: {full} is a link, not part of a checkpoint")
+            item = group[name]
+            if isinstance(item, h5py.Group):
+                yield _part(b"group") + _part(full.encode())
+                yield from walk(item)
+            elif isinstance(item, h5py.Dataset):
+                data = read_numbers(f, full, path, "checkpoint", range(33))
+                yield (_part(b"dataset") + _part(full.encode()) + _part(data.dtype.str.encode())
+                       + _part(repr(data.shape).encode()) + _part(np.ascontiguousarray(data).tobytes()))
+            else:
+                raise InputError(f"{path}: {full} is not a group or a dataset")
+
+    yield from walk(f)
+
+
+def authentication_tag(f, key, path):
+    """The HMAC-SHA256 (hex) under `key` of the open checkpoint `f` (:func:`canonical_items`)."""
+    mac = hmac.new(key, b"prbmrm checkpoint v1", hashlib.sha256)
+    for item in canonical_items(f, path):
+        mac.update(item)
+    return mac.hexdigest()
 
 
 def _write_group(group, values):
@@ -97,25 +195,56 @@ class State(dict):
 
 
 def _read_group(group, path):
-    return State({key: _read_group(item, path) if isinstance(item, h5py.Group) else
-                  (item[()].item() if item.shape == () else item[()]) for key, item in group.items()},
-                 path, group.name.removeprefix("/state").lstrip("/") + "/" if group.name != "/state" else "")
+    """The group as a :class:`State`: every dataset checked (:func:`prbmrm.model.read_numbers`) before it is read."""
+    values = {}
+    for key in group:
+        if not isinstance(group.get(key, getlink=True), h5py.HardLink):
+            raise InputError(f"{path}: {group.name}/{key} is a link, not part of a checkpoint")
+        item = group[key]
+        if isinstance(item, h5py.Group):
+            values[key] = _read_group(item, path)
+        else:
+            data = read_numbers(group.file, f"{group.name}/{key}", path, "checkpoint", range(33))
+            values[key] = data.item() if data.shape == () else data
+    return State(values, path, group.name.removeprefix("/state").lstrip("/") + "/" if group.name != "/state" else "")
 
 
-def load_checkpoint(path):
+def load_checkpoint(path, key=None):
     """Read a checkpoint; return ``(state, meta)``.
 
     `state` is a :class:`State`; see :func:`verify_state` for the checks a
-    resumed run makes of it.
+    resumed run makes of it. With a `key`, the file must carry a valid
+    authentication tag (:data:`TAG`), checked before anything is used.
 
     Raises
     ------
     InputError
-        If the file is missing, unreadable or not a prbmrm checkpoint.
+        If the file is missing, unreadable, not a prbmrm checkpoint, or (with
+        a `key`) without a valid tag.
     """
     with read_checked(path, CHECKPOINT_FORMAT, "checkpoint file") as f:
-        meta = {key: json.loads(value) for key, value in f.attrs.items() if key not in ("format", "version")}
-        return _read_group(f["state"], path), meta
+        if key is not None:
+            tag = f.attrs.get(TAG)
+            if not isinstance(tag, str):
+                raise InputError(f"{path}: the checkpoint has no authentication tag ({TAG}): it was written "
+                                 "without a checkpoint key, and cannot be trusted with one")
+            if not hmac.compare_digest(tag.encode("utf-8", "replace"), authentication_tag(f, key, path).encode()):
+                raise InputError(f"{path}: the checkpoint's authentication tag does not match the checkpoint key: "
+                                 "it was changed after it was written, or written with another key")
+        meta = {}
+        for name, value in f.attrs.items():
+            if name in ("format", "version", TAG):
+                continue
+            try:
+                meta[name] = json.loads(value) if isinstance(value, str) else None
+            except (ValueError, RecursionError):
+                meta[name] = None
+            if meta[name] is None or (name in ("options", "fingerprint") and not isinstance(meta[name], dict)):
+                raise InputError(f"{path}: the checkpoint's attribute {name} is not the JSON text of a checkpoint")
+        state = f.get("state")
+        if not isinstance(state, h5py.Group):
+            raise InputError(f"{path}: the checkpoint has no group /state")
+        return _read_group(state, path), meta
 
 
 # Where a solver's state keeps vectors of the length of w, and matrices with rows of that length.
@@ -141,7 +270,8 @@ def verify_state(state, risk, lam, regularizer, path):
     solved again) nor a lower bound the state claims may exceed J(best_w).
     This catches damage and edits that would make a run claim a gap it does
     not have; it is a consistency check, not an authentication (a forger who
-    writes planes that are valid at best_w but not elsewhere is not caught).
+    writes planes that are valid at best_w but not elsewhere is not caught:
+    only a checkpoint key, :func:`load_checkpoint` with `key`, stops one).
 
     Parameters
     ----------
@@ -329,6 +459,8 @@ class Checkpointer:
         The options and data fingerprint stored with every state.
     stop : callable, optional
         ``stop() -> bool``, True when the run must end (a signal arrived).
+    key : bytes, optional
+        Authenticate every checkpoint with this key (:func:`save_checkpoint`).
 
     Attributes
     ----------
@@ -336,8 +468,9 @@ class Checkpointer:
         The iteration of the last checkpoint written.
     """
 
-    def __init__(self, path, every, last, meta, stop=None):
+    def __init__(self, path, every, last, meta, stop=None, key=None):
         self.path = path
+        self.key = key
         self.every = every
         self.last = last
         self.meta = meta
@@ -348,12 +481,12 @@ class Checkpointer:
         stopping = self.stop is not None and self.stop()
         due = stopping or t == self.last or (self.every > 0 and t % self.every == 0)
         if self.path is not None and due:
-            save_checkpoint(self.path, snapshot(), dict(self.meta, iteration=t))
+            save_checkpoint(self.path, snapshot(), dict(self.meta, iteration=t), self.key)
             self.written = t
         return stopping
 
 
-def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_iter=10000, stop=None):
+def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_iter=10000, stop=None, key=None):
     """Prepare the `state` and `checkpoint` keywords of a solver (collective).
 
     Parameters
@@ -373,6 +506,10 @@ def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_
     stop : callable, optional
         ``stop() -> bool``: checked between iterations; True writes a final
         checkpoint and stops the solver.
+    key : str, optional
+        The checkpoint key file (default: the file the environment variable
+        :data:`KEY_VARIABLE` names, if set): checkpoints written are
+        authenticated with it, and the one resumed from must carry a valid tag.
 
     Returns
     -------
@@ -383,27 +520,36 @@ def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_
     Raises
     ------
     UsageError
-        On every rank, if the resume file is unreadable, or its options or
+        On every rank, if the key file or the resume file is unreadable, the
+        resume file lacks a valid tag when a key is given, or its options or
         data fingerprint differ from this run's.
     """
     if path is None and resume is None:
         return {"checkpoint": Checkpointer(None, 0, max_iter, {}, stop)} if stop and comm.is_root else {}
     fingerprint = data_fingerprint(local, comm)
-    options = json.loads(json.dumps({key: options[key] for key in RESUME_OPTIONS}, default=str))
-    state, problem = None, None
-    if comm.is_root and resume is not None:
+    options = json.loads(json.dumps({name: options[name] for name in RESUME_OPTIONS}, default=str))
+    key_file = key if key is not None else os.environ.get(KEY_VARIABLE) or None
+    state, problem, secret = None, None, None
+    if comm.is_root:
         try:
-            state, meta = load_checkpoint(resume)
+            secret = None if key_file is None else read_key(key_file)
+        except InputError as error:
+            problem = f"--checkpoint-key {error}"
+    if comm.is_root and resume is not None and problem is None:
+        try:
+            state, meta = load_checkpoint(resume, secret)
             problem = _mismatch(meta, options, fingerprint)
         except InputError as error:
-            problem = str(error)
+            problem = f"--resume {resume}: {error}"
+        else:
+            problem = None if problem is None else f"--resume {resume}: {problem}"
     problem = comm.bcast_object(problem)
     if problem is not None:
-        raise UsageError(f"--resume {resume}: {problem}")
+        raise UsageError(problem)
     if not comm.is_root:
         return {}
     meta = {"options": options, "fingerprint": fingerprint}
-    keywords = {"checkpoint": Checkpointer(path, every, max_iter, meta, stop)}
+    keywords = {"checkpoint": Checkpointer(path, every, max_iter, meta, stop, secret)}
     if state is not None:
         keywords["state"] = state
     return keywords

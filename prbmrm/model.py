@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 
 from .errors import InputError, UsageError
-from .io.files import temporary_name, write_hdf5
+from .io.files import stored_problem, temporary_name, write_hdf5
 
 MODEL_FORMAT = "prbmrm-model"
 
@@ -197,10 +197,82 @@ def load_model(path):
         If the file is missing, unreadable or not a prbmrm model.
     """
     with read_checked(path, MODEL_FORMAT, "model file") as f:
+        w = read_numbers(f, "w", path, "model file", (1, 2), floats=True, finite=True)
         attrs = {key: _plain(value) for key, value in f.attrs.items()}
-        history = {key: f["history"][key][()] for key in f.get("history", ())}
-        lam_path = {key: f["path"][key][()] for key in f["path"]} if "path" in f else None
-        return Model(w=f["w"][()], bias=attrs["bias"], attrs=attrs, history=history, path=lam_path)
+        _check_attrs(attrs, path, w)
+        history = _read_group(f, "history", path)
+        lam_path = _read_group(f, "path", path) if "path" in f else None
+        return Model(w=w, bias=attrs["bias"], attrs=attrs, history=history, path=lam_path)
+
+
+def read_numbers(f, name, path, what, ndims, floats=False, finite=False):
+    """Read the dataset `name` of the open HDF5 file `f`: numbers stored whole, of one of `ndims` dimensions.
+
+    Checked before anything is read: the dataset's type (floating point if
+    `floats`), its dimensions and that the file stores the bytes its shape
+    declares (:func:`prbmrm.io.files.stored_problem`); then, if `finite`,
+    that the values are finite.
+
+    Raises
+    ------
+    InputError
+        Naming `path`, `what` and the dataset.
+    """
+    item, name = f.get(name), name.lstrip("/")
+    if not isinstance(item, h5py.Dataset):
+        raise InputError(f"{path}: the {what} has no dataset /{name}" if item is None
+                         else f"{path}: /{name} of the {what} is not a dataset")
+    problem = stored_problem(item)
+    if problem is None and floats and item.dtype.kind != "f":
+        problem = f"has type {item.dtype}, not floating point"
+    if problem is None and item.ndim not in ndims:
+        problem = f"has {item.ndim} dimensions, expected {' or '.join(map(str, ndims))}"
+    if problem is not None:
+        raise InputError(f"{path}: /{name} of the {what} {problem}")
+    values = item[()]
+    if finite and not np.isfinite(values).all():
+        raise InputError(f"{path}: /{name} of the {what} holds non-finite values")
+    return values
+
+
+def _read_group(f, name, path):
+    group = f.get(name, {})
+    if not isinstance(group, (h5py.Group, dict)):
+        raise InputError(f"{path}: /{name} of the model file is not a group")
+    return {key: read_numbers(f, f"{name}/{key}", path, "model file", (1, 2, 3)) for key in group}
+
+
+# The model's attributes that methods read, and what each must be.
+_TEXT = ("loss", "label_kind", "loss_params")
+_REALS = ("positive", "negative", "lam")
+
+
+def _check_attrs(attrs, path, w):
+    """Check the types of the attributes the :class:`Model` methods read (InputError naming `path`)."""
+    def refuse(key, what):
+        raise InputError(f"{path}: the model file's attribute {key} is {str(attrs[key])[:40]!r}, not {what}")
+
+    if "bias" not in attrs:
+        raise InputError(f"{path}: the model file has no attribute bias")
+    bias = np.asarray(attrs["bias"])
+    if bias.dtype.kind not in "iuf" or bias.shape not in ((), w.shape[1:]) or not np.isfinite(bias).all():
+        refuse("bias", f"finite numbers of shape {w.shape[1:]}")
+    for key in _TEXT:
+        if key in attrs and not isinstance(attrs[key], str):
+            refuse(key, "text")
+    if "loss_params" in attrs:
+        try:
+            if not isinstance(json.loads(attrs["loss_params"]), dict):
+                raise ValueError
+        except (ValueError, RecursionError):
+            refuse("loss_params", "a JSON object")
+    for key in _REALS:
+        if key in attrs and not (isinstance(attrs[key], (int, float)) and np.isfinite(attrs[key])):
+            refuse(key, "a finite number")
+    if "classes" in attrs:
+        classes = np.asarray(attrs["classes"])
+        if classes.ndim > 1 or classes.dtype.kind not in "iuf" or not np.isfinite(classes).all():
+            refuse("classes", "a list of finite numbers")
 
 
 @contextlib.contextmanager
@@ -214,7 +286,8 @@ def read_checked(path, file_format, what):
     """
     try:
         with h5py.File(path, "r") as f:
-            if f.attrs.get("format") != file_format:
+            found = f.attrs.get("format")
+            if not isinstance(found, str) or found != file_format:
                 raise InputError(f"{path}: not a prbmrm {what}")
             yield f
     except OSError as error:

@@ -170,6 +170,10 @@ class Checkpointing:
                                    help="checkpoint every N iterations (default 0: only at the end and on a signal)")
     resume: object = option(None, "--resume", metavar="PATH",
                             help="continue from this checkpoint (same options and data)")
+    checkpoint_key: object = option(None, "--checkpoint-key", metavar="FILE",
+                                    help="authenticate checkpoints with the secret key in FILE (default: the file "
+                                    "$PRBMRM_CHECKPOINT_KEY names): each one written carries an HMAC-SHA256 tag, "
+                                    "and --resume refuses a checkpoint without a valid one")
     resume_if_exists: bool = option(False, "--resume-if-exists", action="store_true",
                                     help="continue from the --checkpoint file if it exists, else start afresh: "
                                     "the same command starts or continues a run (a requeued batch job)")

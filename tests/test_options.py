@@ -19,6 +19,7 @@ SAMPLES = {
     "epsilon": ("1e-5", 1e-5), "rel_epsilon": ("1e-4", 1e-4), "max_iter": ("7", 7),
     "idle_age": ("3", 3), "bundle_size": ("5", 5), "bundle_memory": ("2GB", 2 * 10**9),
     "checkpoint": ("ck.h5", "ck.h5"), "checkpoint_every": ("2", 2), "resume": ("r.h5", "r.h5"),
+    "checkpoint_key": ("key", "key"),
     "resume_if_exists": (True, True),
     "model_to": ("0,2", [0, 2]), "allow_score_sharing": (True, True), "verify_coordinator": (True, True),
     "audit_log": ("a-{rank}.jsonl", "a-{rank}.jsonl"), "dp_epsilon": ("1.5", 1.5), "dp_delta": ("1e-6", 1e-6),

@@ -181,7 +181,7 @@ _TOML_TYPES = {bool: "true or false", int: "an integer", float: "a number", str:
 
 
 def _toml_type(value):
-    return next(name for kind, name in _TOML_TYPES.items() if isinstance(value, kind))
+    return next((name for kind, name in _TOML_TYPES.items() if isinstance(value, kind)), "a date or time")
 
 
 def _expect(ok, what, value, where):

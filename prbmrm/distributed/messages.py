@@ -16,6 +16,7 @@ Imports: numpy; of prbmrm: :mod:`prbmrm.errors`.
 
 import base64
 import json
+import math
 
 import numpy as np
 
@@ -79,18 +80,19 @@ def encode(obj):
 
 def _array(tag):
     if not (isinstance(tag, list) and len(tag) == 3 and tag[0] in _DTYPES and isinstance(tag[1], list)
-            and all(isinstance(n, int) and n >= 0 for n in tag[1]) and isinstance(tag[2], str)):
+            and len(tag[1]) <= 32 and all(type(n) is int and 0 <= n < 2**63 for n in tag[1])
+            and isinstance(tag[2], str)):
         raise ValueError("a malformed array tag")
     dtype = np.dtype(tag[0])
     data = base64.b64decode(tag[2].encode("ascii"), validate=True)
-    if len(data) != dtype.itemsize * int(np.prod(tag[1], dtype=np.int64)):
+    if len(data) != dtype.itemsize * math.prod(tag[1]):  # Python integers: no wrap-around
         raise ValueError(f"an array of shape {tuple(tag[1])} and dtype {dtype} with {len(data)} bytes")
     return np.frombuffer(data, dtype=dtype).reshape(tag[1]).copy()
 
 
 def _hook(pairs):
     if pairs and pairs[0][0] in (_ARRAY, _BYTES):
-        if len(pairs) != 1 or not isinstance(pairs[0][1], (list, str)):
+        if len(pairs) != 1 or not isinstance(pairs[0][1], list if pairs[0][0] == _ARRAY else str):
             raise ValueError("a malformed tag")
         if pairs[0][0] == _ARRAY:
             return _array(pairs[0][1])

@@ -13,6 +13,12 @@ each output a job writes (model, checkpoint, JSON log), so a second job
 given the same name stops at once, naming the file and the job that holds
 it, instead of both writing it.
 
+The reading side has the checks every HDF5 file prbmrm reads shares:
+:func:`stored_problem` (a dataset's declared size against the bytes the file
+stores, before anything is read), :func:`check_memory` (a size a file
+declares against the memory available, before anything is allocated) and
+:func:`private_problem` (a secret file readable by others).
+
 Imports: h5py and :mod:`prbmrm.errors` only.
 """
 
@@ -22,6 +28,7 @@ import fcntl
 import io
 import os
 import platform
+import stat
 
 import h5py
 
@@ -102,6 +109,71 @@ def write_image(path, image):
         os.close(descriptor)
 
 
+def private_problem(status):
+    """Why a secret file of ``os.stat`` result `status` is not private to the running user, or None.
+
+    As ssh refuses a private key that its group or others may read or write.
+    """
+    if status.st_mode & 0o077:
+        return f"is accessible to others (mode {stat.S_IMODE(status.st_mode):04o})"
+    if hasattr(os, "geteuid") and status.st_uid != os.geteuid():
+        return f"belongs to another user (uid {status.st_uid})"
+    return None
+
+
+def stored_problem(dataset):
+    """What is wrong with the size of the HDF5 `dataset` (as a phrase), or None.
+
+    A file may declare a dataset of any shape while storing nothing (HDF5
+    allocates late and reads unwritten parts as fill values): reading it
+    would allocate what the shape says. prbmrm writes every dataset whole,
+    contiguous and uncompressed, so its stored bytes must cover its shape.
+    """
+    if dataset.dtype.kind not in "biuf" or dataset.dtype.itemsize > 8:
+        return f"has type {dataset.dtype}, not a number type"
+    declared = dataset.size * dataset.dtype.itemsize
+    if dataset.compression is not None or dataset.id.get_create_plist().get_nfilters():
+        return "is compressed (prbmrm's files store datasets uncompressed)"
+    stored = dataset.id.get_storage_size()
+    if stored < declared:
+        return (f"declares {dataset.shape} values of {dataset.dtype} ({_bytes(declared)}) but stores "
+                f"{_bytes(stored)}")
+    return None
+
+
+def _bytes(n):
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def available_memory():
+    """Bytes of memory available to this process now (Linux: ``MemAvailable``; else free pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_memory(path, nbytes, what):
+    """Raise unless `nbytes` (what `path` declares it needs, `what`) fits in the memory available.
+
+    Raises
+    ------
+    InputError
+        Naming `path`, `what` and both sizes.
+    """
+    available = available_memory()
+    if nbytes > available:
+        raise InputError(f"{path}: {what} needs {_bytes(nbytes)}, more than the {_bytes(available)} of memory "
+                         "available")
+
+
 def lock_name(path):
     """The lock file ``.NAME.lock`` of the output `path`."""
     directory, name = os.path.split(os.path.abspath(path))
@@ -180,9 +252,16 @@ class OutputClaim:
                 pass
             os.close(descriptor)
         started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, f"{self.program} (pid {os.getpid()} on {platform.node()}, "
-                              f"started {started})\n".encode(), 0)
+        try:
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, f"{self.program} (pid {os.getpid()} on {platform.node()}, "
+                                  f"started {started})\n".encode(), 0)
+        except OSError as error:  # a full disk or quota: the lock file is ours, remove it
+            with contextlib.suppress(OSError):
+                os.remove(lock)
+            os.close(descriptor)
+            raise InputError(f"{path}: cannot write the {option} file: cannot write its lock file {lock} "
+                             f"({error.strerror or error})") from None
         return descriptor
 
     def __exit__(self, *exc):

@@ -7,7 +7,7 @@ imports MPI. A problem on any rank becomes the same :class:`prbmrm.errors.Collec
 on every rank. Rows are cut into canonical blocks that do not depend on the number of
 ranks, so sums over them, and results, are bitwise the same on any number of ranks.
 
-Imports: h5py, numpy, scipy, :mod:`prbmrm.io.arrays` and :mod:`prbmrm.io.shards`.
+Imports: h5py, numpy, scipy, :mod:`prbmrm.io.arrays`, :mod:`prbmrm.io.files` and :mod:`prbmrm.io.shards`.
 """
 
 from dataclasses import dataclass, field
@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import CollectiveError, InputError
+from .files import check_memory
 from .arrays import (_as_matrix, _as_qid, check_finite, _check_indicator, _fmt_num, _fmt_values,
     _INDEX_LIMIT, _prepare_labels, _raw_negative, row_bounds, _row_costs, STRUCTURED, _with_bias)
 from .shards import _AGREED, _conversions, LAYOUTS, list_shards, open_shard, _shard_meta, spec_label, survey_shards
@@ -169,6 +170,7 @@ def read_shard_rows(metas, bias, as_dense=False):
         idx = np.int32 if max(nnz, d) < _INDEX_LIMIT else np.int64
         data, indices, indptr = np.empty(nnz), np.empty(nnz, idx), np.zeros(n + 1, idx)
     else:
+        check_memory(metas[0]["path"], 8 * n * (d + bias), f"holding {n} rows of {d + bias} features dense")
         X = np.zeros((n, d + bias)) if sparse else np.empty((n, d + bias))
         X[:, d:] = 1.0
     row = pos = 0

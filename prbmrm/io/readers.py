@@ -3,7 +3,7 @@
 :func:`read_input` turns one file into arrays (X, y, qid) with one clear
 message per problem, naming the file and line.
 
-Imports: numpy, scipy, scikit-learn (the SVMlight parser) and :mod:`prbmrm.io.arrays`.
+Imports: numpy, scipy, scikit-learn (the SVMlight parser), :mod:`prbmrm.io.arrays` and :mod:`prbmrm.io.files`.
 """
 
 import bz2
@@ -12,18 +12,21 @@ import gzip
 import io
 import itertools
 import lzma
+import math
 import os
 import zipfile
+import zlib
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
+from .files import check_memory
 from .arrays import (_as_array, _as_matrix, _as_qid, check_finite, _check_indicator, _is_indicator,
     _is_number, _label_sets)
 
 _OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
-_READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
+_READ_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)  # zlib.error: a damaged .gz stream
 
 # ---- Reading input files ------------------------------------------------
 
@@ -129,7 +132,7 @@ def _read_svmlight(path, multilabel):
         with _open_binary(path) as f:
             X, y, qid = load_svmlight_file(f, dtype=np.float64, multilabel=multilabel,
                                            zero_based=True, query_id=True)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:  # OverflowError: an index or qid beyond 64 or 32 bits
         raise _svmlight_error(path, exc, multilabel) from None
     except _READ_ERRORS as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
@@ -187,6 +190,8 @@ def _locate_svmlight_error(path, multilabel, chunk=4096):
         try:
             load_svmlight_file(io.BytesIO(b"".join(lines)), multilabel=multilabel,
                                zero_based=True, query_id=True)
+        except OverflowError:
+            return "a feature index or query id too large (feature indices must be below 2^31)"
         except ValueError as exc:
             return str(exc)
         return None
@@ -287,7 +292,40 @@ def _csv_error(path, exc, skip, label_column):
     return InputError(f"{path}: malformed CSV input: {exc}")
 
 
+def _check_npz_sizes(path):
+    """Refuse an ``.npz`` member whose header declares more values than it stores, or than memory holds.
+
+    Read before :func:`numpy.load`, which allocates what a header declares before reading a
+    compressed or zipped member.
+    """
+    declared = 0
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                if version not in ((1, 0), (2, 0)):
+                    raise InputError(f"{path}: {info.filename}: .npy format version {version} is not supported")
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read_header(member)
+                size = math.prod(shape) * dtype.itemsize
+                stored = info.file_size - member.tell()
+                if size > stored:
+                    raise InputError(f"{path}: {info.filename} declares {shape} values of {dtype} ({size} bytes) "
+                                     f"but stores {max(stored, 0)} bytes")
+                declared += size
+    check_memory(path, declared, "its arrays")
+
+
 def _read_npz(path, multilabel, multioutput):
+    try:
+        _check_npz_sizes(path)
+    except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, RuntimeError, zlib.error) as exc:
+        # ValueError: a malformed .npy header; NotImplementedError, RuntimeError: a compression method
+        # zipfile lacks, an encrypted member
+        raise InputError(f"{path}: not a readable .npz file: {' '.join(str(exc).split())[:200]}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
@@ -304,7 +342,8 @@ def _read_npz(path, multilabel, multioutput):
     if "X" in arrays:
         X = arrays["X"]
     elif {"data", "indices", "indptr", "shape"} <= arrays.keys():
-        fmt = np.asarray(arrays.get("format", "csr")).astype(str).item()
+        fmt = np.asarray(arrays.get("format", "csr"))
+        fmt = fmt.astype(str).item() if fmt.size == 1 and fmt.dtype.kind in "SU" else repr(fmt.tolist())
         if fmt not in ("csr", "csc"):
             raise InputError(f"{path}: sparse format {fmt!r} is not supported (csr or csc)")
         try:
@@ -312,7 +351,7 @@ def _read_npz(path, multilabel, multioutput):
                 (arrays["data"], arrays["indices"], arrays["indptr"]),
                 shape=tuple(int(s) for s in arrays["shape"]))
             X.check_format(full_check=True)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             raise InputError(f"{path}: invalid sparse matrix: {exc}") from None
     else:
         raise InputError(f"{path}: no feature arrays: expected 'X' (dense) or "

@@ -52,7 +52,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
-from .files import hdf5_image, write_image
+from .files import check_memory, hdf5_image, stored_problem, write_image
 from ..plugins import load_builtin_plugins
 from .arrays import (_as_matrix, _as_qid, check_finite, _fmt_values, _INDEX_LIMIT, LABEL_KINDS,
     _prepare_labels, _raw_negative, row_bounds, _row_costs, _rows, STRUCTURED)
@@ -383,58 +383,126 @@ def _check_position(path, count, index, pos, files, label):
                          "(renamed or mixed shard files?)")
 
 
+def _show(value):
+    text = repr(value.tolist() if isinstance(value, np.ndarray) else value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _scalar_attr(a, name, path, kinds, what):
+    """The attribute `name` as a Python scalar of a dtype kind in `kinds`; InputError naming it otherwise."""
+    value = a[name]
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in kinds:
+        raise InputError(f"{path}: attribute {name} is {_show(value)}, not {what}")
+    return array.reshape(()).item()
+
+
+def _count_attr(a, name, path, low=0):
+    value = _scalar_attr(a, name, path, "iu", "an integer")
+    if value < low:
+        raise InputError(f"{path}: attribute {name} is {value}, expected at least {low}")
+    return int(value)
+
+
+def _real_attr(a, name, path):
+    value = float(_scalar_attr(a, name, path, "iuf", "a number"))
+    if not np.isfinite(value):
+        raise InputError(f"{path}: attribute {name} is {value}, not a finite number")
+    return value
+
+
+def _dataset(f, name, path, kinds, what):
+    """The HDF5 dataset `name` of shard `f`, checked: a dataset, of a dtype kind in `kinds`, stored whole."""
+    item = f.get(name)
+    if not isinstance(item, h5py.Dataset):
+        raise InputError(f"{path}: /{name} is {'missing' if item is None else 'not a dataset'}")
+    if item.dtype.kind not in kinds:
+        raise InputError(f"{path}: /{name} has type {item.dtype}, not {what}")
+    problem = stored_problem(item)
+    if problem is not None:
+        raise InputError(f"{path}: /{name} {problem}")
+    return item
+
+
+_FLOATS = ("f", "floating-point values")
+_INTEGERS = ("iu", "integers")
+_NUMBERS = ("iuf", "numbers")
+VECTORS_IN_MEMORY = 3
+"""Vectors of n_features + 1 float64 a run holds at the least (w, a subgradient, a cutting plane):
+what a shard's declared width is checked against the memory available."""
+
+
 def _shard_meta(path, pos, files, label, positioned=True):
     """Open one shard, check its attributes and structure; return its metadata.
 
-    Reads only attributes, shapes and ``indptr`` (n + 1 integers). With
-    `positioned` False the caller checks its place among `files` later
-    (:func:`_check_position`, with the metadata's ``count`` and ``index``).
+    Reads only attributes, shapes and ``indptr`` (n + 1 integers), after
+    checking that each dataset's type is the format's and that the file stores
+    the bytes its shape declares; the declared width is checked against the
+    memory available. With `positioned` False the caller checks its place
+    among `files` later (:func:`_check_position`, with the metadata's
+    ``count`` and ``index``).
     """
     with open_shard(path) as f:
         a = f.attrs
         if _attr_str(a.get("format")) != FORMAT:
             got = repr(_attr_str(a["format"])) if "format" in a else "missing"
-            raise InputError(f"{path}: not a prbmrm shard file (format attribute is {got})")
-        version = int(a["format_version"]) if "format_version" in a else "missing"
+            raise InputError(f"{path}: not a prbmrm shard file (format attribute is {_show(got)})")
+        version = _count_attr(a, "format_version", path) if "format_version" in a else "missing"
         if version != FORMAT_VERSION:
             raise InputError(f"{path}: shard format version {version} is not supported "
                              f"(this prbmrm reads version {FORMAT_VERSION})")
-        count, index = int(a["shard_count"]), int(a["shard_index"])
+        count, index = _count_attr(a, "shard_count", path, 1), _count_attr(a, "shard_index", path)
         if positioned:
             _check_position(path, count, index, pos, files, label)
-        n, d, kind = int(a["n_examples"]), int(a["n_features"]), _attr_str(a["label_kind"])
+        n, d = _count_attr(a, "n_examples", path), _count_attr(a, "n_features", path)
+        kind = _attr_str(a["label_kind"])
+        check_memory(path, VECTORS_IN_MEMORY * 8 * (d + 1), f"n_features = {d} (the model's vectors)")
         if kind not in LABEL_KINDS and kind not in LAYOUTS:
             load_builtin_plugins()  # the structured package registers its layout
         if kind not in LABEL_KINDS and kind not in LAYOUTS:
-            raise InputError(f"{path}: unknown label_kind {kind!r}")
+            raise InputError(f"{path}: unknown label_kind {_show(kind)}")
         meta = dict(path=path, n=n, d=d, kind=kind, classes=None, sparse=False,
-                    n_total=int(a["n_examples_total"]), has_qid="qid" in f, nnz=0, labels="",
-                    positive=float(a["positive"]) if "positive" in a else None,
-                    exact=bool(a.get("exact_width", False)),
-                    negative=float(a["negative"]) if "negative" in a else None, count=count, index=index)
+                    n_total=_count_attr(a, "n_examples_total", path), has_qid="qid" in f, nnz=0, labels="",
+                    positive=_real_attr(a, "positive", path) if "positive" in a else None,
+                    exact=bool(_scalar_attr(a, "exact_width", path, "biu", "a flag")) if "exact_width" in a
+                    else False,
+                    negative=_real_attr(a, "negative", path) if "negative" in a else None, count=count, index=index)
         if kind in LAYOUTS:
             return LAYOUTS[kind].check(f, meta)
-        classes = None if kind == "real" else np.atleast_1d(a["classes"]).astype(np.float64)
-        X, sparse = f["X"], isinstance(f["X"], h5py.Group)
-        shape = tuple(int(s) for s in X.attrs.get("shape", ())) if sparse else X.shape
+        classes = None
+        if kind != "real":
+            classes = np.atleast_1d(a["classes"])
+            if classes.ndim != 1 or classes.dtype.kind not in "iuf" or not np.isfinite(classes).all():
+                raise InputError(f"{path}: attribute classes is {_show(classes)}, not a list of finite numbers")
+            classes = classes.astype(np.float64)
+        X, sparse = f.get("X"), isinstance(f.get("X"), h5py.Group)
+        if sparse:
+            shape = X.attrs.get("shape", ())
+            shape = (tuple(int(s) for s in shape) if np.ndim(shape) == 1 and np.asarray(shape).dtype.kind in "iu"
+                     else _show(shape))
+        else:
+            shape = _dataset(f, "X", path, *_FLOATS).shape
         if shape != (n, d):
             raise InputError(f"{path}: /X has shape {shape}, but the attributes say ({n}, {d})")
         meta.update(classes=classes, sparse=sparse)
         if sparse:
             enc = _attr_str(X.attrs.get("encoding-type"))
             if enc != "csr_matrix":
-                raise InputError(f"{path}: /X has encoding-type {enc!r}, expected 'csr_matrix'")
-            nnz, indptr = X["data"].shape[0], X["indptr"][()].astype(np.int64)
-            if (X["data"].shape != (nnz,) or X["indices"].shape != (nnz,)
-                    or indptr.shape != (n + 1,) or indptr[0] != 0 or indptr[-1] != nnz
+                raise InputError(f"{path}: /X has encoding-type {_show(enc)}, expected 'csr_matrix'")
+            data, indices = _dataset(f, "X/data", path, *_FLOATS), _dataset(f, "X/indices", path, *_INTEGERS)
+            indptr = _dataset(f, "X/indptr", path, *_INTEGERS)
+            nnz = data.shape[0] if data.ndim == 1 else -1
+            indptr = indptr[()].astype(np.int64) if indptr.shape == (n + 1,) else None
+            if (nnz < 0 or indices.shape != (nnz,) or indptr is None or indptr[0] != 0 or indptr[-1] != nnz
                     or np.any(np.diff(indptr) < 0)):
                 raise InputError(f"{path}: /X/data, /X/indices and /X/indptr do not make a "
                                  f"CSR matrix of {n} rows")
             meta.update(nnz=nnz, indptr=indptr)
         want = (n, classes.size) if kind in ("multilabel", "multioutput") else (n,)
-        if f["y"].shape != want:
-            raise InputError(f"{path}: /y has shape {f['y'].shape}, expected {want}")
-        if meta["has_qid"] and f["qid"].shape != (n,):
+        y = _dataset(f, "y", path, *_NUMBERS)
+        if y.shape != want:
+            raise InputError(f"{path}: /y has shape {y.shape}, expected {want}")
+        if meta["has_qid"] and _dataset(f, "qid", path, *_INTEGERS).shape != (n,):
             raise InputError(f"{path}: /qid has shape {f['qid'].shape}, expected ({n},)")
         return meta
 

@@ -21,11 +21,15 @@ that obeys the run's bounds:
 
 A party that scales its sums by a negative factor, adds a constant to
 them, or switches to large values during a run breaks one of these at
-once. A lie that stays convex, bounded and consistent from the first
-evaluation on (a party reporting a scaled or shifted copy of its own risk
-within the bounds) cannot be told from honest data without zero-knowledge
-proofs of each party's computation, and secure aggregation hides which
-party lied: the message names the check, not the party.
+once. A lie whose values and planes, with the honest ones before it, stay
+consistent with some convex function above the floor passes: a scaled or
+shifted copy of the party's own risk from the first evaluation on, and
+also one that starts later if the earlier planes happen to lie below the
+lied values (measured in docs/party.md: x0.5 from the third evaluation
+passes, from the fourth is caught). It cannot be told from honest data
+without zero-knowledge proofs of each party's computation, and secure
+aggregation hides which party lied: the message names the check, not the
+party.
 
 Imports: numpy; of prbmrm: :mod:`prbmrm.errors`.
 """

@@ -6,14 +6,20 @@ wraps a communicator so that every sum of floats or integers (the risk and
 gradient buffer of :class:`prbmrm.distributed.oracle.DistributedRisk`, the count of
 examples) is computed as follows:
 
-1. At start-up each party makes an ephemeral X25519 key pair and sends its
-   public key to all, signed with its long-term Ed25519 signing key (a
-   fixed 128-byte message: signing key, X25519 key, signature). Every party
+1. At start-up each party sends a fresh 32-byte nonce to all; the run
+   identifier is the hash of every party's nonce (:func:`run_identifier`).
+   Then each party makes an ephemeral X25519 key pair and sends its
+   public key to all, signed with its long-term Ed25519 signing key over
+   the run identifier, its rank and the party count (a fixed 128-byte
+   message: signing key, X25519 key, signature), so a message recorded in
+   another run never verifies. Every party
    checks each signature and, given a roster (the expected signing keys, see
    ``python -m prbmrm.party.session keygen``), that each party's signing key is the
-   roster's: a substituted key stops the run naming the party. Each pair of
+   roster's: a substituted key stops the run naming the party, and so do
+   two parties with one signing key. Each pair of
    parties (p, q) derives the same 256-bit key ``k_pq`` by X25519 and
-   HKDF-SHA256, salted with the hash of every message of the exchange.
+   HKDF-SHA256, salted with the hash of the run identifier and every
+   message of the exchange.
 2. Each sum is one message in ``Z_2^64``: a party's values, rounded to fixed
    point on a scale common to all parties, as int64 read modulo 2^64, plus
    ``sum_{q > p} m_pq - sum_{q < p} m_qp`` where ``m_pq`` is the ChaCha20
@@ -85,7 +91,8 @@ MAX_EXPONENT = 1100
 _OVERFLOW, _NONFINITE, _DEVIATION = range(3)
 _STATUS = 3
 _KEY_MESSAGE = 128  # Ed25519 public key, X25519 public key, Ed25519 signature
-_SIGNED = b"prbmrm key agreement v1"
+_SIGNED = b"prbmrm key agreement v2"
+_NONCE = 32  # bytes of each party's fresh contribution to the run identifier
 
 
 def keystream(key, counter, n):
@@ -131,20 +138,43 @@ def fingerprint(public):
     return hashlib.sha256(public).hexdigest()[:16]
 
 
-def _signed_text(party, size, exchange_key):
-    return _SIGNED + party.to_bytes(4, "little") + size.to_bytes(4, "little") + exchange_key
+def run_identifier(nonces):
+    """The run identifier: SHA-256 of every party's fresh nonce, in rank order.
+
+    Every party contributes a nonce it has just drawn, so no party (and no
+    recording of an earlier run) can make a run's identifier repeat; each
+    key agreement message is signed over it, so none verifies in another run.
+    """
+    return hashlib.sha256(b"prbmrm run " + b"".join(nonces)).digest()
 
 
-def _key_problem(party, size, message, roster):
+def _signed_text(run_id, party, size, exchange_key):
+    return _SIGNED + run_id + party.to_bytes(4, "little") + size.to_bytes(4, "little") + exchange_key
+
+
+def _key_problem(run_id, party, size, message, roster):
     """What is wrong with party `party`'s key agreement message, or None."""
     signing, exchange, signature = message[:32], message[32:64], message[64:]
     if roster is not None and signing != roster[party]:
         return (f"party {party}'s signing key (fingerprint {fingerprint(signing)}) is not the one of the "
                 f"roster ({fingerprint(roster[party])}): a substituted key")
     try:
-        Ed25519PublicKey.from_public_bytes(signing).verify(signature, _signed_text(party, size, exchange))
+        Ed25519PublicKey.from_public_bytes(signing).verify(signature, _signed_text(run_id, party, size, exchange))
     except (InvalidSignature, ValueError):
-        return f"party {party}'s key agreement message is not signed by its signing key"
+        return (f"party {party}'s key agreement message is not signed by its signing key for this run "
+                f"(run {run_id.hex()[:16]}): forged, or replayed from another run")
+    return None
+
+
+def _shared_key_problem(messages):
+    """Name two parties that sent the same signing key (one holder playing two parties), or None."""
+    first = {}
+    for party, message in enumerate(messages):
+        q = first.setdefault(message[:32], party)
+        if q != party:
+            return (f"party {party} and party {q} sent the same signing key (fingerprint "
+                    f"{fingerprint(message[:32])}): one key holder would play two parties and learn a third "
+                    "party's sums")
     return None
 
 
@@ -176,6 +206,9 @@ class SecureComm:
 
     Attributes
     ----------
+    run_id : bytes
+        The run identifier (:func:`run_identifier`): every party's key
+        message is signed over it, and the pairwise keys derive from it.
     fingerprints : list of str
         Fingerprint of every party's signing key, in rank order: what the
         parties compare out of band when they have no roster.
@@ -193,9 +226,11 @@ class SecureComm:
     Raises
     ------
     UsageError
-        On every rank, with fewer than 3 ranks or a roster of another size.
+        On every rank, with fewer than 3 ranks or a roster of another size or
+        that lists a key twice.
     CollectiveError
-        On every rank, naming the party whose key message does not verify.
+        On every rank, naming the party whose key message does not verify
+        (forged, or replayed from another run), or two parties with one key.
     """
 
     def __init__(self, comm, noise_std=0.0, signing_key=None, roster=None, allow_scores=False):
@@ -205,25 +240,27 @@ class SecureComm:
                              "its own from the sum (start one rank per party, at least 3)")
         if roster is not None and len(roster) != comm.size:
             raise UsageError(f"the roster lists {len(roster)} parties, the run has {comm.size}")
+        if roster is not None and len(set(roster)) != len(roster):
+            raise UsageError("the roster lists a key twice: its holder would play two parties "
+                             "(python -m prbmrm.party.keys roster refuses such a roster)")
         self.comm = comm
         self.noise_std = float(noise_std)
         self.allow_scores = allow_scores
         signing_key = Ed25519PrivateKey.generate() if signing_key is None else signing_key
+        # First every party's fresh nonce: the run identifier every signature below binds.
+        self.run_id = run_identifier(self._exchange(comm, os.urandom(_NONCE)))
         private = X25519PrivateKey.generate()
         exchange = _raw(private.public_key())
         mine = (_raw(signing_key.public_key()) + exchange
-                + signing_key.sign(_signed_text(comm.rank, comm.size, exchange)))
-        messages = []
-        for r in range(comm.size):
-            # A fixed-size buffer: 128 bytes travel as 16 float64, bit for bit.
-            buf = np.frombuffer(mine, dtype=np.float64).copy() if r == comm.rank else np.empty(16)
-            messages.append(comm.bcast_array(buf, root=r).tobytes())
-        problems = [_key_problem(r, comm.size, m, roster) for r, m in enumerate(messages) if r != comm.rank]
-        problem = next((p for p in problems if p is not None), None)
+                + signing_key.sign(_signed_text(self.run_id, comm.rank, comm.size, exchange)))
+        messages = self._exchange(comm, mine)
+        problems = [_key_problem(self.run_id, r, comm.size, m, roster)
+                    for r, m in enumerate(messages) if r != comm.rank]
+        problem = next((p for p in problems if p is not None), None) or _shared_key_problem(messages)
         comm.check(None if problem is None else InputError(f"party {comm.rank} found that {problem}"))
         self.fingerprints = [fingerprint(m[:32]) for m in messages]
         self.authenticated = roster is not None
-        session = hashlib.sha256(b"".join(messages)).digest()
+        session = hashlib.sha256(self.run_id + b"".join(messages)).digest()
         self._keys = {}
         for peer, message in enumerate(messages):
             if peer == comm.rank:
@@ -239,6 +276,16 @@ class SecureComm:
         self.rescales = 0
         self.messages = 0
         self.nonfinite = []
+
+    @staticmethod
+    def _exchange(comm, mine):
+        """Every party's fixed-size byte string `mine`, in rank order (one broadcast from each)."""
+        messages = []
+        for r in range(comm.size):
+            # A fixed-size buffer: the bytes travel as float64, bit for bit, never parsed.
+            buf = np.frombuffer(mine, dtype=np.float64).copy() if r == comm.rank else np.empty(len(mine) // 8)
+            messages.append(comm.bcast_array(buf, root=r).tobytes())
+        return messages
 
     # The public calls of the wrapped communicator, and nothing else.
     rank = property(lambda self: self.comm.rank)
@@ -442,4 +489,4 @@ class SecureComm:
 
 
 __all__ = ["MAX_EXPONENT", "MIN_PARTIES", "RESCALE_BITS", "SecureComm", "fingerprint", "gaussian_noise",
-           "keystream"]
+           "keystream", "run_identifier"]

@@ -93,6 +93,28 @@ def patch(scenario, marker):
             comm.bcast_array = original
 
         SecureComm.__init__ = init
+    elif scenario in ("record-key", "replay-key"):  # a key message recorded in one run, replayed in the next
+        honest = SecureComm.__init__
+        recording = f"{marker}.key-message"
+
+        def init(self, comm, *args, **kwargs):
+            original = comm.bcast_array
+
+            def bcast_array(buf, root=0):
+                if root == comm.rank and buf.size == 16:
+                    if scenario == "record-key":
+                        with open(recording, "wb") as f:
+                            f.write(buf.tobytes())
+                    else:
+                        with open(recording, "rb") as f:
+                            buf[:] = np.frombuffer(f.read(), dtype=np.float64)
+                return original(buf, root)
+
+            comm.bcast_array = bcast_array
+            honest(self, comm, *args, **kwargs)
+            comm.bcast_array = original
+
+        SecureComm.__init__ = init
     elif scenario in ("wrong-shape", "wrong-dtype"):
         import prbmrm.party.session
 
@@ -145,6 +167,9 @@ def patch(scenario, marker):
         poison(lambda p: -50.0 * p)
     elif scenario == "times-1e300":
         poison(lambda p: 1e300 * p)
+    elif scenario.startswith("scale:"):  # scale:FACTOR:START, bounded lies measured in docs/party.md
+        factor, start = scenario.split(":")[1:]
+        poison(lambda p: float(factor) * p, start=int(start))
     elif scenario == "offset":
         poison(lambda p: p + 100.0)
     elif scenario == "nan":

@@ -127,6 +127,55 @@ def test_keys_checked_against_the_roster_and_a_substituted_key_is_named(sites, t
 
 
 @pytest.mark.timeout(300)
+def test_a_key_message_replayed_from_an_earlier_run_is_refused_naming_the_party(sites, tmp_path):
+    options = keys(tmp_path)
+    completed, _ = hostile_run(sites, tmp_path, "record-key", 1, *options)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert (tmp_path / "marker.key-message").stat().st_size == 128
+    for model in tmp_path.glob("model-*.h5"):
+        model.unlink()
+    # Party 1's key message of the first run, byte for byte: signed, by the roster's key, for another run.
+    completed, _ = hostile_run(sites, tmp_path, "replay-key", 1, *options)
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    found = errors(completed)
+    assert len(found) == 1 and "Traceback" not in completed.stderr, completed.stderr[-3000:]
+    assert re.search(r"party [02] found that party 1's key agreement message is not signed by its signing key "
+                     r"for this run \(run [0-9a-f]{16}\): forged, or replayed from another run", found[0]), found[0]
+    assert not list(tmp_path.glob("model-*.h5"))
+
+
+@pytest.mark.timeout(300)
+def test_a_roster_with_a_repeated_key_and_a_shared_secret_key_are_refused_at_the_run(sites, tmp_path):
+    options = keys(tmp_path)
+    roster = json.load(open(tmp_path / "roster.json"))
+    roster["parties"][2]["public_key"] = roster["parties"][1]["public_key"]  # edited by hand, past `roster`
+    json.dump(roster, open(tmp_path / "roster.json", "w"))
+    completed, _ = hostile_run(sites, tmp_path, "honest", 0, *options)
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    found = errors(completed)
+    assert len(found) == 1 and "Traceback" not in completed.stderr, completed.stderr[-3000:]
+    assert re.search(r"roster.json: party 2 has the same public key \(fingerprint [0-9a-f]{16}\) as party 1",
+                     found[0]), found[0]
+    # Without a roster, one key holder playing two parties is refused all the same.
+    (tmp_path / "party-2.key").write_text((tmp_path / "party-1.key").read_text())
+    completed, _ = hostile_run(sites, tmp_path, "honest", 0, "--party-key", f"{tmp_path}/party-{{rank}}.key")
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    found = errors(completed)
+    assert len(found) == 1 and "Traceback" not in completed.stderr, completed.stderr[-3000:]
+    assert re.search(r"found that party 2 and party 1 sent the same signing key", found[0]), found[0]
+    # A secret key readable by others (with a sound roster).
+    options = keys(tmp_path)
+    (tmp_path / "party-2.key").chmod(0o644)
+    completed, _ = hostile_run(sites, tmp_path, "honest", 0, *options)
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    found = errors(completed)
+    assert len(found) == 1 and "Traceback" not in completed.stderr, completed.stderr[-3000:]
+    assert re.search(r"party-2.key: the party's signing key is accessible to others \(mode 0644\): it must be "
+                     r"private to its owner", found[0]), found[0]
+    assert not list(tmp_path.glob("model-*.h5"))
+
+
+@pytest.mark.timeout(300)
 def test_a_false_blame_names_the_blaming_party(sites, tmp_path):
     completed, _ = hostile_run(sites, tmp_path, "false-blame", 2)
     assert completed.returncode == 2

@@ -18,7 +18,7 @@ COMMANDS = {
     "train": ("prbmrm.cli.train", "train a model on shards or a text file (under mpiexec: on several ranks)"),
     "predict": ("prbmrm.cli.predict", "score a model on shards or a text file"),
     "plot": ("prbmrm.cli.plot", "plot a model's training history (needs matplotlib)"),
-    "party": ("prbmrm.party.keys", "party mode's keys: 'prbmrm party keygen' and 'prbmrm party roster'"),
+    "party": ("prbmrm.cli.party", "party mode's keys: 'prbmrm party keygen' and 'prbmrm party roster'"),
 }
 """Subcommand: (the module it runs, one line of help)."""
 

@@ -227,9 +227,9 @@ class PartySettings:
                                   "(default parties - 2)")
     signing_key: object = option(None, "--party-key", metavar="PATH", dest="party_key",
                                  help="this party's signing key file, a template such as 'site-{rank}.key' "
-                                 "(python -m prbmrm.party.keys keygen makes it)")
+                                 "(prbmrm party keygen makes it)")
     roster: object = option(None, "--roster", metavar="PATH",
-                            help="the parties' expected public keys (python -m prbmrm.party.keys roster): a "
+                            help="the parties' expected public keys (prbmrm party roster): a "
                             "substituted key stops the run")
 
     def __post_init__(self):

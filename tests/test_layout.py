@@ -212,7 +212,7 @@ def test_the_console_script_is_declared():
 
 @pytest.mark.parametrize("name, module", [("shard", "prbmrm.cli.shard"), ("train", "prbmrm.cli.train"),
                                           ("predict", "prbmrm.cli.predict"), ("plot", "prbmrm.cli.plot"),
-                                          ("party", "prbmrm.party.keys")])
+                                          ("party", "prbmrm.cli.party")])
 def test_a_subcommand_is_its_module(name, module):
     through, direct = run_command("prbmrm", name, "--help"), run_command(module, "--help")
     assert through.returncode == direct.returncode == 0, through.stderr + direct.stderr
@@ -224,7 +224,7 @@ def test_a_subcommand_is_its_module(name, module):
 
 @pytest.mark.parametrize("name, module, argv", [("train", "prbmrm.cli.train", ["--lam", "-1"]),
                                                 ("shard", "prbmrm.cli.shard", ["no-such-file", "--out", "x"]),
-                                                ("party", "prbmrm.party.keys", [])])
+                                                ("party", "prbmrm.cli.party", [])])
 def test_a_subcommand_reports_errors_under_the_name_typed(name, module, argv):
     through, direct = run_command("prbmrm", name, *argv), run_command(module, *argv)
     assert through.returncode == direct.returncode == 2

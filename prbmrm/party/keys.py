@@ -1,12 +1,12 @@
-"""Long-term party keys and the roster every party holds (``python -m prbmrm.party.keys``).
+"""Long-term party keys and the roster every party holds (made by ``prbmrm party keygen|roster``).
 
 Each party makes its own Ed25519 signing key once and keeps it secret; the
 public halves, collected into a roster file that every party holds, are
 what :class:`prbmrm.party.secure.SecureComm` checks each party's signed key
 agreement against, so a substituted key stops the run naming the party::
 
-    python -m prbmrm.party.keys keygen site-0          # party 0: site-0.key (secret) and site-0.pub
-    python -m prbmrm.party.keys roster site-0.pub site-1.pub site-2.pub --out roster.json
+    prbmrm party keygen site-0          # party 0: site-0.key (secret) and site-0.pub
+    prbmrm party roster site-0.pub site-1.pub site-2.pub --out roster.json
 
 A key file holds the 32-byte private key in hex and must be private to its
 owner (mode 0600, as ssh requires: anything else is refused); a ``.pub``
@@ -15,19 +15,16 @@ file and the roster hold public keys in hex, the roster as ``{"parties":
 order, each key once (a key listed twice is refused when the roster is
 written and when it is read: its holder would play two parties).
 
-Imports: cryptography; of prbmrm: :mod:`prbmrm.cli.common`, :mod:`prbmrm.errors`, :mod:`prbmrm.io.files`,
+Imports: cryptography; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.io.files`,
 :mod:`prbmrm.party.secure`.
 """
 
-import argparse
 import json
 import os
-import sys
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ..cli.common import program
 from ..errors import InputError
 from ..io.files import private_problem
 from .secure import fingerprint
@@ -151,30 +148,3 @@ def load_roster(path):
         Ed25519PublicKey.from_public_bytes(key)
     _distinct(keys, [path] * len(keys))
     return keys
-
-
-def main(argv=None):
-    """``python -m prbmrm.party.keys keygen PREFIX`` or ``roster PUB... --out FILE``."""
-    parser = argparse.ArgumentParser(prog=program("prbmrm.party.keys"), description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    make = commands.add_parser("keygen", help="make this party's signing key: PREFIX.key and PREFIX.pub")
-    make.add_argument("prefix")
-    roster = commands.add_parser("roster", help="collect the parties' public keys, in rank order")
-    roster.add_argument("public", nargs="+", help="the .pub files, party 0 first")
-    roster.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "keygen":
-            print(f"{args.prefix}.key written (keep it secret); {args.prefix}.pub fingerprint "
-                  f"{keygen(args.prefix)}")
-        else:
-            write_roster(args.public, args.out)
-            print(f"roster of {len(args.public)} parties written to {args.out}")
-    except (InputError, OSError) as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -242,7 +242,7 @@ class SecureComm:
             raise UsageError(f"the roster lists {len(roster)} parties, the run has {comm.size}")
         if roster is not None and len(set(roster)) != len(roster):
             raise UsageError("the roster lists a key twice: its holder would play two parties "
-                             "(python -m prbmrm.party.keys roster refuses such a roster)")
+                             "(prbmrm party roster refuses such a roster)")
         self.comm = comm
         self.noise_std = float(noise_std)
         self.allow_scores = allow_scores

@@ -246,6 +246,16 @@ GROUPS = (Stopping, BundleOptions, Checkpointing, PartySettings)
 """The option groups, in the order :func:`prbmrm.cli.train.build_parser` adds them."""
 
 
+_KEYWORDS = {"--loss-param": "loss_params", "--reg-param": "reg_params", "--solver-param": "solver_params",
+             "--party-key": "signing_key"}
+
+
+def python_names(message):
+    """`message` with the command line's flags (``--max-iter``) named as the keywords of
+    :func:`prbmrm.fit` (``max_iter``), for Python callers."""
+    return re.sub(r"--[a-z][a-z0-9-]*", lambda m: _KEYWORDS.get(m[0], m[0][2:].replace("-", "_")), message)
+
+
 def split_keywords(keywords):
     """Sort the keywords of :func:`prbmrm.training.fit` named after fields into their groups.
 

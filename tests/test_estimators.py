@@ -16,7 +16,7 @@ from prbmrm.distributed.comm import SerialComm
 from prbmrm.io import read_input
 from prbmrm.estimators import (BMRMClassifier, BMRMMultilabelClassifier, BMRMRanker, BMRMRegressor,
                                expected_failed_checks, query_pairs)
-from prbmrm.training import fit
+from prbmrm.training import run
 
 pytestmark = pytest.mark.slow  # scikit-learn's estimator checks, about 50 s each for some estimators
 
@@ -48,7 +48,7 @@ def test_hinge_classifier_is_train_fit_with_any_labels():
     X, y = a9a(2000)
     names = np.where(y > 0, "rich", "poor")  # sorted: "poor" is -1, "rich" +1
     model = BMRMClassifier(loss="hinge", lam=1e-2).fit(X, names)
-    result, _, _ = fit((X, y), loss="hinge", lam=1e-2, bias=True, comm=SerialComm())
+    result, _, _ = run((X, y), loss="hinge", lam=1e-2, bias=True, comm=SerialComm())
     np.testing.assert_array_equal(model.classes_, ["poor", "rich"])
     np.testing.assert_array_equal(model.coef_, result.w[None, :-1])
     np.testing.assert_array_equal(model.intercept_, result.w[-1:])
@@ -63,13 +63,13 @@ def test_multiclass_losses_see_class_values_and_two_classes_reduce_to_one_score(
     X, y = X[:200], y[:200]
     model = BMRMClassifier(lam=1e-1).fit(X, y)
     assert model.loss_ == "multiclass_hinge" and model.coef_.shape == (3, X.shape[1])
-    result, _, _ = fit((X, y), loss="multiclass_hinge", lam=1e-1, bias=True, comm=SerialComm())
+    result, _, _ = run((X, y), loss="multiclass_hinge", lam=1e-1, bias=True, comm=SerialComm())
     np.testing.assert_array_equal(model.coef_, result.w.reshape(-1, 3)[:-1].T)
     letters = np.array(["a", "b", "c"])[y.astype(int) - 1]
     np.testing.assert_array_equal(BMRMClassifier(lam=1e-1).fit(X, letters).coef_, model.coef_)
     binary = y[y < 3], X[y < 3]
     two = BMRMClassifier(lam=1e-2, loss="softmax").fit(binary[1], binary[0])
-    result, _, _ = fit((binary[1], binary[0]), loss="softmax", lam=1e-2, bias=True, comm=SerialComm())
+    result, _, _ = run((binary[1], binary[0]), loss="softmax", lam=1e-2, bias=True, comm=SerialComm())
     W = result.w.reshape(-1, 2)
     np.testing.assert_allclose(two.coef_, (W[:-1, 1] - W[:-1, 0])[None], rtol=1e-12, atol=1e-15)
     F = binary[1] @ W[:-1] + W[-1]
@@ -161,7 +161,7 @@ def test_ranker_ndcg_is_train_fit_and_scores_ndcg():
 
     X, y, qid = mq2008()
     model = BMRMRanker(lam=1e-1, loss_params={"k": 5}).fit(X, y, qid=qid)
-    result, _, _ = fit((X, y, {"qid": qid}), loss="ndcg", loss_params={"k": 5}, lam=1e-1, bias=True,
+    result, _, _ = run((X, y, {"qid": qid}), loss="ndcg", loss_params={"k": 5}, lam=1e-1, bias=True,
                        comm=SerialComm())
     np.testing.assert_array_equal(model.coef_, result.w[:-1])
     f = model.predict(X)
@@ -197,7 +197,7 @@ def test_multilabel_classifier_is_train_fit_and_scores_label_ranking():
     X, Y = yeast()
     model = BMRMMultilabelClassifier(lam=1e-1).fit(X, Y)
     k = Y.shape[1]
-    result, _, _ = fit((X, Y), loss="multilabel_hinge", lam=1e-1, bias=True, comm=SerialComm())
+    result, _, _ = run((X, Y), loss="multilabel_hinge", lam=1e-1, bias=True, comm=SerialComm())
     np.testing.assert_array_equal(model.coef_, result.w.reshape(-1, k)[:-1].T)
     F = model.decision_function(X)
     np.testing.assert_array_equal(model.predict(X), F > 0)
@@ -228,14 +228,14 @@ def test_errors_are_value_errors(estimator, message):
 def test_every_rank_gets_the_coefficients_of_a_serial_run(comm):
     X, y = a9a(2000)
     model = BMRMClassifier(lam=1e-2).fit(X, y)
-    serial, _, _ = fit((X, y), loss="hinge", lam=1e-2, bias=True, comm=SerialComm())
+    serial, _, _ = run((X, y), loss="hinge", lam=1e-2, bias=True, comm=SerialComm())
     np.testing.assert_array_equal(model.coef_, serial.w[None, :-1])
     np.testing.assert_array_equal(model.intercept_, serial.w[-1:])
     assert model.n_iter_ == serial.nit
     np.testing.assert_array_equal(model.predict(X), np.where(X @ serial.w[:-1] + serial.w[-1] > 0, 1.0, -1.0))
     X, y, qid = mq2008(12)
     ranker = BMRMRanker(lam=1e-1).fit(X, y, qid=qid)
-    serial, _, _ = fit((X, y, {"qid": qid}), loss="ndcg", lam=1e-1, bias=True, comm=SerialComm())
+    serial, _, _ = run((X, y, {"qid": qid}), loss="ndcg", lam=1e-1, bias=True, comm=SerialComm())
     np.testing.assert_array_equal(ranker.coef_, serial.w[:-1])
 
 

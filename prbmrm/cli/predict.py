@@ -107,7 +107,8 @@ def main(argv, comm):
     if model.w.ndim == 2:
         scores = scores.reshape(-1, model.w.shape[1])
         labels = labels.reshape(len(scores), -1) if labels.size != len(scores) else labels
-    predicted = loss.predict_labels(scores)
+    # In the training data's own labels (a two-class model trained on 0/1 answers 0/1).
+    predicted = model.labels(scores) if loss.predicts_labels else None
     for path, values in ((args.out, scores), (args.labels, predicted)):
         if path:
             temporary = path + f".tmp-{os.getpid()}"

@@ -646,7 +646,7 @@ def test_differential_privacy_trains_and_saves_the_budget_spent(tmp_path, partie
     from dp_accounting.rdp import RdpAccountant
 
     from prbmrm.distributed.comm import SerialComm
-    from prbmrm.training import fit
+    from prbmrm.training import run
 
     max_iter, epsilon, delta = 40, 1.0, 1e-5
     X, y = load_svmlight("a9a.xz", 123)
@@ -677,7 +677,7 @@ def test_differential_privacy_trains_and_saves_the_budget_spent(tmp_path, partie
     assert (f"spent epsilon {attrs['dp_epsilon']:.4g} (target 1) against any coalition of up to "
             f"{parties - 2} parties") in completed.stdout
     # It still learns: accuracy on a9a.t next to the non-private model's.
-    plain, _, _ = fit((X, y), bias=True, lam=1e-3, comm=SerialComm())
+    plain, _, _ = run((X, y), bias=True, lam=1e-3, comm=SerialComm())
     accuracy = {}
     for kind, w, b in (("private", model.w, model.bias), ("non-private", plain.w[:-1], plain.w[-1])):
         accuracy[kind] = np.mean(np.where(X_test @ w + b >= 0, 1.0, -1.0) == y_test)

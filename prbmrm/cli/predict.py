@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from .common import ArgumentParser, run
+from .config import parse_arguments
 from ..io import STRUCTURED, load_local
 from ..errors import CollectiveError, InputError, UsageError
 from ..io.inputs import check_for_model, describe_mapping, load_input
@@ -62,7 +63,7 @@ def main(argv, comm):
                              "model's own mapping, recorded when it was trained with --positive)")
     add_label_column_option(parser)
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv)
     error, model = None, None
     try:
         model = load_model(args.model)

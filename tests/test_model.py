@@ -22,7 +22,7 @@ def test_predict_proba_of_a_logistic_model_read_back(tmp_path):
     assert np.array_equal(model.classes_[np.argmax(P, axis=1)], model.predict(X))
     F = X @ model.w + model.bias  # log P computed without rounding P first
     np.testing.assert_allclose(model.predict_log_proba(X), np.column_stack([log_expit(-F), log_expit(F)]),
-                               rtol=1e-12)
+                               rtol=1e-12, atol=1e-15)
 
 
 def test_predict_proba_of_a_softmax_model_read_back(tmp_path):

@@ -74,6 +74,22 @@ class Model:
             shown.append(f"path of {len(self.path['lam'])} lambdas")
         return f"Model({', '.join(shown)})"
 
+    @classmethod
+    def broadcast(cls, model, comm):
+        """Return rank 0's `model` on every rank of `comm` (collective; its `result` stays on rank 0)."""
+        if comm.size == 1:
+            return model
+        parts = comm.bcast_object({"attrs": model.attrs, "history": model.history, "path": model.path,
+                                   "bias": np.asarray(model.bias), "shape": list(model.w.shape)}
+                                  if comm.is_root else None)
+        w = comm.bcast_array(np.ascontiguousarray(model.w, dtype=np.float64) if comm.is_root
+                             else np.empty(parts["shape"]))
+        if comm.is_root:
+            return model
+        bias = parts["bias"]
+        return cls(w=w, bias=bias.item() if bias.ndim == 0 else bias, attrs=parts["attrs"],
+                   history=parts["history"], path=parts["path"])
+
     @property
     def classes_(self):
         """ndarray: the labels of a classifier in the training data's own values, in the order of

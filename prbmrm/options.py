@@ -253,7 +253,11 @@ _KEYWORDS = {"--loss-param": "loss_params", "--reg-param": "reg_params", "--solv
 def python_names(message):
     """`message` with the command line's flags (``--max-iter``) named as the keywords of
     :func:`prbmrm.fit` (``max_iter``), for Python callers."""
-    return re.sub(r"--[a-z][a-z0-9-]*", lambda m: _KEYWORDS.get(m[0], m[0][2:].replace("-", "_")), message)
+    def keyword(match):  # "--positive LABEL" -> "positive=LABEL"
+        name = _KEYWORDS.get(match[1], match[1][2:].replace("-", "_"))
+        return f"{name}={match[2]}" if match[2] else name
+
+    return re.sub(r"(--[a-z][a-z0-9-]*)(?: ([A-Z][A-Z_]*)(?![\w=]))?", keyword, message)
 
 
 def split_keywords(keywords):

@@ -96,9 +96,7 @@ def fit(data=None, *, verbose=False, record=None, names="keywords", **options):
     Parameters
     ----------
     data : str, list of str, tuple (X, y) or (X, y, options), RaggedExamples, or None
-        As for :func:`run`: shards (a directory, file or glob), an
-        SVMlight/LIBSVM, ``.npz`` or ``.csv`` file, in-memory arrays
-        ``(X, y)``, structured examples; None: the embedded demo data.
+        As for :func:`run` (shards, a text file, arrays; None: the demo data).
     verbose : bool
         Print the progress table (and the line naming the solver) on rank 0.
     record : dict, optional
@@ -136,6 +134,8 @@ def fit(data=None, *, verbose=False, record=None, names="keywords", **options):
     if table is not None:
         options["callback"] = chain(table, options.get("callback"))
         options["report"] = chain(print, options.get("report"))
+    if names != "flags" and options.get("report") is not None:  # the lines name keywords too
+        options["report"] = lambda line, report=options["report"]: report(python_names(line))
     # From Python, Ctrl-C ends the run at the next iteration, which keeps its best iterate.
     interrupt = (_Interrupt(comm) if options.get("stop") is None and threading.current_thread() is threading.main_thread()
                  else contextlib.nullcontext())
@@ -151,9 +151,9 @@ def fit(data=None, *, verbose=False, record=None, names="keywords", **options):
         raise UsageError(python_names(str(error))) from None
     if table is not None:
         table.finish()
-    settings = inspect.signature(run).bind(data, **options)
-    settings.apply_defaults()
-    given = settings.arguments
+    given = inspect.signature(run).bind(data, **options)
+    given.apply_defaults()
+    given = given.arguments
     mean_delta = training_mean_delta(result, local, loss, comm) if loss.structured else None
     model = None
     if result is not None:
@@ -174,28 +174,13 @@ def fit(data=None, *, verbose=False, record=None, names="keywords", **options):
         if given["party"] is not None:
             model.attrs.update(given["party"].model_attrs())
     if given["party"] is None:
-        model = _shared(model, comm)
+        model = Model.broadcast(model, comm)
     if getattr(interrupt, "signum", None) is not None and model is not None:
-        saved = f"; checkpoint written to {given['checkpoint']}" if given.get("checkpoint") else ""
+        path = options.get("checkpoint") or getattr(options.get("checkpointing"), "checkpoint", None)
+        saved = f"; checkpoint written to {path}" if path else ""
         warnings.warn(f"interrupted (signal {interrupt.signum}) after iteration {model.attrs['iterations']}: "
                       f"returning the best iterate so far{saved}", RuntimeWarning, stacklevel=2)
     return model
-
-
-def _shared(model, comm):
-    """Rank 0's `model` on every rank (collective; the solver's result stays on rank 0)."""
-    if comm.size == 1:
-        return model
-    parts = comm.bcast_object({"attrs": model.attrs, "history": model.history, "path": model.path,
-                               "bias": np.asarray(model.bias), "shape": list(model.w.shape)}
-                              if comm.is_root else None)
-    w = comm.bcast_array(np.ascontiguousarray(model.w, dtype=np.float64) if comm.is_root
-                         else np.empty(parts["shape"]))
-    if comm.is_root:
-        return model
-    bias = parts["bias"]
-    return Model(w=w, bias=bias.item() if bias.ndim == 0 else bias, attrs=parts["attrs"],
-                 history=parts["history"], path=parts["path"])
 
 
 class _Interrupt(SignalFlag):
@@ -427,7 +412,7 @@ def _default_reason(lam, regularizer, warm, dim):
 
 
 def _flat_weights(model):
-    """The flat w of a solver (weights, then the bias row) of a model read from a file."""
+    """The flat w of a solver (weights, then the bias row) of a model."""
     k = model.w.shape[1] if model.w.ndim == 2 else 1
     W = model.w.reshape(-1, k)
     if model.attrs.get("has_bias"):

@@ -53,7 +53,7 @@ def test_two_classes_of_any_values_train_as_minus_one_plus_one():
 
 def test_a_label_error_suggests_the_keyword_that_works():
     X, y = load_svmlight("dna.scale.xz")  # three classes
-    with pytest.raises(UsageError, match=r"give positive LABEL for one class against the rest"):
+    with pytest.raises(UsageError, match=r"give positive=LABEL for one class against the rest"):
         prbmrm.fit((X, y), loss="hinge")
 
 

@@ -39,7 +39,7 @@ from .shard import add_label_column_option
 from ..solvers import SOLVERS
 from ..solvers.path import LamPath, PathResult
 from ..options import BundleOptions, Checkpointing, PartySettings, Stopping, add_arguments, from_namespace
-from ..training import ProgressTable, fit
+from ..training import ProgressTable, chain, fit
 
 
 class JsonLog:
@@ -149,19 +149,6 @@ def partial_name(out):
 def _json_value(value):
     value = value.item() if isinstance(value, np.generic) else value
     return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def _callbacks(*functions):
-    """One callback that calls each of `functions` that is not None; None if all are."""
-    functions = [function for function in functions if function is not None]
-    if not functions:
-        return None
-
-    def callback(row):
-        for function in functions:
-            function(row)
-
-    return callback
 
 
 def lam_values(text):
@@ -338,7 +325,7 @@ def _main(argv, comm, held):
     started = time.perf_counter()
     with SignalFlag(comm) as interrupted:
         model = fit(party_data(args), **fit_options(args), checkpointing=checkpointing, party=party,
-                    callback=_callbacks(table, log, phases), comm=comm, stop=interrupted,
+                    callback=chain(table, log, phases), comm=comm, stop=interrupted,
                     report=print if verbose else None, names="flags",
                     record={key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")})
     status = comm.bcast_object(interrupted.exit_status)

@@ -261,3 +261,46 @@ def test_warm_start_reuses_the_planes_of_the_same_training_data_only():
     # Other data: nothing to reuse, the fit is the cold one.
     half = BMRMClassifier(lam=lam, warm_start=True).fit(X[:1000], y[:1000])
     np.testing.assert_array_equal(half.coef_, BMRMClassifier(lam=lam, solver="bmrm").fit(X[:1000], y[:1000]).coef_)
+
+
+def test_warm_starts_carry_across_a_grid_of_lambdas_in_grid_search():
+    # GridSearchCV clones the estimator for every (lam, fold): with warm_start each clone starts from the
+    # planes of the last fit on its fold, whatever its lam. Scored by iterations (a count, not a time).
+    X, y = a9a(3000)
+    lams = [1e-2, 1e-3, 1e-4]
+
+    def iterations(estimator, X, y):
+        return estimator.n_iter_
+
+    totals, best = {}, {}
+    for warm_start in (False, True):
+        search = GridSearchCV(BMRMClassifier(solver="bmrm", warm_start=warm_start, rel_epsilon=1e-4),
+                              {"lam": lams}, cv=3, scoring={"iterations": iterations, "accuracy": "accuracy"},
+                              refit="accuracy").fit(X, y)
+        totals[warm_start] = search.cv_results_["mean_test_iterations"]
+        best[warm_start] = search.best_params_["lam"]
+    assert totals[True][0] == totals[False][0]  # the first lam starts cold either way
+    assert np.all(totals[True][1:] < totals[False][1:])
+    assert best[True] == best[False]
+
+
+def test_the_warm_start_key_is_the_same_for_the_same_data_and_differs_between_folds():
+    from prbmrm.estimators import _fit_key
+
+    X, y = a9a(3000)
+    key = _fit_key(X, y, {}, ("hinge",))
+    assert _fit_key(X.copy(), y.copy(), {}, ("hinge",)) == key  # the clones of one fold
+    assert _fit_key(X.toarray(), y, {}, ("hinge",)) != key  # another layout
+    folds = [_fit_key(X[rows], y[rows], {}, ("hinge",)) for rows in (np.arange(2000), np.arange(1000, 3000))]
+    assert len({key, *folds}) == 3
+    assert _fit_key(X, y, {}, ("logistic",)) != key
+
+
+def test_verbose_prints_the_run_and_its_progress(capsys):
+    X, y = a9a(500)
+    BMRMClassifier(lam=1e-2, verbose=True).fit(X, np.where(y > 0, "spam", "ham"))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("training on 500 examples x 123 features + bias, 1 rank(s): loss hinge")
+    assert lines[1].split()[:2] == ["iter", "objective"]
+    BMRMClassifier(lam=1e-2).fit(X, y)
+    assert capsys.readouterr().out == ""

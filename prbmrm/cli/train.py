@@ -1,4 +1,4 @@
-"""Train a model: ``python -m prbmrm.cli.train`` and the Python function :func:`fit`.
+"""Train a model: ``python -m prbmrm.cli.train``, a thin layer over :func:`prbmrm.training.fit`.
 
 Run plainly for one process, or under ``mpiexec -n P`` (or ``python -m mpi4py
 -m prbmrm.cli.train``) for P ranks, each reading its own block of shard files.
@@ -346,12 +346,16 @@ def _main(argv, comm, held):
         if party is not None:
             print_audit_summary(party)
     if interrupted.signum is not None and comm.is_root:
-        print(f"{program('prbmrm.cli.train')}: interrupted by signal {interrupted.signum} after iteration "
-              f"{model.attrs['iterations']}; the best iterate so far written to {written}, not to {out}; "
-              + (f"checkpoint written to {args.checkpoint}; to continue: "
-                 f"{resume_command(argv, args.checkpoint, comm.size)}" if args.checkpoint else
-                 "no --checkpoint, so it cannot be resumed"), file=sys.stderr, flush=True)
+        print(_interrupted(argv, args, interrupted.signum, model, written, out, comm.size), file=sys.stderr, flush=True)
     return status
+
+
+def _interrupted(argv, args, signum, model, written, out, ranks):
+    """The message of a run stopped by signal `signum`: where its best iterate went, how to continue it."""
+    resume = (f"checkpoint written to {args.checkpoint}; to continue: {resume_command(argv, args.checkpoint, ranks)}"
+              if args.checkpoint else "no --checkpoint, so it cannot be resumed")
+    return (f"{program('prbmrm.cli.train')}: interrupted by signal {signum} after iteration "
+            f"{model.attrs['iterations']}; the best iterate so far written to {written}, not to {out}; {resume}")
 
 
 def fit_options(args):

@@ -41,7 +41,7 @@ def files(tmp_path_factory):
 
 
 def cli(module, *args, timeout=600):
-    completed, _ = run_ranks(1, ["-m", f"prbmrm.{module}", *map(str, args)], timeout=timeout)
+    completed, _ = run_ranks(1, ["-m", f"prbmrm.cli.{module}", *map(str, args)], timeout=timeout)
     return completed
 
 

@@ -180,6 +180,11 @@ class _BMRMEstimator(BaseEstimator):
         # None: fit picks by the data; a warm start wants planes that carry over (BMRM).
         solver = self.solver or (default_solver(self.lam, self.reg, True) if self.warm_start else None)
         key = _fit_key(X, y, options, (loss, loss_params, self.bias, solver, self.reg))
+        n_features = X.shape[1]
+        X, used = _used_columns(X, self.reg)
+        if used is not None and solver is None:  # the solver the whole width would get
+            outputs = y.shape[1] if y.ndim == 2 else len(np.unique(y)) if issubclass(LOSSES[loss], MulticlassLoss) else 1
+            solver = default_solver(self.lam, self.reg, False, (n_features + self.bias) * outputs)
         warm = _WARM_STARTS.get(key) if self.warm_start and comm.is_root else None
         try:
             # One BLAS thread, as the command line runs: threads gain nothing on these small
@@ -201,7 +206,8 @@ class _BMRMEstimator(BaseEstimator):
         if not a["converged"]:
             warnings.warn(f"{a['solver']} stopped before its gap test: {a['message']}", ConvergenceWarning)
         k = model.w.shape[1] if model.w.ndim == 2 else 1
-        self.coef_ = np.ascontiguousarray(model.w.reshape(-1, k).T)
+        self.coef_ = np.zeros((k, n_features))
+        self.coef_[:, slice(None) if used is None else used] = model.w.reshape(-1, k).T
         self.intercept_ = np.reshape(model.bias, k).astype(np.float64) if self.bias else np.zeros(k)
         self.loss_ = loss
 
@@ -597,6 +603,33 @@ class BMRMMultilabelClassifier(ClassifierMixin, _BMRMEstimator):
 
         scores = self.decision_function(X)
         return 1.0 - get_loss(self.loss_).metrics(scores, np.asarray(y))["ranking_loss"]
+
+
+# The regularizers that sum a term per weight, each smallest at 0: a feature no example has gets weight 0.
+_SEPARABLE = ("l2", "l1", "elastic_net", "lp")
+
+
+def _used_columns(X, reg):
+    """Return ``(X without its all-zero columns, the indices of the others)`` for sparse `X` and a
+    regularizer of :data:`_SEPARABLE`, else ``(X, None)``.
+
+    Exact: J(w) = lam * sum_j omega(w_j) + R_emp(Xw), and R_emp does not see
+    the weight of a feature no example has, so its optimal weight is 0 (the
+    minimizer of omega) and the others solve the same problem on the
+    remaining columns, with the same objective and certified gap (not
+    the same bits: the sums run over other blocks). Done when at most half
+    the columns are used: hashed text (2^20 columns, a few percent used)
+    trains several times faster.
+    """
+    if not (sp.issparse(X) and reg in _SEPARABLE):
+        return X, None
+    present = np.bincount(X.indices, minlength=X.shape[1]) > 0
+    if 2 * np.count_nonzero(present) > X.shape[1]:
+        return X, None
+    used = np.flatnonzero(present)
+    position = np.cumsum(present) - 1
+    compact = sp.csr_matrix((X.data, position[X.indices], X.indptr), shape=(X.shape[0], used.size))
+    return compact, used
 
 
 # warm_start: the last result (rank 0) per training set and settings, most recent last.

@@ -214,7 +214,7 @@ def test_multilabel_classifier_is_train_fit_and_scores_label_ranking():
 @pytest.mark.parametrize("estimator, message", [
     (BMRMClassifier(loss="hinge"), "Only binary classification"),
     (BMRMClassifier(loss="least_squares"), "unsuitable loss 'least_squares'"),
-    (BMRMClassifier(lam=-1.0), "--lam must be a positive number"),
+    (BMRMClassifier(lam=-1.0), "^lam must be a positive number"),  # the keyword, not the flag
     (BMRMClassifier(loss="softmax", loss_params={"nope": 1}), "has no parameter 'nope'"),
 ])
 def test_errors_are_value_errors(estimator, message):
@@ -304,3 +304,20 @@ def test_verbose_prints_the_run_and_its_progress(capsys):
     assert lines[1].split()[:2] == ["iter", "objective"]
     BMRMClassifier(lam=1e-2).fit(X, y)
     assert capsys.readouterr().out == ""
+
+
+def test_features_no_example_has_get_weight_zero_and_the_run_the_same_optimum():
+    # Hashed text leaves most columns empty: the estimator trains on the others (exact for a separable
+    # regularizer), against the run on every column.
+    X, y = a9a(2000)
+    wide = sp.csr_matrix((X.data, X.indices * 10 + 3, X.indptr), shape=(X.shape[0], 10 * X.shape[1]))
+    options = dict(lam=1e-3, solver="bmrm", rel_epsilon=0, epsilon=1e-8)
+    model = BMRMClassifier(**options).fit(wide, y)
+    result, _, _ = run((wide, y), loss="hinge", bias=True, comm=SerialComm(), **options)
+    empty = np.ones(wide.shape[1], dtype=bool)
+    empty[wide.indices] = False
+    assert model.coef_.shape == (1, wide.shape[1]) and not model.coef_[0, empty].any()
+    w = np.r_[model.coef_.ravel(), model.intercept_]
+    assert hinge_objective(with_bias(wide), y, w, 1e-3) == pytest.approx(model.objective_, rel=1e-12)
+    assert abs(model.objective_ - result.fun) <= 1e-8
+    assert model.objective_ - model.gap_ <= result.fun and result.lower_bound <= model.objective_

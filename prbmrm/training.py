@@ -371,7 +371,8 @@ def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
             options = dict(options, bundle=warm.bundle, alpha=warm.alpha)
     if report is not None and comm.is_root:
         reason = "as given" if chosen is not None else _default_reason(lam, regularizer, warm, oracle.dim)
-        report(describe_run(local, loss_object, regularizer, lam, bias, comm.size, stopping) +
+        report(describe_run(local, loss_object, regularizer, lam, bias, comm.size, (epsilon, rel_epsilon),
+                            stopping.max_iter) +
                f"; solver {solver} ({reason})")
         if "state" in options:
             report(f"resumed at iteration {options['state']['iteration']} from {checkpointing.resume}")
@@ -392,15 +393,16 @@ def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     return party.run(oracle, solve), local, loss_object
 
 
-def describe_run(local, loss, regularizer, lam, bias, ranks, stopping):
-    """The line that says what a run does: data shape, ranks, loss, regularizer, lam, stopping rule."""
+def describe_run(local, loss, regularizer, lam, bias, ranks, tolerances, max_iter):
+    """The line that says what a run does: data shape, ranks, loss, regularizer, lam, stopping rule
+    (`tolerances` as the solvers take them, ``-inf``: none)."""
     count = lam.n if isinstance(lam, LamPath) else np.size(lam)
     lams = f"lam {lam:g}" if isinstance(lam, numbers.Real) else f"a path of {count} lambdas"
-    epsilon, rel_epsilon = stopping.tolerances
-    tests = ([f"gap <= {epsilon:g}"] * (epsilon > 0) + [f"gap <= {rel_epsilon:g} x objective"] * (rel_epsilon > 0)
-             + [f"{stopping.max_iter} iterations"])
+    epsilon, rel_epsilon = tolerances
+    tests = [f"gap <= {epsilon:g}"] * (epsilon > 0) + [f"gap <= {rel_epsilon:g} x objective"] * (rel_epsilon > 0)
+    rule = f"stops at {' or '.join([*tests, f'{max_iter} iterations'])}" if tests else f"takes all {max_iter} iterations"
     return (f"training on {local.n_examples_total} examples x {local.n_features} features{' + bias' * bool(bias)}, "
-            f"{ranks} rank(s): loss {loss.name}, {regularizer.name} {lams}; stops at {' or '.join(tests)}")
+            f"{ranks} rank(s): loss {loss.name}, {regularizer.name} {lams}; {rule}")
 
 
 def _default_reason(lam, regularizer, warm, dim):

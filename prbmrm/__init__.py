@@ -11,8 +11,7 @@ a model file, and the scikit-learn estimators (:class:`BMRMClassifier`, ...)
 are importable from here. They are imported on first use, so ``import
 prbmrm`` stays light (no h5py, scikit-learn or MPI).
 
-Imports: of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.model`,
-:mod:`prbmrm.solvers`, :mod:`prbmrm.training`.
+Imports: of prbmrm: :mod:`prbmrm.model`, :mod:`prbmrm.training`.
 """
 
 from .version import __version__
@@ -25,7 +24,7 @@ __all__ = ["__version__", "fit", "load", *_LAZY]
 
 
 def fit(data=None, **options):
-    """Train a model and return it (on every rank).
+    """Train a model and return it (on every rank): :func:`prbmrm.training.fit`, the one front door.
 
     Parameters
     ----------
@@ -34,10 +33,10 @@ def fit(data=None, **options):
         ``.csv`` file, or in-memory arrays ``(X, y)``; None: the embedded
         demo data.
     **options
-        Keywords of :func:`prbmrm.training.fit`: ``loss``, ``lam``, ``bias``,
-        ``solver``, ``reg``, ``epsilon``, ``rel_epsilon``, ``max_iter``,
-        ``positive`` (one-vs-rest: this label is +1, the others -1),
-        ``label_column`` (CSV), ...
+        Keywords of :func:`prbmrm.training.fit` and :func:`prbmrm.training.run`:
+        ``loss``, ``lam``, ``bias``, ``solver``, ``reg``, ``epsilon``,
+        ``rel_epsilon``, ``max_iter``, ``verbose``, ``positive``,
+        ``checkpoint``, ``warm``, ...
 
     Returns
     -------
@@ -49,29 +48,9 @@ def fit(data=None, **options):
     prbmrm.errors.PrbmrmError
         For bad options or data (UsageError, InputError), on every rank alike.
     """
-    import time
+    from .training import fit as front_door
 
-    from .distributed.comm import get_comm
-    from .training import DEMO_NAME, build_model
-    from .training import fit as train
-
-    comm = options.pop("comm", None) or get_comm()
-    started = time.perf_counter()
-    result, local, loss = train(data, comm=comm, **options)
-    model = None
-    if comm.is_root:
-        name = options.get("loss", "hinge")
-        settings = {key: options.get(key, default) for key, default in
-                    (("lam", 1e-4), ("loss_params", None), ("reg", "l2"), ("reg_params", None), ("bias", False))}
-        # The model records the solver that ran: without one named, fit picked it by the data.
-        settings["solver"] = getattr(result, "last", result).solver
-        shown = {key: value for key, value in dict(options, solver=settings["solver"]).items()
-                 if isinstance(value, (str, int, float, bool))}
-        model = build_model(result, local, loss, comm.size, time.perf_counter() - started,
-                            loss_name=name if isinstance(name, str) else loss.name,
-                            data=data if isinstance(data, str) else DEMO_NAME if data is None else "arrays",
-                            options=shown, **settings)
-    return comm.bcast_object(model)
+    return front_door(data, **options)
 
 
 def load(path):

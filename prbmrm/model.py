@@ -22,6 +22,9 @@ from .io.files import stored_problem, temporary_name, write_hdf5
 
 MODEL_FORMAT = "prbmrm-model"
 
+PROBABILISTIC = ("logistic", "softmax")
+"""The losses that are negative log-likelihoods: their models give :meth:`Model.predict_proba`."""
+
 
 @dataclass
 class Model:
@@ -49,6 +52,10 @@ class Model:
         The group ``/path`` of a lambda path's model: ``lam`` (n,), ``w``
         (n, d[, k]), ``bias``, ``objective``, ``lower_bound``, ``gap``,
         ``iterations``, ``status``; None for a single lambda.
+    result : prbmrm.solvers.Result or None
+        The solver's result on rank 0 of the run that made the model (its
+        bundle warm-starts another run, see :func:`prbmrm.fit`); None
+        elsewhere and in a model read from a file (not saved).
     """
 
     w: np.ndarray
@@ -56,6 +63,44 @@ class Model:
     attrs: dict
     history: dict
     path: dict = None
+    result: object = dataclasses.field(default=None, repr=False, compare=False)
+
+    def __repr__(self):
+        a = self.attrs
+        shown = [f"{key}={a[key]!r}" for key in ("loss", "reg", "solver") if key in a]
+        shown += [f"{key}={a[key]:.6g}" for key in ("lam", "objective", "gap") if key in a]
+        shown += [f"{key}={a[key]!r}" for key in ("iterations", "n_features", "has_bias") if key in a]
+        if self.path is not None:
+            shown.append(f"path of {len(self.path['lam'])} lambdas")
+        return f"Model({', '.join(shown)})"
+
+    @classmethod
+    def broadcast(cls, model, comm):
+        """Return rank 0's `model` on every rank of `comm` (collective; its `result` stays on rank 0)."""
+        if comm.size == 1:
+            return model
+        parts = comm.bcast_object({"attrs": model.attrs, "history": model.history, "path": model.path,
+                                   "bias": np.asarray(model.bias), "shape": list(model.w.shape)}
+                                  if comm.is_root else None)
+        w = comm.bcast_array(np.ascontiguousarray(model.w, dtype=np.float64) if comm.is_root
+                             else np.empty(parts["shape"]))
+        if comm.is_root:
+            return model
+        bias = parts["bias"]
+        return cls(w=w, bias=bias.item() if bias.ndim == 0 else bias, attrs=parts["attrs"],
+                   history=parts["history"], path=parts["path"])
+
+    @property
+    def classes_(self):
+        """ndarray: the labels of a classifier in the training data's own values, in the order of
+        the columns of :meth:`predict_proba` (two classes: the label of -1, then that of +1); None
+        for a model of scores."""
+        classes = self.attrs.get("classes")
+        if classes is None or not self.loss().predicts_labels:
+            return None
+        if self.attrs.get("positive") is None:
+            return np.atleast_1d(np.asarray(classes, dtype=np.float64))
+        return np.array([self.attrs.get("negative", -1.0), self.attrs["positive"]], dtype=np.float64)
 
     def decision_function(self, X):
         """Return the scores ``X @ w + bias`` of the rows of `X`.
@@ -90,14 +135,52 @@ class Model:
         UsageError
             If the loss predicts scores, not labels.
         """
+        return self.labels(self.decision_function(X))
+
+    def labels(self, scores):
+        """Return the labels the scores `scores` (of :meth:`decision_function`) predict, in the
+        training data's own labels (see :meth:`predict`).
+
+        Raises
+        ------
+        UsageError
+            If the loss predicts scores, not labels.
+        """
         loss = self.loss()
         if not loss.predicts_labels:
             raise UsageError(f"loss {loss.name!r} predicts scores, not labels: use decision_function")
-        labels = loss.predict_labels(self.decision_function(X))
+        labels = loss.predict_labels(scores)
         positive = self.attrs.get("positive")
         if positive is None:
             return labels
         return np.where(labels > 0, positive, self.attrs.get("negative", -1.0))
+
+    def predict_proba(self, X):
+        """Return the class probabilities of the rows of `X`, shape (n_samples, n_classes).
+
+        For the losses that are negative log-likelihoods (:data:`PROBABILISTIC`):
+        ``logistic`` gives ``[1 - sigmoid(f), sigmoid(f)]`` (the columns of
+        :attr:`classes_`: the label of -1, then that of +1), ``softmax`` the
+        softmax of the scores over the classes. Each row sums to 1.
+
+        Raises
+        ------
+        UsageError
+            For a model of another loss (its scores are no log-odds).
+        """
+        return np.exp(self.predict_log_proba(X))
+
+    def predict_log_proba(self, X):
+        """Return the logarithm of :meth:`predict_proba` (computed without overflow)."""
+        from scipy.special import log_softmax
+
+        if self.attrs.get("loss") not in PROBABILISTIC:
+            raise UsageError(f"loss {self.attrs.get('loss')!r} gives no probabilities (those that do: "
+                             f"{', '.join(PROBABILISTIC)}): use decision_function")
+        scores = self.decision_function(X)
+        if scores.ndim == 1:  # P(+1) = sigmoid(f) = softmax([0, f])[1]
+            scores = np.column_stack([np.zeros_like(scores), scores])
+        return log_softmax(scores, axis=1)
 
     def score(self, X, y):
         """Return the accuracy on (`X`, `y`) for classification, R^2 for regression.

@@ -250,6 +250,20 @@ GROUPS = (Stopping, BundleOptions, Checkpointing, PartySettings)
 """The option groups, in the order :func:`prbmrm.cli.train.build_parser` adds them."""
 
 
+_KEYWORDS = {"--loss-param": "loss_params", "--reg-param": "reg_params", "--solver-param": "solver_params",
+             "--party-key": "signing_key"}
+
+
+def python_names(message):
+    """`message` with the command line's flags (``--max-iter``) named as the keywords of
+    :func:`prbmrm.fit` (``max_iter``), for Python callers."""
+    def keyword(match):  # "--positive LABEL" -> "positive=LABEL"
+        name = _KEYWORDS.get(match[1], match[1][2:].replace("-", "_"))
+        return f"{name}={match[2]}" if match[2] else name
+
+    return re.sub(r"(--[a-z][a-z0-9-]*)(?: ([A-Z][A-Z_]*)(?![\w=]))?", keyword, message)
+
+
 def split_keywords(keywords):
     """Sort the keywords of :func:`prbmrm.training.fit` named after fields into their groups.
 

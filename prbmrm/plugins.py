@@ -18,6 +18,7 @@ broken plug-in affects only runs that ask for it.
 Imports: of prbmrm: :mod:`prbmrm.errors`.
 """
 
+import difflib
 from importlib import import_module
 
 from .errors import UsageError
@@ -101,7 +102,9 @@ def lookup(registry, kind, name):
     if name not in points:
         known = ", ".join(sorted(set(registry) | set(points)))
         plural = {"loss": "losses", "regularizer": "regularizers", "solver": "solvers"}[kind]
-        raise UsageError(f"unknown {kind} {name!r}; known {plural}: {known}")
+        close = difflib.get_close_matches(str(name), sorted(set(registry) | set(points)), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UsageError(f"unknown {kind} {name!r}; {hint}known {plural}: {known}")
     point = points[name]
     try:
         return point.load()

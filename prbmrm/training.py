@@ -1,38 +1,48 @@
-"""Training: :func:`fit`, the one front door, on this process's share of the data; the model it gives.
+"""Training: :func:`fit`, the one front door; :func:`run`, the run it makes on this process's share of the data.
 
-:func:`fit` loads the data (:mod:`prbmrm.io`), checks that the loss suits its
-labels, builds the distributed risk (:mod:`prbmrm.distributed.oracle`) and runs a solver
+:func:`fit` (also :func:`prbmrm.fit`) takes the data and the options as
+keywords, validates them once (:func:`run`), trains and returns a
+:class:`prbmrm.model.Model` on every rank; the command line
+(:mod:`prbmrm.cli.train`) and the estimators (:mod:`prbmrm.estimators`) call
+it. :func:`run` loads the data (:mod:`prbmrm.io`), checks that the loss suits
+its labels (two classes of any values are mapped to -1/+1), builds the
+distributed risk (:mod:`prbmrm.distributed.oracle`) and runs a solver
 (:mod:`prbmrm.solvers`), with checkpoints (:mod:`prbmrm.checkpoint`) and party
-mode (:mod:`prbmrm.party.session`) when asked; :func:`build_model` turns a result into
-a :class:`prbmrm.model.Model`. The command line (argument parsing, progress
-table, JSON log, printing) is :mod:`prbmrm.cli.train`, which imports this module.
+mode (:mod:`prbmrm.party.session`) when asked; :func:`build_model` turns its
+result into a model, :class:`ProgressTable` prints the progress (``verbose``).
 
 Imports: numpy and the library modules of prbmrm (io, losses, regularizers,
 solvers, risk, checkpoint, party, model, structured); never the CLI modules.
 """
 
+import contextlib
 import dataclasses
 import inspect
 import json
 import math
 import numbers
 import os
+import signal
+import sys
+import threading
+import time
+import warnings
 
 import numpy as np
 
-from .checkpoint import checkpointing, verify_state
+from .checkpoint import SignalFlag, checkpointing, verify_state
 from .io import STRUCTURED, split_local
 from .errors import InputError, UsageError
-from .io.inputs import describe_mapping, load_input
+from .io.inputs import describe_mapping, load_input, map_one_vs_rest
 from .losses import get_loss
 from .model import Model
-from .options import BundleOptions, Checkpointing, Stopping, split_keywords
+from .options import BundleOptions, Checkpointing, Stopping, python_names, split_keywords
 from .party.session import load_party
 from .regularizers import get_regularizer
 from .distributed.oracle import DistributedRisk, run_distributed
 from .solvers import SOLVERS, default_solver, get_solver, minimize, solver_options
 from .solvers.lsbmrm import check_theta
-from .solvers.path import LamPath, PathResult, minimize_path
+from .solvers.path import LamPath, PathProgress, PathResult, minimize_path
 from .structured import RaggedExamples
 from .structured.data import split_examples
 
@@ -77,13 +87,129 @@ def check_options(lam, epsilon, rel_epsilon, max_iter, idle_age, bundle_size=0, 
         check_theta(theta)
 
 
-def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver=None, reg="l2",
+def fit(data=None, *, verbose=False, record=None, names="keywords", **options):
+    """Train a model and return it: the one front door (also :func:`prbmrm.fit`).
+
+    Call it on every rank with the same arguments. The options are
+    validated once, on every rank together, before any data is read.
+
+    Parameters
+    ----------
+    data : str, list of str, tuple (X, y) or (X, y, options), RaggedExamples, or None
+        As for :func:`run` (shards, a text file, arrays; None: the demo data).
+    verbose : bool
+        Print the progress table (and the line naming the solver) on rank 0.
+    record : dict, optional
+        The options the model records in ``attrs["options"]`` (default: the
+        keywords given that are numbers, strings or booleans).
+    names : {"keywords", "flags"}
+        How error messages name the options: as the keywords of this function
+        (``lam``), or as the command line's flags (``--lam``).
+    **options
+        The keywords of :func:`run`: ``loss``, ``lam``, ``bias``, ``solver``,
+        ``reg``, ``epsilon``, ``rel_epsilon``, ``max_iter``, ``positive``,
+        ``checkpoint``, ``resume``, ``callback``, ``warm`` (a Model or
+        Result of an earlier run on the same data: its w and planes start
+        this one, whatever its lam), ...
+
+    Returns
+    -------
+    prbmrm.model.Model
+        On every rank (in party mode: on the parties that receive the
+        model, None on the others), with the training summary, the label
+        mapping in ``attrs`` and, on rank 0, the solver's result in
+        ``result``. A run stopped by Ctrl-C (SIGINT) returns the best
+        iterate so far with a warning (and, with ``checkpoint``, a
+        checkpoint to resume from).
+
+    Raises
+    ------
+    prbmrm.errors.PrbmrmError
+        For bad options or data (UsageError, InputError), on every rank alike.
+    """
+    from .distributed.comm import get_comm
+
+    comm = options["comm"] = options.get("comm") or get_comm()
+    table = ProgressTable() if verbose and comm.is_root else None
+    if table is not None:
+        options["callback"] = chain(table, options.get("callback"))
+        options["report"] = chain(print, options.get("report"))
+    if names != "flags" and options.get("report") is not None:  # the lines name keywords too
+        options["report"] = lambda line, report=options["report"]: report(python_names(line))
+    # From Python, Ctrl-C ends the run at the next iteration, which keeps its best iterate.
+    interrupt = (_Interrupt(comm) if options.get("stop") is None and threading.current_thread() is threading.main_thread()
+                 else contextlib.nullcontext())
+    started = time.perf_counter()
+    try:
+        with interrupt:
+            if isinstance(interrupt, _Interrupt):
+                options["stop"] = interrupt
+            result, local, loss = run(data, **options)
+    except UsageError as error:
+        if names == "flags":
+            raise
+        raise UsageError(python_names(str(error))) from None
+    if table is not None:
+        table.finish()
+    given = inspect.signature(run).bind(data, **options)
+    given.apply_defaults()
+    given = given.arguments
+    mean_delta = training_mean_delta(result, local, loss, comm) if loss.structured else None
+    model = None
+    if result is not None:
+        last = getattr(result, "last", result)
+        if record is None:
+            record = {key: value for key, value in options.items() if isinstance(value, (str, int, float, bool))}
+        record = dict(record, solver=last.solver)
+        name = given["loss"]
+        model = build_model(result, local, loss, comm.size, time.perf_counter() - started,
+                            lam=given["lam"], loss_name=name if isinstance(name, str) else loss.name,
+                            loss_params=given["loss_params"], solver=last.solver, reg=given["reg"],
+                            reg_params=given["reg_params"], bias=given["bias"],
+                            data=data if isinstance(data, str) else DEMO_NAME if data is None else "arrays",
+                            options=record)
+        model.result = result
+        if mean_delta is not None:
+            model.attrs["train_mean_delta"] = mean_delta
+        if given["party"] is not None:
+            model.attrs.update(given["party"].model_attrs())
+    if given["party"] is None:
+        model = Model.broadcast(model, comm)
+    if getattr(interrupt, "signum", None) is not None and model is not None:
+        path = options.get("checkpoint") or getattr(options.get("checkpointing"), "checkpoint", None)
+        saved = f"; checkpoint written to {path}" if path else ""
+        warnings.warn(f"interrupted (signal {interrupt.signum}) after iteration {model.attrs['iterations']}: "
+                      f"returning the best iterate so far{saved}", RuntimeWarning, stacklevel=2)
+    return model
+
+
+class _Interrupt(SignalFlag):
+    """Ctrl-C alone asks a run started from Python to stop (the command line handles more signals)."""
+
+    SIGNALS = (signal.SIGINT,)
+
+
+def chain(*functions):
+    """One callable that calls each of `functions` that is not None with its argument; None if all are."""
+    functions = [function for function in functions if function is not None]
+    if len(functions) < 2:
+        return functions[0] if functions else None
+
+    def call(argument):
+        for function in functions:
+            function(argument)
+
+    return call
+
+
+def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solver=None, reg="l2",
         reg_params=None, stopping=None, bundle=None, checkpointing=None, theta=None, solver_params=None,
         callback=None, comm=None, stop=None, party=None, positive=None, label_column=0, report=None,
         warm=None, **fields):
     """Train a linear model with a bundle method on this process's share of the data.
 
-    Call it on every rank with the same arguments.
+    :func:`fit` calls it and makes a :class:`prbmrm.model.Model` of what it
+    returns. Call it on every rank with the same arguments.
 
     Parameters
     ----------
@@ -169,11 +295,11 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     report : callable, optional
         Called on rank 0 with each line that describes the input (a CSV's
         header and label column, the label mapping), before training.
-    warm : prbmrm.solvers.Result, optional
-        Rank 0: a result of an earlier run on the same data and loss (any
-        lam): start from its w and, for a solver that keeps a bundle, its
-        planes and multipliers, which bound R_emp whatever lam (as on a
-        lambda path). One lam only.
+    warm : prbmrm.solvers.Result or prbmrm.model.Model, optional
+        Rank 0: a result (or model) of an earlier run on the same data and
+        loss (any lam): start from its w and, for a solver that keeps a
+        bundle, its planes and multipliers, which bound R_emp whatever lam
+        (as on a lambda path). One lam only.
 
     Returns
     -------
@@ -215,6 +341,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         options.setdefault("null_steps", 0)
     regularizer = get_regularizer(reg, **(reg_params or {})) if isinstance(reg, str) else reg
     local = _load(data, comm, party, bias, positive, label_column, report)
+    if positive is None and party is None:
+        _two_classes(local, loss_object, data, comm, report)
     _check_task(loss_object, local, data, bias, comm)
     loss_object.prepare(local.classes, local.label_kind)
     evaluated = loss_object if party is None else party.check_loss(loss_object)
@@ -238,9 +366,17 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     if warm is not None:
         if path:
             raise UsageError("a warm start applies to one lambda, not to a path")
-        w0 = warm.w
-        if warm.bundle is not None and "bundle" in inspect.signature(get_solver(solver)).parameters:
+        w0 = _flat_weights(warm) if isinstance(warm, Model) and warm.result is None else warm.w
+        warm = warm.result if isinstance(warm, Model) else warm
+        if getattr(warm, "bundle", None) is not None and "bundle" in inspect.signature(get_solver(solver)).parameters:
             options = dict(options, bundle=warm.bundle, alpha=warm.alpha)
+    if report is not None and comm.is_root:
+        reason = "as given" if chosen is not None else _default_reason(lam, regularizer, warm, oracle.dim)
+        report(describe_run(local, loss_object, regularizer, lam, bias, comm.size, (epsilon, rel_epsilon),
+                            stopping.max_iter) +
+               f"; solver {solver} ({reason})")
+        if "state" in options:
+            report(f"resumed at iteration {options['state']['iteration']} from {checkpointing.resume}")
 
     def solve(risk):
         if "state" in options:  # a resumed run: check the checkpoint's claims before trusting them
@@ -256,6 +392,49 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         return run_distributed(oracle, solve), local, loss_object
     party.attach(oracle, local, lam, regularizer, loss_object)
     return party.run(oracle, solve), local, loss_object
+
+
+def describe_run(local, loss, regularizer, lam, bias, ranks, tolerances, max_iter):
+    """The line that says what a run does: data shape, ranks, loss, regularizer, lam, stopping rule
+    (`tolerances` as the solvers take them, ``-inf``: none)."""
+    count = lam.n if isinstance(lam, LamPath) else np.size(lam)
+    lams = f"lam {lam:g}" if isinstance(lam, numbers.Real) else f"a path of {count} lambdas"
+    epsilon, rel_epsilon = tolerances
+    tests = [f"gap <= {epsilon:g}"] * (epsilon > 0) + [f"gap <= {rel_epsilon:g} x objective"] * (rel_epsilon > 0)
+    rule = f"stops at {' or '.join([*tests, f'{max_iter} iterations'])}" if tests else f"takes all {max_iter} iterations"
+    return (f"training on {local.n_examples_total} examples x {local.n_features} features{' + bias' * bool(bias)}, "
+            f"{ranks} rank(s): loss {loss.name}, {regularizer.name} {lams}; {rule}")
+
+
+def _default_reason(lam, regularizer, warm, dim):
+    """Why :func:`prbmrm.solvers.default_solver` chose as it did: the facts it weighs."""
+    one = "one lam" if isinstance(lam, numbers.Real) else "a lambda path"
+    kind = "quadratic" if getattr(regularizer, "quadratic", False) else regularizer.name
+    return (f"the default for a {kind} regularizer, {one}{', a warm start' * (warm is not None)} and "
+            f"{dim} weights; --solver to choose")
+
+
+def _flat_weights(model):
+    """The flat w of a solver (weights, then the bias row) of a model."""
+    k = model.w.shape[1] if model.w.ndim == 2 else 1
+    W = model.w.reshape(-1, k)
+    if model.attrs.get("has_bias"):
+        W = np.vstack([W, np.reshape(model.bias, (1, k))])
+    return W.ravel()
+
+
+def _two_classes(local, loss, data, comm, report):
+    """Map two class labels of any values to -1/+1 (the larger to +1) for a loss that needs -1/+1,
+    as the estimators do; the mapping is recorded in the model (``positive``, ``negative``)."""
+    classes = local.classes
+    if (local.label_kind not in ("binary", "integer") or classes is None or len(classes) != 2
+            or loss.check_labels(classes, local.label_kind) is None
+            or loss.check_labels(np.array([-1.0, 1.0]), "binary") is not None):
+        return
+    map_one_vs_rest(local, float(classes[1]), data if isinstance(data, str) else "data", comm)
+    if report is not None and comm.is_root:
+        report(f"labels: {classes[0]:g} -> -1, {classes[1]:g} -> +1 (two classes; --positive LABEL "
+               "chooses the +1 class)")
 
 
 def option_groups(stopping, bundle, checkpointing, fields):
@@ -362,6 +541,77 @@ def _stopping_callback(callback, stop):
     return stopping
 
 
+class ProgressTable:
+    """Prints the progress table on rank 0: every iteration at first, then sparser.
+
+    On a terminal the rows in between show in place on the last line (at
+    most 10 times a second), so a long run shows its progress; elsewhere
+    (a file, a pipe, a batch job's log) only the plain rows are written. On
+    a lambda path each lambda gets its own table, headed by the lambda.
+
+    Parameters
+    ----------
+    every : int
+        Print every this many iterations; 0 chooses 1 up to iteration 10, 10
+        up to 100, then 100.
+    stream : file, optional
+        sys.stdout by default.
+    note : str, optional
+        A line printed above the first header (e.g. that the bound is not certified).
+    """
+
+    LIVE_SECONDS = 0.1
+
+    HEADER = (f"{'iter':>6} {'objective':>13} {'best':>13} {'lower bound':>13} {'gap':>10} "
+              f"{'planes':>6} {'risk s':>8} {'sub s':>8} {'comm s':>8}")
+
+    def __init__(self, every=0, stream=None, note=None):
+        self.every = every
+        self.stream = sys.stdout if stream is None else stream
+        self.note = note
+        self.last = None
+        self.printed = 0
+        self.live = self.stream.isatty()
+        self.shown = None  # when the in-place row was last written, None when there is none
+
+    def __call__(self, row):
+        # The first row of a run, of a resumed run, or of each step of a lambda path.
+        if self.last is None or (isinstance(row, PathProgress) and row.iteration == 1):
+            if self.last is None and self.note:
+                print(self.note, file=self.stream)
+            self.finish()
+            if isinstance(row, PathProgress):
+                print(f"path step {row.step + 1}: lambda {row.lam:.6g}", file=self.stream)
+            print(self.HEADER, file=self.stream)
+        every = self.every or (1 if row.iteration <= 10 else 10 if row.iteration <= 100 else 100)
+        self.last = row
+        if row.iteration % every == 0 or row.iteration == 1:
+            self.print_row(row)
+        elif self.live and (self.shown is None or time.monotonic() - self.shown > self.LIVE_SECONDS):
+            self.stream.write("\r" + self.format_row(row))
+            self.stream.flush()
+            self.shown = time.monotonic()
+
+    def finish(self):
+        """Print the last row if it was skipped."""
+        if self.last is not None and self.printed != self.last.iteration:
+            self.print_row(self.last)
+
+    def print_row(self, row):
+        """Print one row of the table (over the in-place row, if any)."""
+        self.printed = row.iteration
+        start = "\r" if self.shown is not None else ""
+        self.shown = None
+        print(start + self.format_row(row), file=self.stream, flush=True)
+
+    @staticmethod
+    def format_row(row):
+        """Return the text of one row."""
+        return (f"{row.iteration:6d} {row.objective:13.6e} {row.best_objective:13.6e} "
+                f"{row.lower_bound:13.6e} {row.gap:10.3e} {row.planes:6d} {row.seconds_risk:8.4f} "
+                f"{row.seconds_subproblem:8.4f} {row.seconds_comm:8.4f}")
+
+
 def split_weights(w, loss, has_bias):
     """Return ``(w, bias)`` of a solver's flat `w`: (d,) or (d, k) weights, and the offset(s)."""
     W = w.reshape(-1, loss.n_outputs) if loss.n_outputs > 1 else w
@@ -417,7 +667,8 @@ def build_model(result, local, loss, ranks, seconds, *, lam, loss_name, loss_par
     w, offset = split_weights(last.w, loss, bias)
     history, groups = (last.history, None) if path is None else path_tables(path, loss, bias)
     attrs = {"objective": last.fun, "lower_bound": last.lower_bound, "gap": last.gap,
-             "iterations": last.nit, "status": last.status, "message": last.message,
+             "iterations": last.nit, "status": last.status, "converged": bool(last.success),
+             "message": last.message,
              "lam": lam if path is None else path.lams[-1],
              "loss": loss_name, "loss_params": json.dumps(_absolute_files(loss_params or {})),
              "solver": solver, "reg": reg if isinstance(reg, str) else reg.name,

@@ -2,7 +2,7 @@
 
 On a9a (32,561 x 123, with a bias) trains hinge-loss BMRM for N lambdas
 log-spaced from --largest down to --smallest (default 8 from 1e-1 to 1e-6),
-once as independent runs from w = 0 and once as a path (``fit(lam=[...])``:
+once as independent runs from w = 0 and once as a path (``run(lam=[...])``:
 largest first, each run warm-started from the previous w and bundle), all to
 the same --rel-epsilon (at most --max-iter iterations each). Prints per
 lambda the iterations and objectives of both, their relative difference
@@ -37,7 +37,7 @@ def main():
     args = parser.parse_args()
 
     from prbmrm.io import read_input
-    from prbmrm.training import fit
+    from prbmrm.training import run
 
     X, y, _ = read_input(os.path.join(DATA, "a9a.xz"))
     if args.rows:
@@ -46,7 +46,7 @@ def main():
     options = dict(loss=args.loss, solver=args.solver, bias=True, rel_epsilon=args.rel_epsilon,
                    max_iter=args.max_iter)
     started = time.perf_counter()
-    path = fit((X, y), lam=list(lams), **options)[0]
+    path = run((X, y), lam=list(lams), **options)[0]
     seconds = {"path": time.perf_counter() - started, "independent": 0.0}
 
     print(f"a9a {X.shape[0]} x {X.shape[1]} + bias, loss {args.loss}, solver {args.solver}, "
@@ -57,7 +57,7 @@ def main():
     for lam, along in zip(lams, path.results):
         # Rows print as the independent runs finish: the small lambdas take long.
         started = time.perf_counter()
-        alone = fit((X, y), lam=float(lam), **options)[0]
+        alone = run((X, y), lam=float(lam), **options)[0]
         seconds["independent"] += time.perf_counter() - started
         totals["independent"] += alone.nit
         totals["path"] += along.nit

@@ -41,7 +41,7 @@ def main():
 
     from prbmrm.distributed.comm import get_comm
     from prbmrm.io import read_input, write_shards
-    from prbmrm.training import fit
+    from prbmrm.training import run
 
     comm = get_comm()
     # One directory for every rank (each would otherwise make its own).
@@ -54,7 +54,7 @@ def main():
         comm.barrier()
         method = "pragam_b" if args.offset else "pragam"
         started = time.perf_counter()
-        result, local, _ = fit(shards, loss="hinge", lam=args.lam, bias=args.offset, solver=method,
+        result, local, _ = run(shards, loss="hinge", lam=args.lam, bias=args.offset, solver=method,
                                rel_epsilon=args.rel_epsilon, max_iter=args.max_iter, comm=comm)
         seconds = time.perf_counter() - started
     finally:

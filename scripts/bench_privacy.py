@@ -138,7 +138,7 @@ def worker(directory, mode, iterations, lam, dp, solver):
     """Run under mpiexec: train once; rank 0 prints its history, w and the start-up seconds as JSON."""
     from prbmrm.distributed.comm import get_comm
     from prbmrm.party.session import Party
-    from prbmrm.training import fit
+    from prbmrm.training import run
 
     comm = get_comm()
     party = None
@@ -150,7 +150,7 @@ def worker(directory, mode, iterations, lam, dp, solver):
                       roster=os.path.join(directory, "roster.json"))
     data = os.path.join(directory, "all" if party is None else "site-{rank}")
     started = time.perf_counter()
-    result, _, _ = fit(data, bias=True, lam=lam, solver=solver, epsilon=0,
+    result, _, _ = run(data, bias=True, lam=lam, solver=solver, epsilon=0,
                        rel_epsilon=0 if iterations else 1e-3, max_iter=iterations or 10000,
                        idle_age=0 if iterations else 10, comm=comm, party=party)
     total = time.perf_counter() - started

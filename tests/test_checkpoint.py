@@ -19,7 +19,7 @@ from helpers import REPO, load_svmlight, mpiexec, run_ranks
 from prbmrm.checkpoint import load_checkpoint, save_checkpoint
 from prbmrm.errors import CollectiveError, InputError, UsageError
 from prbmrm.model import load_model
-from prbmrm.training import fit
+from prbmrm.training import run
 
 # Hinge on the demo data: about 70 iterations, planes pruned on the way.
 # BMRM named: its checkpoint (the bundle of R_emp) is what these tests read and forge.
@@ -48,17 +48,17 @@ def check_same_run(resumed, full):
 
 
 def test_resume_reaches_the_uninterrupted_w(tmp_path):
-    full, _, _ = fit(**OPTIONS)
+    full, _, _ = run(**OPTIONS)
     path = str(tmp_path / "state.h5")
-    part, _, _ = fit(max_iter=30, checkpoint=path, checkpoint_every=12, **OPTIONS)
+    part, _, _ = run(max_iter=30, checkpoint=path, checkpoint_every=12, **OPTIONS)
     assert part.nit == 30 and load_checkpoint(path)[1]["iteration"] == 30
-    resumed, _, _ = fit(resume=path, **OPTIONS)
+    resumed, _, _ = run(resume=path, **OPTIONS)
     assert resumed.nit == full.nit > 30 and resumed.status == full.status == 1
     check_same_run(resumed, full)
 
 
 def test_resume_on_3_ranks_reaches_the_uninterrupted_w(tmp_path):
-    full, _, _ = fit(**OPTIONS)
+    full, _, _ = run(**OPTIONS)
     path = str(tmp_path / "state.h5")
     part = train(tmp_path, 3, "part", "--max-iter", "30", "--checkpoint", path, "--checkpoint-every", "12")
     assert part.attrs["iterations"] == 30 and load_checkpoint(path)[1]["iteration"] == 30
@@ -70,25 +70,25 @@ def test_resume_on_3_ranks_reaches_the_uninterrupted_w(tmp_path):
 def test_lsbmrm_resume_reaches_the_uninterrupted_w(tmp_path):
     data = a9a_rows()
     options = dict(loss="hinge", lam=1e-3, bias=True, rel_epsilon=1e-5, solver="lsbmrm", theta=0.7)
-    full, _, _ = fit(data, **options)
+    full, _, _ = run(data, **options)
     path = str(tmp_path / "state.h5")
-    fit(data, max_iter=12, checkpoint=path, **options)
-    resumed, _, _ = fit(data, resume=path, **options)
+    run(data, max_iter=12, checkpoint=path, **options)
+    resumed, _, _ = run(data, resume=path, **options)
     assert resumed.nit == full.nit > 12 and resumed.status == full.status
     check_same_run(resumed, full)
     np.testing.assert_allclose(resumed.w_last, full.w_last, rtol=0, atol=1e-12)
     with pytest.raises(UsageError, match="other options: solver_params .*theta"):
-        fit(data, resume=path, **dict(options, theta=0.9))
+        run(data, resume=path, **dict(options, theta=0.9))
 
 
 def test_resume_with_an_aggregated_bundle(tmp_path):
     data = a9a_rows()
     options = dict(solver="bmrm", loss="hinge", lam=1e-2, bias=True, rel_epsilon=1e-4, bundle_size=4)
-    full, _, _ = fit(data, **options)
+    full, _, _ = run(data, **options)
     path = str(tmp_path / "state.h5")
-    part, _, _ = fit(data, max_iter=25, checkpoint=path, **options)
+    part, _, _ = run(data, max_iter=25, checkpoint=path, **options)
     assert part.nit == 25 and load_checkpoint(path)[0]["bundle"]["A"].shape[0] <= 4
-    resumed, _, _ = fit(data, resume=path, **options)
+    resumed, _, _ = run(data, resume=path, **options)
     assert resumed.nit == full.nit > 25 and resumed.status == full.status
     check_same_run(resumed, full)
 
@@ -104,32 +104,32 @@ def test_resume_refuses_other_options(tmp_path, change, message):
     data = a9a_rows()
     options = dict(loss="hinge", lam=1e-3, bias=True)
     path = str(tmp_path / "state.h5")
-    fit(data, max_iter=5, checkpoint=path, **options)
+    run(data, max_iter=5, checkpoint=path, **options)
     with pytest.raises(UsageError, match=f"other options: .*{message}"):
-        fit(data, resume=path, **dict(options, **change))
+        run(data, resume=path, **dict(options, **change))
 
 
 def test_resume_refuses_other_data(tmp_path):
     X, y = a9a_rows()
     path = str(tmp_path / "state.h5")
-    fit((X, y), lam=1e-3, max_iter=5, checkpoint=path)
+    run((X, y), lam=1e-3, max_iter=5, checkpoint=path)
     changed = X.copy()
     changed.data[7] += 1.0  # same sizes, one value differs
     for data, what in (((changed, y), "sha256"), ((X[:-1], y[:-1]), "n_examples"),
                        ((X, -y), "sha256")):
         with pytest.raises(UsageError, match=f"other data .*{what}"):
-            fit(data, lam=1e-3, resume=path)
+            run(data, lam=1e-3, resume=path)
 
 
 def test_resume_refusal_stops_every_rank(tmp_path):
     path = str(tmp_path / "state.h5")
-    fit(max_iter=5, checkpoint=path, **OPTIONS)
+    run(max_iter=5, checkpoint=path, **OPTIONS)
     completed, _ = run_ranks(3, [*RUN, "--lam", "1e-2", "--resume", path, "--out", str(tmp_path / "x.h5")],
                              timeout=60)
     assert completed.returncode == 2
     assert completed.stderr.count("other options: lam 0.001 -> 0.01") == 1, completed.stderr
     with pytest.raises(UsageError, match="cannot read checkpoint"):
-        fit(resume=str(tmp_path / "missing.h5"), **OPTIONS)
+        run(resume=str(tmp_path / "missing.h5"), **OPTIONS)
 
 
 # subLBFGS on the demo data: 23 iterations (it stalls, status 4, before the gap test is met).
@@ -138,7 +138,7 @@ SUBLBFGS = dict(solver="sublbfgs", lam=1e-2, rel_epsilon=1e-5)
 
 @pytest.fixture(scope="module")
 def sublbfgs_full():
-    return fit(**SUBLBFGS)[0]
+    return run(**SUBLBFGS)[0]
 
 
 @pytest.mark.parametrize("stop", [12, 1])  # 1: before any LBFGS pair is stored
@@ -146,10 +146,10 @@ def test_sublbfgs_resume_reaches_the_uninterrupted_w(tmp_path, sublbfgs_full, st
     """The LBFGS pairs, the bound's planes and the iterate's subgradient make the resumed path bitwise the same."""
     full = sublbfgs_full
     path = str(tmp_path / "state.h5")
-    part, _, _ = fit(max_iter=stop, checkpoint=path, checkpoint_every=5, **SUBLBFGS)
+    part, _, _ = run(max_iter=stop, checkpoint=path, checkpoint_every=5, **SUBLBFGS)
     state, meta = load_checkpoint(path)
     assert part.nit == meta["iteration"] == stop and state["lbfgs"]["rho"].shape == (stop - 1,)
-    resumed, _, _ = fit(resume=path, **SUBLBFGS)
+    resumed, _, _ = run(resume=path, **SUBLBFGS)
     assert resumed.nit == full.nit > stop and resumed.status == full.status
     check_same_run(resumed, full)
     np.testing.assert_array_equal(resumed.w_last, full.w_last)
@@ -170,12 +170,12 @@ def test_owlqn_resume_reaches_the_uninterrupted_optimum(tmp_path):
     """OWL-QN shares subLBFGS's state; its L1 bound is an LP whose warm start is not saved, so
     the resumed run is held to the certified gaps, not to the uninterrupted path (README)."""
     options = dict(loss="logistic", reg="l1", solver="owlqn", lam=1e-3, rel_epsilon=1e-3)
-    full, _, _ = fit(**options)
+    full, _, _ = run(**options)
     path = str(tmp_path / "state.h5")
-    fit(max_iter=30, checkpoint=path, **options)
+    run(max_iter=30, checkpoint=path, **options)
     state = load_checkpoint(path)[0]
     assert state["lbfgs"]["rho"].shape == (15,) and state["a"].shape == full.w.shape
-    resumed, _, _ = fit(resume=path, **options)
+    resumed, _, _ = run(resume=path, **options)
     assert resumed.nit > 30 and resumed.status == full.status == 1
     assert abs(resumed.fun - full.fun) <= max(resumed.gap, full.gap)
     assert len(resumed.history["objective"]) == resumed.nit
@@ -185,29 +185,29 @@ def test_owlqn_resume_reaches_the_uninterrupted_optimum(tmp_path):
 def test_lbfgs_resume_replays_scipy_and_reaches_the_uninterrupted_w(tmp_path):
     """scipy's L-BFGS-B is run again over the saved evaluations, then continues on the same path."""
     options = dict(OPTIONS, loss="logistic", solver="lbfgs", solver_params={"bound_every": 3})
-    full, _, _ = fit(**options)
+    full, _, _ = run(**options)
     path = str(tmp_path / "state.h5")
-    fit(max_iter=13, checkpoint=path, **options)  # 13: not a row that solves the QP
+    run(max_iter=13, checkpoint=path, **options)  # 13: not a row that solves the QP
     state, meta = load_checkpoint(path)
     assert meta["iteration"] == 13 and state["stale"]  # the bound as the uninterrupted run has it
     assert state["evaluations"]["gradient"].shape == (len(state["evaluations"]["digest"]), len(full.w))
-    resumed, _, _ = fit(resume=path, **options)
+    resumed, _, _ = run(resume=path, **options)
     assert resumed.nit == full.nit > 13 and resumed.status == full.status == 1
     check_same_run(resumed, full)
     # A run that would ask scipy for other points is refused, not continued on another path.
     state["evaluations"]["digest"][3] += 1
     save_checkpoint(path, state, meta)
     with pytest.raises(CollectiveError, match="L-BFGS-B asks for other points than in the checkpointed run"):
-        fit(resume=path, **options)
+        run(resume=path, **options)
 
 
 def test_proximal_resume_reaches_the_uninterrupted_w(tmp_path):
     options = dict(solver="proximal", bundle_size=5, lam=1e-3, rel_epsilon=1e-3)
-    full, _, _ = fit(**options)
+    full, _, _ = run(**options)
     path = str(tmp_path / "state.h5")
-    fit(max_iter=40, checkpoint=path, **options)
+    run(max_iter=40, checkpoint=path, **options)
     assert load_checkpoint(path)[0]["planes"]["A"].shape[0] <= 5
-    resumed, _, _ = fit(resume=path, **options)
+    resumed, _, _ = run(resume=path, **options)
     assert resumed.nit == full.nit > 40 and resumed.status == full.status
     check_same_run(resumed, full)
     np.testing.assert_array_equal(resumed.w_last, full.w_last)
@@ -215,8 +215,8 @@ def test_proximal_resume_reaches_the_uninterrupted_w(tmp_path):
 
 def test_solvers_without_checkpoints_refuse_and_still_stop():
     with pytest.raises(UsageError, match="solver 'pragam' does not support --checkpoint"):
-        fit(solver="pragam", checkpoint="never.h5")
-    result, _, _ = fit(solver="pragam", stop=lambda: True)
+        run(solver="pragam", checkpoint="never.h5")
+    result, _, _ = run(solver="pragam", stop=lambda: True)
     assert result.status == 3 and result.nit == 1
 
 
@@ -324,7 +324,7 @@ def test_sigterm_to_rank_0_checkpoints_and_resumes(tmp_path):
     more = dict(solver="bmrm", lam=1e-7, rel_epsilon=0.0, max_iter=stopped + 15)
     resumed = train(tmp_path, 3, "resumed", "--lam", "1e-7", "--rel-epsilon", "0",
                     "--max-iter", str(stopped + 15), "--resume", path)
-    full, _, _ = fit(**more)
+    full, _, _ = run(**more)
     assert resumed.attrs["iterations"] == full.nit == stopped + 15
     check_same_run(resumed, full)
 

@@ -16,7 +16,7 @@ from prbmrm.distributed.comm import SerialComm
 from prbmrm.io import read_input
 from prbmrm.estimators import (BMRMClassifier, BMRMMultilabelClassifier, BMRMRanker, BMRMRegressor,
                                expected_failed_checks, query_pairs)
-from prbmrm.training import fit
+from prbmrm.training import run
 
 pytestmark = pytest.mark.slow  # scikit-learn's estimator checks, about 50 s each for some estimators
 
@@ -48,7 +48,7 @@ def test_hinge_classifier_is_train_fit_with_any_labels():
     X, y = a9a(2000)
     names = np.where(y > 0, "rich", "poor")  # sorted: "poor" is -1, "rich" +1
     model = BMRMClassifier(loss="hinge", lam=1e-2).fit(X, names)
-    result, _, _ = fit((X, y), loss="hinge", lam=1e-2, bias=True, comm=SerialComm())
+    result, _, _ = run((X, y), loss="hinge", lam=1e-2, bias=True, comm=SerialComm())
     np.testing.assert_array_equal(model.classes_, ["poor", "rich"])
     np.testing.assert_array_equal(model.coef_, result.w[None, :-1])
     np.testing.assert_array_equal(model.intercept_, result.w[-1:])
@@ -63,13 +63,13 @@ def test_multiclass_losses_see_class_values_and_two_classes_reduce_to_one_score(
     X, y = X[:200], y[:200]
     model = BMRMClassifier(lam=1e-1).fit(X, y)
     assert model.loss_ == "multiclass_hinge" and model.coef_.shape == (3, X.shape[1])
-    result, _, _ = fit((X, y), loss="multiclass_hinge", lam=1e-1, bias=True, comm=SerialComm())
+    result, _, _ = run((X, y), loss="multiclass_hinge", lam=1e-1, bias=True, comm=SerialComm())
     np.testing.assert_array_equal(model.coef_, result.w.reshape(-1, 3)[:-1].T)
     letters = np.array(["a", "b", "c"])[y.astype(int) - 1]
     np.testing.assert_array_equal(BMRMClassifier(lam=1e-1).fit(X, letters).coef_, model.coef_)
     binary = y[y < 3], X[y < 3]
     two = BMRMClassifier(lam=1e-2, loss="softmax").fit(binary[1], binary[0])
-    result, _, _ = fit((binary[1], binary[0]), loss="softmax", lam=1e-2, bias=True, comm=SerialComm())
+    result, _, _ = run((binary[1], binary[0]), loss="softmax", lam=1e-2, bias=True, comm=SerialComm())
     W = result.w.reshape(-1, 2)
     np.testing.assert_allclose(two.coef_, (W[:-1, 1] - W[:-1, 0])[None], rtol=1e-12, atol=1e-15)
     F = binary[1] @ W[:-1] + W[-1]
@@ -161,7 +161,7 @@ def test_ranker_ndcg_is_train_fit_and_scores_ndcg():
 
     X, y, qid = mq2008()
     model = BMRMRanker(lam=1e-1, loss_params={"k": 5}).fit(X, y, qid=qid)
-    result, _, _ = fit((X, y, {"qid": qid}), loss="ndcg", loss_params={"k": 5}, lam=1e-1, bias=True,
+    result, _, _ = run((X, y, {"qid": qid}), loss="ndcg", loss_params={"k": 5}, lam=1e-1, bias=True,
                        comm=SerialComm())
     np.testing.assert_array_equal(model.coef_, result.w[:-1])
     f = model.predict(X)
@@ -197,7 +197,7 @@ def test_multilabel_classifier_is_train_fit_and_scores_label_ranking():
     X, Y = yeast()
     model = BMRMMultilabelClassifier(lam=1e-1).fit(X, Y)
     k = Y.shape[1]
-    result, _, _ = fit((X, Y), loss="multilabel_hinge", lam=1e-1, bias=True, comm=SerialComm())
+    result, _, _ = run((X, Y), loss="multilabel_hinge", lam=1e-1, bias=True, comm=SerialComm())
     np.testing.assert_array_equal(model.coef_, result.w.reshape(-1, k)[:-1].T)
     F = model.decision_function(X)
     np.testing.assert_array_equal(model.predict(X), F > 0)
@@ -214,7 +214,7 @@ def test_multilabel_classifier_is_train_fit_and_scores_label_ranking():
 @pytest.mark.parametrize("estimator, message", [
     (BMRMClassifier(loss="hinge"), "Only binary classification"),
     (BMRMClassifier(loss="least_squares"), "unsuitable loss 'least_squares'"),
-    (BMRMClassifier(lam=-1.0), "--lam must be a positive number"),
+    (BMRMClassifier(lam=-1.0), "^lam must be a positive number"),  # the keyword, not the flag
     (BMRMClassifier(loss="softmax", loss_params={"nope": 1}), "has no parameter 'nope'"),
 ])
 def test_errors_are_value_errors(estimator, message):
@@ -228,14 +228,14 @@ def test_errors_are_value_errors(estimator, message):
 def test_every_rank_gets_the_coefficients_of_a_serial_run(comm):
     X, y = a9a(2000)
     model = BMRMClassifier(lam=1e-2).fit(X, y)
-    serial, _, _ = fit((X, y), loss="hinge", lam=1e-2, bias=True, comm=SerialComm())
+    serial, _, _ = run((X, y), loss="hinge", lam=1e-2, bias=True, comm=SerialComm())
     np.testing.assert_array_equal(model.coef_, serial.w[None, :-1])
     np.testing.assert_array_equal(model.intercept_, serial.w[-1:])
     assert model.n_iter_ == serial.nit
     np.testing.assert_array_equal(model.predict(X), np.where(X @ serial.w[:-1] + serial.w[-1] > 0, 1.0, -1.0))
     X, y, qid = mq2008(12)
     ranker = BMRMRanker(lam=1e-1).fit(X, y, qid=qid)
-    serial, _, _ = fit((X, y, {"qid": qid}), loss="ndcg", lam=1e-1, bias=True, comm=SerialComm())
+    serial, _, _ = run((X, y, {"qid": qid}), loss="ndcg", lam=1e-1, bias=True, comm=SerialComm())
     np.testing.assert_array_equal(ranker.coef_, serial.w[:-1])
 
 
@@ -261,3 +261,63 @@ def test_warm_start_reuses_the_planes_of_the_same_training_data_only():
     # Other data: nothing to reuse, the fit is the cold one.
     half = BMRMClassifier(lam=lam, warm_start=True).fit(X[:1000], y[:1000])
     np.testing.assert_array_equal(half.coef_, BMRMClassifier(lam=lam, solver="bmrm").fit(X[:1000], y[:1000]).coef_)
+
+
+def test_warm_starts_carry_across_a_grid_of_lambdas_in_grid_search():
+    # GridSearchCV clones the estimator for every (lam, fold): with warm_start each clone starts from the
+    # planes of the last fit on its fold, whatever its lam. Scored by iterations (a count, not a time).
+    X, y = a9a(3000)
+    lams = [1e-2, 1e-3, 1e-4]
+
+    def iterations(estimator, X, y):
+        return estimator.n_iter_
+
+    totals, best = {}, {}
+    for warm_start in (False, True):
+        search = GridSearchCV(BMRMClassifier(solver="bmrm", warm_start=warm_start, rel_epsilon=1e-4),
+                              {"lam": lams}, cv=3, scoring={"iterations": iterations, "accuracy": "accuracy"},
+                              refit="accuracy").fit(X, y)
+        totals[warm_start] = search.cv_results_["mean_test_iterations"]
+        best[warm_start] = search.best_params_["lam"]
+    assert totals[True][0] == totals[False][0]  # the first lam starts cold either way
+    assert np.all(totals[True][1:] < totals[False][1:])
+    assert best[True] == best[False]
+
+
+def test_the_warm_start_key_is_the_same_for_the_same_data_and_differs_between_folds():
+    from prbmrm.estimators import _fit_key
+
+    X, y = a9a(3000)
+    key = _fit_key(X, y, {}, ("hinge",))
+    assert _fit_key(X.copy(), y.copy(), {}, ("hinge",)) == key  # the clones of one fold
+    assert _fit_key(X.toarray(), y, {}, ("hinge",)) != key  # another layout
+    folds = [_fit_key(X[rows], y[rows], {}, ("hinge",)) for rows in (np.arange(2000), np.arange(1000, 3000))]
+    assert len({key, *folds}) == 3
+    assert _fit_key(X, y, {}, ("logistic",)) != key
+
+
+def test_verbose_prints_the_run_and_its_progress(capsys):
+    X, y = a9a(500)
+    BMRMClassifier(lam=1e-2, verbose=True).fit(X, np.where(y > 0, "spam", "ham"))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("training on 500 examples x 123 features + bias, 1 rank(s): loss hinge")
+    assert lines[1].split()[:2] == ["iter", "objective"]
+    BMRMClassifier(lam=1e-2).fit(X, y)
+    assert capsys.readouterr().out == ""
+
+
+def test_features_no_example_has_get_weight_zero_and_the_run_the_same_optimum():
+    # Hashed text leaves most columns empty: the estimator trains on the others (exact for a separable
+    # regularizer), against the run on every column.
+    X, y = a9a(2000)
+    wide = sp.csr_matrix((X.data, X.indices * 10 + 3, X.indptr), shape=(X.shape[0], 10 * X.shape[1]))
+    options = dict(lam=1e-3, solver="bmrm", rel_epsilon=0, epsilon=1e-8)
+    model = BMRMClassifier(**options).fit(wide, y)
+    result, _, _ = run((wide, y), loss="hinge", bias=True, comm=SerialComm(), **options)
+    empty = np.ones(wide.shape[1], dtype=bool)
+    empty[wide.indices] = False
+    assert model.coef_.shape == (1, wide.shape[1]) and not model.coef_[0, empty].any()
+    w = np.r_[model.coef_.ravel(), model.intercept_]
+    assert hinge_objective(with_bias(wide), y, w, 1e-3) == pytest.approx(model.objective_, rel=1e-12)
+    assert abs(model.objective_ - result.fun) <= 1e-8
+    assert model.objective_ - model.gap_ <= result.fun and result.lower_bound <= model.objective_

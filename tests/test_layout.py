@@ -267,11 +267,11 @@ def soft_hinge():
 
 
 def test_a_scalar_loss_registered_from_outside_trains_to_scipys_optimum(soft_hinge):
-    from prbmrm.training import fit, load_demo
+    from prbmrm.training import run, load_demo
 
     X, y = load_demo()
     lam = 1e-2
-    result, _, loss = fit(None, loss=soft_hinge, lam=lam, rel_epsilon=0.0, epsilon=1e-9)
+    result, _, loss = run(None, loss=soft_hinge, lam=lam, rel_epsilon=0.0, epsilon=1e-9)
     assert isinstance(loss, SoftHinge) and result.success
 
     def objective(w):

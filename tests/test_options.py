@@ -111,14 +111,14 @@ def test_party_mode_is_validated_by_its_settings():
 
 
 def test_fit_takes_the_groups_or_their_fields_alike():
-    from prbmrm.training import fit
+    from prbmrm.training import run
 
-    by_object = fit(None, stopping=Stopping(max_iter=12, rel_epsilon=0.0), bundle=BundleOptions(idle_age=2))[0]
-    by_keywords = fit(None, max_iter=12, rel_epsilon=0.0, idle_age=2)[0]
+    by_object = run(None, stopping=Stopping(max_iter=12, rel_epsilon=0.0), bundle=BundleOptions(idle_age=2))[0]
+    by_keywords = run(None, max_iter=12, rel_epsilon=0.0, idle_age=2)[0]
     assert by_object.nit == by_keywords.nit == 12
     assert by_object.w.tobytes() == by_keywords.w.tobytes()
     assert np.array_equal(by_object.history["objective"], by_keywords.history["objective"])
     with pytest.raises(UsageError, match="--max-iter must be >= 1"):
-        fit(None, max_iter=0)
+        run(None, max_iter=0)
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_iterations'"):
-        fit(None, max_iterations=3)
+        run(None, max_iterations=3)

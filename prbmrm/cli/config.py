@@ -68,15 +68,26 @@ def parse_configured(parser, argv, comm):
         On every rank, for an unreadable or invalid file (naming the file and
         the key) or a bad option.
     """
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv)
     if args.config is not None:
         parser.set_defaults(**read_config(parser, args.config, comm))
-        args = parser.parse_args(argv)
+        args = parse_arguments(parser, argv)
     if args.print_config:
         if comm.is_root:
             sys.stdout.write(config_text(parser, args))
             sys.stdout.flush()
         return None
+    return args
+
+
+def parse_arguments(parser, argv):
+    """``parser.parse_args(argv)``, with "did you mean" for an unknown option."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        flags = [flag for action in parser._actions for flag in action.option_strings]
+        close = difflib.get_close_matches(unknown[0].split("=")[0], flags, n=1)
+        hint = f"; did you mean {close[0]}?" if close and unknown[0].startswith("--") else ""
+        raise UsageError(f"unrecognized argument{'s' * (len(unknown) > 1)}: {' '.join(unknown)}{hint}")
     return args
 
 
@@ -154,22 +165,29 @@ def config_layout(parser):
 def config_text(parser, args):
     """Return the options of `args` as the text of a TOML configuration file.
 
-    Options whose value is None (not set, no default) are left out.
+    Every option appears: those without a value (not set, no default) as a
+    comment with their help, under their table.
     """
     import tomli_w
 
-    table = {}
+    parts = []
     for section, actions in config_layout(parser).items():
+        table, unset = {}, []
         for key, action in actions.items():
             value = getattr(args, action.dest)
             if value is None:
+                text = " ".join((action.help or "").split()) % {"default": action.default, "prog": parser.prog}
+                unset.append(f"# {key} = ...  (not set: {text})")
                 continue
             if _is_pairs(action):
                 value = {name: _guess_type(text) for name, _, text in (pair.partition("=") for pair in value)}
             elif isinstance(value, tuple):
                 value = list(value)
-            (table.setdefault(section, {}) if section else table)[key] = value
-    return f"# {parser.prog} configuration (--config FILE)\n" + tomli_w.dumps(table)
+            table[key] = value
+        text = tomli_w.dumps({section: table} if section else table)
+        head, body = (text.split("\n", 1) if section and table else (f"[{section}]" if section else "", text))
+        parts.append("\n".join(line for line in (head, *unset) if line) + ("\n" if head or unset else "") + body)
+    return f"# {parser.prog} configuration (--config FILE)\n" + "\n".join(parts)
 
 
 def _is_pairs(action):

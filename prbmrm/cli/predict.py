@@ -20,6 +20,7 @@ import sys
 import numpy as np
 
 from .common import ArgumentParser, run
+from .config import parse_arguments
 from ..io import STRUCTURED, load_local
 from ..errors import CollectiveError, InputError, UsageError
 from ..io.inputs import check_for_model, describe_mapping, load_input
@@ -66,7 +67,7 @@ def main(argv, comm):
                              "model's own mapping, recorded when it was trained with --positive)")
     add_label_column_option(parser)
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv)
     error, model = None, None
     try:
         model = load_model(args.model)
@@ -109,7 +110,9 @@ def main(argv, comm):
         labels = labels.reshape(len(scores), -1) if labels.size != len(scores) else labels
     else:
         scores, labels = scores.ravel(), labels.ravel()
-    for path, values in ((args.out, scores), (args.labels, loss.predict_labels(scores))):
+    # In the training data's own labels (a two-class model trained on 0/1 answers 0/1).
+    predicted = model.labels(scores) if loss.predicts_labels else None
+    for path, values in ((args.out, scores), (args.labels, predicted)):
         if path:
             write_in_rank_order(path, values, comm)
     n_total = int(comm.gather_counts(len(scores)).sum())

@@ -26,6 +26,7 @@ import sys
 from argparse import ArgumentTypeError
 
 from .common import EXIT_INPUT, ArgumentParser, program
+from .config import parse_arguments
 from ..io import read_input, write_shards
 from ..io.shards import shard_summary
 from ..distributed.comm import launched_size
@@ -137,7 +138,7 @@ def _summary(paths, out_dir):
 
 
 def _main(argv):
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(build_parser(), argv)
     name, copies = launched_size()  # from the environment: this command never initialises MPI
     if copies > 1:
         raise UsageError(f"runs on one process, and {name}={copies} says {copies} were started: "

@@ -1,4 +1,4 @@
-"""Train a model: ``python -m prbmrm.cli.train`` and the Python function :func:`fit`.
+"""Train a model: ``python -m prbmrm.cli.train``, a thin layer over :func:`prbmrm.training.fit`.
 
 Run plainly for one process, or under ``mpiexec -n P`` (or ``python -m mpi4py
 -m prbmrm.cli.train``) for P ranks, each reading its own block of shard files.
@@ -16,100 +16,30 @@ import errno
 import json
 import math
 import os
+import shlex
 import sys
 import time
 
 import numpy as np
 
 from ..version import __version__
-from .common import ArgumentParser, run
+from .common import ArgumentParser, program, run
 from .config import add_config_options, config_section, parse_configured
 from ..params import parse_params
 from ..checkpoint import SignalFlag
 from ..distributed.watch import DEFAULT_TIMEOUT
 from ..errors import InputError, UsageError
 from ..io.files import OutputClaim
-from ..losses import LOSSES, get_loss
+from ..losses import LOSSES
 from ..model import check_writable
 from ..party.session import Party, party_path
 from ..plugins import PluginHelp
-from ..regularizers import REGULARIZERS, get_regularizer
+from ..regularizers import REGULARIZERS
 from .shard import add_label_column_option
-from ..solvers import SOLVERS, default_solver, solver_options
-from ..solvers.path import LamPath, PathProgress, PathResult
+from ..solvers import SOLVERS
+from ..solvers.path import LamPath, PathResult
 from ..options import BundleOptions, Checkpointing, PartySettings, Stopping, add_arguments, from_namespace
-from ..training import DEMO_NAME, build_model, check_options, fit, training_mean_delta
-
-
-class ProgressTable:
-    """Prints the progress table on rank 0: every iteration at first, then sparser.
-
-    On a terminal the rows in between show in place on the last line (at
-    most 10 times a second), so a long run shows its progress; elsewhere
-    (a file, a pipe, a batch job's log) only the plain rows are written. On
-    a lambda path each lambda gets its own table, headed by the lambda.
-
-    Parameters
-    ----------
-    every : int
-        Print every this many iterations; 0 chooses 1 up to iteration 10, 10
-        up to 100, then 100.
-    stream : file, optional
-        sys.stdout by default.
-    note : str, optional
-        A line printed above the first header (e.g. that the bound is not certified).
-    """
-
-    LIVE_SECONDS = 0.1
-
-    HEADER = (f"{'iter':>6} {'objective':>13} {'best':>13} {'lower bound':>13} {'gap':>10} "
-              f"{'planes':>6} {'risk s':>8} {'sub s':>8} {'comm s':>8}")
-
-    def __init__(self, every=0, stream=None, note=None):
-        self.every = every
-        self.stream = sys.stdout if stream is None else stream
-        self.note = note
-        self.last = None
-        self.printed = 0
-        self.live = self.stream.isatty()
-        self.shown = None  # when the in-place row was last written, None when there is none
-
-    def __call__(self, row):
-        # The first row of a run, of a resumed run, or of each step of a lambda path.
-        if self.last is None or (isinstance(row, PathProgress) and row.iteration == 1):
-            if self.last is None and self.note:
-                print(self.note, file=self.stream)
-            self.finish()
-            if isinstance(row, PathProgress):
-                print(f"path step {row.step + 1}: lambda {row.lam:.6g}", file=self.stream)
-            print(self.HEADER, file=self.stream)
-        every = self.every or (1 if row.iteration <= 10 else 10 if row.iteration <= 100 else 100)
-        self.last = row
-        if row.iteration % every == 0 or row.iteration == 1:
-            self.print_row(row)
-        elif self.live and (self.shown is None or time.monotonic() - self.shown > self.LIVE_SECONDS):
-            self.stream.write("\r" + self.format_row(row))
-            self.stream.flush()
-            self.shown = time.monotonic()
-
-    def finish(self):
-        """Print the last row if it was skipped."""
-        if self.last is not None and self.printed != self.last.iteration:
-            self.print_row(self.last)
-
-    def print_row(self, row):
-        """Print one row of the table (over the in-place row, if any)."""
-        self.printed = row.iteration
-        start = "\r" if self.shown is not None else ""
-        self.shown = None
-        print(start + self.format_row(row), file=self.stream, flush=True)
-
-    @staticmethod
-    def format_row(row):
-        """Return the text of one row."""
-        return (f"{row.iteration:6d} {row.objective:13.6e} {row.best_objective:13.6e} "
-                f"{row.lower_bound:13.6e} {row.gap:10.3e} {row.planes:6d} {row.seconds_risk:8.4f} "
-                f"{row.seconds_subproblem:8.4f} {row.seconds_comm:8.4f}")
+from ..training import ProgressTable, chain, fit
 
 
 class JsonLog:
@@ -117,15 +47,20 @@ class JsonLog:
 
     Each line is one JSON object with the columns of the model's
     ``/history`` (on a path also ``step`` and ``lam``), a non-finite value
-    written as null. The file is emptied when the log is created; each line
-    is then appended with one write and the file closed, so it always holds
-    whole lines, those of the iterations done so far, also when the run
-    fails or is killed (a record of how far it got). The model file, not the
-    log, tells whether a run finished.
+    written as null. A fresh run empties the file when the log is created;
+    a resumed run keeps the lines of the iterations before its first one
+    (and drops any later ones, written after the checkpoint it resumes
+    from), so the log holds every iteration once. Each line is then
+    appended with one write and the file closed, so it always holds whole
+    lines, those of the iterations done so far, also when the run fails or
+    is killed (a record of how far it got). The model file, not the log,
+    tells whether a run finished.
 
     Parameters
     ----------
     path : str
+    resumes : bool
+        The run may resume from a checkpoint: keep the earlier iterations' lines.
 
     Raises
     ------
@@ -133,14 +68,40 @@ class JsonLog:
         If the file cannot be created.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, resumes=False):
         self.path = path
+        self.resumes = resumes
         try:
-            open(path, "w").close()
+            open(path, "a" if resumes else "w").close()
         except OSError as error:
             raise InputError(f"{path}: cannot write the --log-json file: {error.strerror or error}") from None
 
+    def _keep_before(self, iteration):
+        """Keep only the whole lines of the iterations before `iteration` (a resumed run's first)."""
+        self.resumes = False
+        with open(self.path, "rb") as f:
+            lines = f.read().splitlines(keepends=True)
+        kept = []
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                break  # a torn last line of a killed run
+            if not (line.endswith(b"\n") and isinstance(row, dict) and isinstance(row.get("iteration"), int)
+                    and row["iteration"] < iteration):
+                break
+            kept.append(line)
+        if len(kept) < len(lines):
+            with open(self.path, "wb") as f:
+                f.writelines(kept)
+
     def __call__(self, row):
+        if self.resumes:
+            try:
+                self._keep_before(row.iteration)
+            except OSError as error:
+                raise InputError(f"{self.path}: cannot write the --log-json file: "
+                                 f"{error.strerror or error}") from None
         values = {name: _json_value(value) for name, value in vars(row).items()}
         line = (json.dumps(values) + "\n").encode()
         try:
@@ -188,19 +149,6 @@ def partial_name(out):
 def _json_value(value):
     value = value.item() if isinstance(value, np.generic) else value
     return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def _callbacks(*functions):
-    """One callback that calls each of `functions` that is not None; None if all are."""
-    functions = [function for function in functions if function is not None]
-    if not functions:
-        return None
-
-    def callback(row):
-        for function in functions:
-            function(row)
-
-    return callback
 
 
 def lam_values(text):
@@ -352,76 +300,39 @@ def party_from_args(args):
 def main(argv, comm):
     """Entry point of ``python -m prbmrm.cli.train``; returns the exit status."""
     with contextlib.ExitStack() as held:
-        return _main(argv, comm, held)
+        return _main(sys.argv[1:] if argv is None else list(argv), comm, held)
 
 
 def _main(argv, comm, held):
-    """:func:`main`, with `held` (an ExitStack) keeping this job's claims on its output files."""
+    """:func:`main`, with `held` (an ExitStack) keeping this job's claims on its output files.
+
+    The steps: parse, claim the outputs, train through :func:`prbmrm.training.fit` (which validates
+    the options), write the model, report.
+    """
     args = parse_configured(build_parser(), argv, comm)
     if args is None:  # --print-config
         return 0
     comm.set_rank_timeout(args.rank_timeout)
-    lam = lam_option(args)
-    # Without --solver, fit picks one by the data's dimension too: `planned` is its choice without it.
-    planned = args.solver or default_solver(lam, args.reg)
-    check_options(lam, args.epsilon, args.rel_epsilon, args.max_iter, args.idle_age, args.bundle_size,
-                  planned, args.theta)
-    loss_params = parse_params(args.loss_param, "--loss-param")
-    get_loss(args.loss, **loss_params)
-    reg_params = parse_params(args.reg_param, "--reg-param")
-    regularizer = get_regularizer(args.reg, **reg_params)
-    solver_params = parse_params(args.solver_param, "--solver-param")
-    solver_options(planned, solver_params)
     party = party_from_args(args)
     # In party mode each party that receives the model writes its own file.
     out = args.out if party is None else party_path(args.out, comm.rank)
     writes = comm.is_root if party is None else party.model_to is None or comm.rank in party.model_to
-    error, log = None, None
-    if writes:
-        try:
-            # Claimed before anything is written (the log is emptied when opened).
-            held.enter_context(OutputClaim({"--out": out, "--checkpoint": args.checkpoint if comm.is_root else None,
-                                            "--log-json": args.log_json if comm.is_root else None}, "prbmrm.cli.train"))
-            check_writable(out)
-            log = JsonLog(args.log_json) if args.log_json and comm.is_root else None
-        except Exception as problem:
-            error = problem
-    comm.check(error)
+    log = _claim_outputs(args, out, writes, comm, held)
     checkpointing = _check_checkpoint_arguments(args, comm)
     verbose = comm.is_root and not args.quiet
-    note = ("note: differential privacy adds noise to every risk and subgradient: the objective, "
-            "lower bound and gap below are noisy, the lower bound is NOT certified, and the run "
-            f"takes all {args.max_iter} iterations" if party is not None and party.private else None)
-    table = ProgressTable(args.print_every, note=note) if verbose else None
+    table = ProgressTable(args.print_every, note=_privacy_note(args, party)) if verbose else None
     phases = PhaseSeconds()
     started = time.perf_counter()
     with SignalFlag(comm) as interrupted:
-        result, local, loss = fit(party_data(args), loss=args.loss, loss_params=loss_params,
-                                  lam=lam, bias=args.bias, solver=args.solver, reg=regularizer,
-                                  stopping=from_namespace(Stopping, args),
-                                  bundle=from_namespace(BundleOptions, args),
-                                  checkpointing=checkpointing, theta=args.theta,
-                                  solver_params=solver_params, callback=_callbacks(table, log, phases), comm=comm,
-                                  stop=interrupted, party=party, positive=args.positive,
-                                  label_column=args.label_column, report=print if verbose else None)
+        model = fit(party_data(args), **fit_options(args), checkpointing=checkpointing, party=party,
+                    callback=chain(table, log, phases), comm=comm, stop=interrupted,
+                    report=print if verbose else None, names="flags",
+                    record={key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")})
     status = comm.bcast_object(interrupted.exit_status)
-    mean_delta = training_mean_delta(result, local, loss, comm) if loss.structured else None
     if party is not None and not args.quiet and not comm.is_root:
         print_audit_summary(party)
-    if result is None:
+    if model is None or (party is None and not comm.is_root):
         return status
-    seconds = time.perf_counter() - started
-    path = result if isinstance(result, PathResult) else None
-    args.solver = (result if path is None else path.last).solver or planned
-    options = {key: value for key, value in vars(args).items() if key not in ("quiet", "print_every")}
-    model = build_model(result, local, loss, comm.size, seconds, lam=args.lam, loss_name=args.loss,
-                        loss_params=loss_params, solver=args.solver, reg=args.reg, reg_params=reg_params,
-                        bias=args.bias, data=args.data or DEMO_NAME, options=options)
-    result, w, history = (result if path is None else path.last), model.w, model.history
-    if mean_delta is not None:
-        model.attrs["train_mean_delta"] = mean_delta
-    if party is not None:
-        model.attrs.update(party.model_attrs())
     # An interrupted run's model is the best iterate so far: never under the final name.
     written = partial_name(out) if status else out
     if writes:
@@ -430,29 +341,94 @@ def _main(argv, comm, held):
             os.remove(partial_name(out))  # an earlier interrupted run's, now superseded
     if verbose:
         table.finish()
-        if path is not None:
-            print_path(path)
-        if party is not None:
-            print(party_summary(party))
-        # This run's iterations only: a resumed history also holds the earlier runs' rows.
-        totals = phases.totals
-        print(f"{'converged' if result.success else 'stopped'} after {result.nit} iterations "
-              f"({result.message}): objective {result.fun:.8g}, lower bound {result.lower_bound:.8g}, "
-              f"gap {result.gap:.3g}\n"
-              f"seconds: risk {totals['seconds_risk']:.3f}, subproblem {totals['seconds_subproblem']:.3f}, "
-              f"comm {totals['seconds_comm']:.3f}, total {seconds:.3f} on {comm.size} rank(s); "
-              f"{local.n_examples_total} examples x {local.n_features} features"
-              f"{' + bias' if args.bias else ''}; {model.attrs['nonzeros']} of {w.size} weights nonzero")
-        if mean_delta is not None:
-            print(f"training mean Delta {mean_delta:.6g}")
+        _print_summary(model, phases.totals, time.perf_counter() - started, party)
         print(f"model written to {written}" if writes else "model not written here (--model-to)")
         if party is not None:
             print_audit_summary(party)
     if interrupted.signum is not None and comm.is_root:
-        print(f"prbmrm.cli.train: interrupted by signal {interrupted.signum} after iteration {result.nit}"
-              f"{f'; checkpoint written to {args.checkpoint}' if args.checkpoint else ''}; the best "
-              f"iterate so far written to {written}, not to {out}", file=sys.stderr, flush=True)
+        print(_interrupted(argv, args, interrupted.signum, model, written, out, comm.size), file=sys.stderr, flush=True)
     return status
+
+
+def _interrupted(argv, args, signum, model, written, out, ranks):
+    """The message of a run stopped by signal `signum`: where its best iterate went, how to continue it."""
+    resume = (f"checkpoint written to {args.checkpoint}; to continue: {resume_command(argv, args.checkpoint, ranks)}"
+              if args.checkpoint else "no --checkpoint, so it cannot be resumed")
+    return (f"{program('prbmrm.cli.train')}: interrupted by signal {signum} after iteration "
+            f"{model.attrs['iterations']}; the best iterate so far written to {written}, not to {out}; {resume}")
+
+
+def fit_options(args):
+    """The keywords of :func:`prbmrm.training.fit` that the parsed options `args` give (not yet validated)."""
+    return dict(loss=args.loss, loss_params=parse_params(args.loss_param, "--loss-param"), lam=lam_option(args),
+                bias=args.bias, solver=args.solver, reg=args.reg, reg_params=parse_params(args.reg_param, "--reg-param"),
+                stopping=from_namespace(Stopping, args), bundle=from_namespace(BundleOptions, args),
+                theta=args.theta, solver_params=parse_params(args.solver_param, "--solver-param"),
+                positive=args.positive, label_column=args.label_column)
+
+
+def _claim_outputs(args, out, writes, comm, held):
+    """Claim the output files before anything is written (collective); return the --log-json log or None."""
+    error, log = None, None
+    if writes:
+        try:
+            held.enter_context(OutputClaim({"--out": out, "--checkpoint": args.checkpoint if comm.is_root else None,
+                                            "--log-json": args.log_json if comm.is_root else None}, "prbmrm.cli.train"))
+            check_writable(out)
+            resumes = args.resume is not None or args.resume_if_exists
+            log = JsonLog(args.log_json, resumes) if args.log_json and comm.is_root else None
+        except Exception as problem:
+            error = problem
+    comm.check(error)
+    return log
+
+
+def _privacy_note(args, party):
+    """The line above the progress table of a run under differential privacy, else None."""
+    if party is None or not party.private:
+        return None
+    return ("note: differential privacy adds noise to every risk and subgradient: the objective, "
+            "lower bound and gap below are noisy, the lower bound is NOT certified, and the run "
+            f"takes all {args.max_iter} iterations")
+
+
+def _print_summary(model, totals, seconds, party):
+    """Print the end of a run on rank 0: a path's table, party mode's lines, the result, the time."""
+    result = model.result
+    if isinstance(result, PathResult):
+        print_path(result)
+        result = result.last
+    if party is not None:
+        print(party_summary(party))
+    a = model.attrs
+    # This run's iterations only: a resumed history also holds the earlier runs' rows.
+    print(f"{'converged' if result.success else 'stopped'} after {result.nit} iterations "
+          f"({result.message}): objective {result.fun:.8g}, lower bound {result.lower_bound:.8g}, "
+          f"gap {result.gap:.3g}\n"
+          f"seconds: risk {totals['seconds_risk']:.3f}, subproblem {totals['seconds_subproblem']:.3f}, "
+          f"comm {totals['seconds_comm']:.3f}, total {seconds:.3f} on {a['ranks']} rank(s); "
+          f"{a['n_examples']} examples x {a['n_features']} features"
+          f"{' + bias' if a['has_bias'] else ''}; {a['nonzeros']} of {model.w.size} weights nonzero")
+    if "train_mean_delta" in a:
+        print(f"training mean Delta {a['train_mean_delta']:.6g}")
+
+
+def resume_command(argv, checkpoint, ranks):
+    """The command that continues an interrupted run: this one (`argv`) resuming from `checkpoint`."""
+    kept, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--resume":
+            skip = True
+        elif not word.startswith("--resume="):
+            kept.append(word)
+    if "--resume-if-exists" not in kept:
+        kept += ["--resume", checkpoint]
+    name = program("prbmrm.cli.train")
+    launch = (f"mpiexec -n {ranks} " if ranks > 1 else "") + (name if name.startswith("prbmrm ")
+                                                             else f"{os.path.basename(sys.executable)} -m {name}")
+    return " ".join([launch, *map(shlex.quote, kept)])
 
 
 def party_summary(party):

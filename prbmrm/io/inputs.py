@@ -67,7 +67,7 @@ def load_input(spec, comm, *, bias=False, positive=None, label_column=0, n_featu
     """
     if is_shard_spec(spec):
         local = load_local(spec, comm, bias=bias)
-        return _map_shard_labels(local, positive, spec, comm)
+        return map_one_vs_rest(local, positive, spec, comm)
     info, error, arrays = {}, None, None
     try:
         arrays = read_input(spec, multilabel=label_kind == "multilabel",
@@ -93,8 +93,8 @@ def _is_svmlight(path):
     return not name.endswith((".npz", ".csv"))
 
 
-def _map_shard_labels(local, positive, spec, comm):
-    """Apply the one-vs-rest mapping `positive` to shards written without one."""
+def map_one_vs_rest(local, positive, spec, comm):
+    """Apply the one-vs-rest mapping `positive` to data loaded without one (in place; collective facts)."""
     if positive is None or local.positive == positive:
         return local
     where = os.fspath(spec) if not isinstance(spec, (list, tuple)) else "shard list"

@@ -449,7 +449,7 @@ class BinaryLoss(ScalarLoss):
         if label_kind == "multilabel" or classes is None or not set(classes) <= {-1.0, 1.0}:
             shown = "real values" if classes is None else _format_labels(classes)
             return (f"loss {self.name!r} needs labels in {{-1, +1}}, the data has {shown} "
-                    "(use `prbmrm shard --positive LABEL` for one class against the rest)")
+                    "(give --positive LABEL for one class against the rest)")
         return None
 
 

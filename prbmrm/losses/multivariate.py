@@ -60,7 +60,7 @@ def _check_plus_minus(name, classes, label_kind):
         shown = ("real values" if classes is None and label_kind != "multilabel"
                  else "multilabel data" if label_kind == "multilabel" else _format_labels(classes))
         return (f"loss {name!r} needs labels in {{-1, +1}}, both present; the data has {shown} "
-                "(use `prbmrm shard --positive LABEL` for one class against the rest)")
+                "(give --positive LABEL for one class against the rest)")
     return None
 
 

@@ -128,9 +128,9 @@ def sacct(slurm, name):
 
 def serial_w(shards, **options):
     from prbmrm.distributed.comm import SerialComm
-    from prbmrm.training import fit
+    from prbmrm.training import run
 
-    result, _, _ = fit(str(shards), comm=SerialComm(), **options)
+    result, _, _ = run(str(shards), comm=SerialComm(), **options)
     return result
 
 

@@ -22,7 +22,7 @@ from prbmrm.checkpoint import load_checkpoint, save_checkpoint
 from prbmrm.errors import CollectiveError, InputError, UsageError
 from prbmrm.io.files import OutputClaim, lock_name
 from prbmrm.model import load_model, save_model
-from prbmrm.training import fit
+from prbmrm.training import run
 
 TRAIN = ["-m", "prbmrm.cli.train", "--quiet"]
 LONG = ["--lam", "1e-7", "--rel-epsilon", "0", "--max-iter", "400"]  # the demo never converges in 400
@@ -170,7 +170,7 @@ OPTIONS = dict(solver="bmrm", lam=1e-3, rel_epsilon=1e-5)  # BMRM's checkpoint; 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("checkpoint") / "state.h5")
-    fit(max_iter=30, checkpoint=path, **OPTIONS)
+    run(max_iter=30, checkpoint=path, **OPTIONS)
     return path
 
 
@@ -216,7 +216,7 @@ def test_a_forged_checkpoint_is_refused(saved, tmp_path, change, message):
     """Each gave an internal error or a run claiming a gap it does not have."""
     path = forged(saved, tmp_path, change)
     with pytest.raises(CollectiveError, match=f"{path}: {message}"):
-        fit(resume=path, **OPTIONS)
+        run(resume=path, **OPTIONS)
 
 
 def test_a_forged_checkpoint_stops_every_rank(saved, tmp_path):
@@ -229,8 +229,8 @@ def test_a_forged_checkpoint_stops_every_rank(saved, tmp_path):
 
 def test_an_intact_checkpoint_resumes(saved, tmp_path):
     path = forged(saved, tmp_path, lambda s: None)
-    full, _, _ = fit(**OPTIONS)
-    resumed, _, _ = fit(resume=path, **OPTIONS)
+    full, _, _ = run(**OPTIONS)
+    resumed, _, _ = run(resume=path, **OPTIONS)
     np.testing.assert_array_equal(resumed.w, full.w)
 
 

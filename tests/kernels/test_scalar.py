@@ -280,7 +280,7 @@ def numpy_logistic():
 
 def test_a_loss_registered_from_outside_takes_the_numpy_path_and_trains_as_the_built_in_one(
         compiled, numpy_logistic):
-    from prbmrm.training import fit, load_demo
+    from prbmrm.training import load_demo, run
 
     loss = NumpyLogistic()
     assert isinstance(loss, ScalarLoss) and loss.compiled is None and loss.compiled_pass() is None
@@ -288,8 +288,8 @@ def test_a_loss_registered_from_outside_takes_the_numpy_path_and_trains_as_the_b
     oracle = DistributedRisk(loss, X, y, len(y), SerialComm())
     assert oracle._csr_compiled is None and oracle._dense is None  # even where the compiled passes would run
     options = dict(lam=1e-2, rel_epsilon=0.0, epsilon=1e-9, solver="bmrm")
-    outside, _, trained = fit(None, loss=numpy_logistic, **options)
-    built_in, _, _ = fit(None, loss="logistic", **options)
+    outside, _, trained = run(None, loss=numpy_logistic, **options)
+    built_in, _, _ = run(None, loss="logistic", **options)
     assert isinstance(trained, NumpyLogistic) and outside.success and built_in.success
     assert outside.fun == pytest.approx(built_in.fun, rel=1e-9)
     assert outside.lower_bound <= built_in.fun + 1e-12 and built_in.lower_bound <= outside.fun + 1e-12

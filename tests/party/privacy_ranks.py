@@ -52,7 +52,7 @@ class RecordingComm:
 def compare(directory, out):
     from prbmrm.distributed.comm import get_comm
     from prbmrm.party.session import Party
-    from prbmrm.training import fit
+    from prbmrm.training import run
 
     comm = get_comm()
     saved = {}
@@ -63,12 +63,12 @@ def compare(directory, out):
         # which such an ulp can move by one step: another path, certified to the same gap
         # (checked below with "loose"), as is the default solver's run ("default").
         exact = dict(options, solver="bmrm", solver_params={"inexact": 0})
-        plain, _, _ = fit(f"{directory}/{name}-all", bias=True, comm=comm, **exact)
-        party, _, _ = fit(f"{directory}/{name}-site-{{rank}}", bias=True, comm=comm,
+        plain, _, _ = run(f"{directory}/{name}-all", bias=True, comm=comm, **exact)
+        party, _, _ = run(f"{directory}/{name}-site-{{rank}}", bias=True, comm=comm,
                           party=Party(verify_coordinator=True, audit_log=None), **exact)
         runs = {}
         for kind, own in (("loose", dict(options, solver="bmrm")), ("default", options)):
-            runs[kind], _, _ = fit(f"{directory}/{name}-site-{{rank}}", bias=True, comm=comm,
+            runs[kind], _, _ = run(f"{directory}/{name}-site-{{rank}}", bias=True, comm=comm,
                                    party=Party(verify_coordinator=True, audit_log=None), **own)
         # Every party received the model, and verified every step of the run that made it.
         received = comm.gather_scalars(np.array([party is not None], dtype=np.float64))
@@ -87,7 +87,7 @@ def transcript(directory, prefix, solver="bmrm"):
     from prbmrm.distributed.comm import get_comm
     from prbmrm.party.session import Party
     from prbmrm.party.secure import SecureComm
-    from prbmrm.training import fit
+    from prbmrm.training import run
 
     comm = RecordingComm(get_comm())
     truths, sums = [], []
@@ -111,7 +111,7 @@ def transcript(directory, prefix, solver="bmrm"):
             oracle.observer = observe
 
     party = Recorded(audit_log=f"{prefix}-audit-{{rank}}.jsonl")
-    fit(f"{directory}/a9a-site-{{rank}}", bias=True, lam=1e-3, epsilon=0, rel_epsilon=0, max_iter=60,
+    run(f"{directory}/a9a-site-{{rank}}", bias=True, lam=1e-3, epsilon=0, rel_epsilon=0, max_iter=60,
         comm=comm, party=party, solver=solver)
     with open(f"{prefix}-{comm.rank}.pickle", "wb") as f:
         pickle.dump({"records": comm.records, "truths": np.array(truths), "keys": party.comm._keys,

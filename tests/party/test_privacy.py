@@ -646,7 +646,7 @@ def test_differential_privacy_trains_and_saves_the_budget_spent(tmp_path, partie
     from dp_accounting.rdp import RdpAccountant
 
     from prbmrm.distributed.comm import SerialComm
-    from prbmrm.training import fit
+    from prbmrm.training import run
 
     max_iter, epsilon, delta = 40, 1.0, 1e-5
     X, y = load_svmlight("a9a.xz", 123)
@@ -662,7 +662,9 @@ def test_differential_privacy_trains_and_saves_the_budget_spent(tmp_path, partie
         timeout=120)
     assert completed.returncode == 0, completed.stderr
     assert [path.name for path in tmp_path.glob("dp-*.h5")] == ["dp-0.h5"]  # --model-to 0
-    assert "the lower bound is NOT certified" in completed.stdout.splitlines()[0]
+    first = completed.stdout.splitlines()
+    assert first[0].endswith("; takes all 40 iterations; solver proximal (as given)")  # what the run does
+    assert "the lower bound is NOT certified" in first[1]
     model = load_model(str(tmp_path / "dp-0.h5"))
     attrs = model.attrs
     assert attrs["lower_bound_certified"] is False
@@ -677,7 +679,7 @@ def test_differential_privacy_trains_and_saves_the_budget_spent(tmp_path, partie
     assert (f"spent epsilon {attrs['dp_epsilon']:.4g} (target 1) against any coalition of up to "
             f"{parties - 2} parties") in completed.stdout
     # It still learns: accuracy on a9a.t next to the non-private model's.
-    plain, _, _ = fit((X, y), bias=True, lam=1e-3, comm=SerialComm())
+    plain, _, _ = run((X, y), bias=True, lam=1e-3, comm=SerialComm())
     accuracy = {}
     for kind, w, b in (("private", model.w, model.bias), ("non-private", plain.w[:-1], plain.w[-1])):
         accuracy[kind] = np.mean(np.where(X_test @ w + b >= 0, 1.0, -1.0) == y_test)

@@ -198,7 +198,7 @@ def test_training_reaches_cvxpy_optimum(a9a_2000, case, loss):
     name, params = CASES[case]
     params = params(X.shape[1])
     lam = 1e-2
-    result, _, _ = training.fit((X, y), loss=loss, lam=lam, reg=name, reg_params=params,
+    result, _, _ = training.run((X, y), loss=loss, lam=lam, reg=name, reg_params=params,
                                     rel_epsilon=1e-4)
     w = cp.Variable(X.shape[1])
     f = X @ w
@@ -226,7 +226,7 @@ def test_l1_holds_the_model_above_the_risk_floor():
     X = (X - X.mean(axis=0)) / X.std(axis=0)
     y = y[:1000]
     lam = 0.1
-    result, _, loss = training.fit((X, y), loss="poisson", lam=lam, reg="l1", bias=True,
+    result, _, loss = training.run((X, y), loss="poisson", lam=lam, reg="l1", bias=True,
                                        rel_epsilon=1e-4)
     assert loss.risk_floor == min(c - c * np.log(c) for c in np.unique(y))
     Xb = np.c_[X, np.ones(len(y))]

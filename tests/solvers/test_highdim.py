@@ -19,7 +19,7 @@ from prbmrm.distributed.oracle import DistributedRisk, run_distributed
 from prbmrm.solvers import minimize
 from prbmrm.solvers.bundle import Bundle, planes_within
 from prbmrm.options import memory_bytes
-from prbmrm.training import fit
+from prbmrm.training import run
 
 
 def text_like(rows=3000, d=2**16, per_row=20, seed=0):
@@ -75,9 +75,9 @@ def test_bmrm_on_sparse_data_is_bitwise_the_serial_run(comm, mpi_tmp_path):
     directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
     memory = 8 * 8 * X.shape[1]  # eight dense planes' bytes: more sparse ones
     options = dict(solver="bmrm", loss="hinge", lam=1e-3, rel_epsilon=1e-3, max_iter=150, bundle_memory=memory)
-    result, _, _ = fit(directory, comm=comm, **options)
+    result, _, _ = run(directory, comm=comm, **options)
     if comm.is_root:
-        expected, _, _ = fit(directory, comm=SerialComm(), **options)
+        expected, _, _ = run(directory, comm=SerialComm(), **options)
         assert result.nit == expected.nit
         np.testing.assert_array_equal(result.w, expected.w)
         np.testing.assert_array_equal(result.history["lower_bound"], expected.history["lower_bound"])
@@ -152,7 +152,7 @@ def test_memory_budget_gives_the_bundle_size():
     with pytest.raises(Exception, match="size in bytes"):
         memory_bytes("lots")
     with pytest.raises(UsageError, match="--bundle-memory"):
-        fit(None, bundle_memory="lots")
+        run(None, bundle_memory="lots")
 
 
 def test_bundle_with_a_limit_never_copies_its_planes():
@@ -171,7 +171,7 @@ def test_memory_budget_reaches_the_cvxpy_optimum():
     cp = pytest.importorskip("cvxpy")
     X, y = text_like(rows=200, d=2**10, per_row=10, seed=5)
     lam = 1e-2
-    result, _, _ = fit((X, y), solver="bmrm", loss="hinge", lam=lam, epsilon=1e-6, rel_epsilon=0, max_iter=3000,
+    result, _, _ = run((X, y), solver="bmrm", loss="hinge", lam=lam, epsilon=1e-6, rel_epsilon=0, max_iter=3000,
                        bundle_memory=10 * 8 * X.shape[1], comm=SerialComm())
     assert result.success and result.bundle.max_size == 10
     w = cp.Variable(X.shape[1])
@@ -187,7 +187,7 @@ def test_float32_shards_store_rounded_values_and_train(tmp_path):
     local = load_local(str(tmp_path / "f32"), SerialComm())
     assert local.X.dtype == np.float64
     np.testing.assert_array_equal(local.X.toarray(), X.astype(np.float32).astype(np.float64).toarray())
-    result, _, _ = fit(str(tmp_path / "f32"), loss="hinge", lam=1e-3, rel_epsilon=1e-3, comm=SerialComm())
+    result, _, _ = run(str(tmp_path / "f32"), loss="hinge", lam=1e-3, rel_epsilon=1e-3, comm=SerialComm())
     assert result.success
     huge = sp.csr_matrix(np.array([[1e39, 0.0], [0.0, 1.0]]))
     with pytest.raises(InputError, match="float32 range"):

@@ -33,8 +33,8 @@ def run_main(module, *argv):
 @pytest.mark.parametrize("solver, loss", [("bmrm", "hinge"), ("lbfgs", "logistic")])
 def test_path_reaches_the_optima_of_independent_runs(a9a_part, solver, loss):
     options = dict(loss=loss, solver=solver, bias=True, rel_epsilon=1e-3)
-    alone = [training.fit(a9a_part, lam=lam, **options)[0] for lam in LAMS]
-    path = training.fit(a9a_part, lam=LAMS[::-1], **options)[0]  # any order: trained decreasing
+    alone = [training.run(a9a_part, lam=lam, **options)[0] for lam in LAMS]
+    path = training.run(a9a_part, lam=LAMS[::-1], **options)[0]  # any order: trained decreasing
     np.testing.assert_array_equal(path.lams, LAMS)
     for one, along in zip(alone, path.results):
         # Both are certified within rel_epsilon of the optimum: their intervals overlap.
@@ -50,7 +50,7 @@ def test_path_optimum_against_cvxpy(a9a_part):
     import cvxpy as cp
 
     X, y = a9a_part
-    path = training.fit(a9a_part, lam=LAMS, rel_epsilon=1e-4)[0]
+    path = training.run(a9a_part, lam=LAMS, rel_epsilon=1e-4)[0]
     lam = LAMS[-1]
     w = cp.Variable(X.shape[1])
     problem = cp.Problem(cp.Minimize(lam / 2 * cp.sum_squares(w) + cp.sum(cp.pos(1 - cp.multiply(y, X @ w))) / len(y)))
@@ -101,7 +101,7 @@ def test_lam_path_starts_where_zero_stops_being_optimal(a9a_part):
     X, y = a9a_part
     gradient_at_zero = -(X.T @ y) / len(y)  # hinge: every margin is 0 < 1 at w = 0
     lam_max = np.abs(gradient_at_zero).max()
-    path = training.fit(a9a_part, lam=LamPath(3, lam_max / 4), reg="l1")[0]
+    path = training.run(a9a_part, lam=LamPath(3, lam_max / 4), reg="l1")[0]
     np.testing.assert_allclose(path.lams, np.geomspace(lam_max, lam_max / 4, 3), rtol=1e-11)
     assert not np.any(path.results[0].w)  # at lam_max, w = 0
     assert np.count_nonzero(path.last.w) > 0
@@ -195,7 +195,7 @@ def test_progress_shows_each_lambda_and_the_path(tmp_path, capsys):
 
 def test_callback_rows_carry_the_lambda(a9a_part):
     rows = []
-    path = training.fit(a9a_part, lam=LAMS[:2], callback=rows.append)[0]
+    path = training.run(a9a_part, lam=LAMS[:2], callback=rows.append)[0]
     assert all(isinstance(row, PathProgress) for row in rows)
     assert [row.lam for row in rows] == [lam for lam, r in zip(LAMS, path.results) for _ in range(r.nit)]
 
@@ -205,7 +205,7 @@ def test_stop_from_the_callback_ends_the_path(a9a_part):
         if row.step == 1 and row.iteration == 3:
             raise StopIteration
 
-    path = training.fit(a9a_part, lam=LAMS, callback=stop)[0]
+    path = training.run(a9a_part, lam=LAMS, callback=stop)[0]
     assert len(path.results) == 2 and path.last.nit == 3 and path.last.status == 3
     np.testing.assert_array_equal(path.lams, LAMS[:2])
 
@@ -214,9 +214,9 @@ def test_stop_from_the_callback_ends_the_path(a9a_part):
 @pytest.mark.timeout(120)
 def test_path_on_ranks_equals_serial(comm):
     lam = LamPath(3, 1e-2)  # from the l1 lam_max, computed on rank 0 while the others serve
-    path = training.fit(None, lam=lam, reg="l1", bias=True, comm=comm)[0]
+    path = training.run(None, lam=lam, reg="l1", bias=True, comm=comm)[0]
     if comm.is_root:
-        serial = training.fit(None, lam=lam, reg="l1", bias=True, comm=SerialComm())[0]
+        serial = training.run(None, lam=lam, reg="l1", bias=True, comm=SerialComm())[0]
         np.testing.assert_array_equal(path.lams, serial.lams)
         for one, other in zip(path.results, serial.results):
             assert one.nit == other.nit

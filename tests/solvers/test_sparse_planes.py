@@ -18,7 +18,7 @@ from prbmrm.distributed.comm import SerialComm
 from prbmrm.errors import CollectiveError, InputError
 from prbmrm.solvers import bundle as _bundle
 from prbmrm.solvers.bundle import SPARSE_MIN_DIM, Bundle
-from prbmrm.training import fit
+from prbmrm.training import run
 from test_highdim import text_like
 
 
@@ -103,10 +103,10 @@ def test_a_run_with_sparse_planes_reaches_the_dense_runs_optimum(monkeypatch):
     # iteration or two; BMRM's loose solves would turn an ulp into another (equally certified) path.
     options = dict(loss="hinge", lam=1e-3, epsilon=0.0, rel_epsilon=1e-5, max_iter=500, comm=SerialComm(),
                    solver="bmrm", solver_params={"inexact": 0})
-    sparse, _, _ = fit((X, y), **options)
+    sparse, _, _ = run((X, y), **options)
     assert sparse.bundle.sparse and any(index is not None for index, _ in sparse.bundle._planes)
     monkeypatch.setattr(_bundle, "SPARSE_MIN_DIM", np.inf)
-    dense, _, _ = fit((X, y), **options)
+    dense, _, _ = run((X, y), **options)
     assert not dense.bundle.sparse and sparse.success and dense.success
     # Sums plane by plane instead of BLAS products: the iterates differ by rounding only.
     assert abs(sparse.nit - dense.nit) <= 2
@@ -145,7 +145,7 @@ def test_sparse_planes_within_a_memory_budget_reach_the_cvxpy_optimum(monkeypatc
     X, y = text_like(rows=200, d=2**14, per_row=10, seed=5)
     lam, dense_planes = 1e-2, 3  # per bundle: the proximal method keeps two, half the budget each
     budget = dense_planes * 8 * X.shape[1] * (2 if solver == "proximal" else 1)
-    result, _, _ = fit((X, y), loss="hinge", lam=lam, solver=solver, epsilon=1e-6, rel_epsilon=0, max_iter=3000,
+    result, _, _ = run((X, y), loss="hinge", lam=lam, solver=solver, epsilon=1e-6, rel_epsilon=0, max_iter=3000,
                        bundle_memory=budget, comm=SerialComm())
     assert result.success and ByteSpy.aggregations > 0 and ByteSpy.largest > dense_planes
     if solver == "bmrm":
@@ -163,8 +163,8 @@ def test_a_memory_budget_that_never_binds_leaves_bmrm_as_it_is(monkeypatch):
     monkeypatch.setattr(_bundle, "SPARSE_MIN_DIM", 1)
     X, y = text_like(rows=300, d=2**13, per_row=10, seed=9)
     options = dict(loss="hinge", lam=1e-3, solver="bmrm", rel_epsilon=1e-3, max_iter=300, comm=SerialComm())
-    unlimited, _, _ = fit((X, y), **options)
-    within, _, _ = fit((X, y), bundle_memory=1000 * 8 * X.shape[1], **options)
+    unlimited, _, _ = run((X, y), **options)
+    within, _, _ = run((X, y), bundle_memory=1000 * 8 * X.shape[1], **options)
     assert within.bundle.max_bytes and unlimited.success and within.nit == unlimited.nit
     np.testing.assert_array_equal(within.w, unlimited.w)
     np.testing.assert_array_equal(within.history["lower_bound"], unlimited.history["lower_bound"])
@@ -197,9 +197,9 @@ RESUME = dict(loss="hinge", lam=1e-4, solver="bmrm", rel_epsilon=1e-4, comm=Seri
 def sparse_run(tmp_path_factory):
     """A text-like problem at d = 2^16 (sparse planes), its full run and a checkpoint after 15 iterations."""
     data = text_like(rows=1500, d=2**16, per_row=15, seed=4)
-    full, _, _ = fit(data, **RESUME)
+    full, _, _ = run(data, **RESUME)
     path = str(tmp_path_factory.mktemp("sparse") / "state.h5")
-    part, _, _ = fit(data, max_iter=15, checkpoint=path, **RESUME)
+    part, _, _ = run(data, max_iter=15, checkpoint=path, **RESUME)
     assert part.nit == 15 and full.nit > 20 and full.bundle.sparse
     return data, full, path
 
@@ -209,7 +209,7 @@ def test_resume_from_sparse_planes_is_bitwise_the_uninterrupted_run(sparse_run):
     state, _ = load_checkpoint(path)
     assert "indices" in state["bundle"] and "A" not in state["bundle"]
     assert len(state["bundle"]["values"]) < state["bundle"]["indptr"].size * 2**16 / 2
-    resumed, _, _ = fit(data, resume=path, **RESUME)
+    resumed, _, _ = run(data, resume=path, **RESUME)
     assert resumed.nit == full.nit
     np.testing.assert_array_equal(resumed.w, full.w)
     np.testing.assert_array_equal(resumed.history["lower_bound"], full.history["lower_bound"])
@@ -234,7 +234,7 @@ def to_dense(bundle):
 
 def test_a_checkpoint_with_dense_planes_still_resumes(sparse_run, tmp_path):
     data, full, path = sparse_run
-    resumed, _, _ = fit(data, resume=rewritten(path, tmp_path, to_dense), **RESUME)
+    resumed, _, _ = run(data, resume=rewritten(path, tmp_path, to_dense), **RESUME)
     assert resumed.success and resumed.nit == full.nit
     np.testing.assert_allclose(resumed.w, full.w, rtol=0, atol=1e-12)
 
@@ -248,7 +248,7 @@ def test_a_checkpoint_with_dense_planes_still_resumes(sparse_run, tmp_path):
 def test_damaged_sparse_planes_are_refused(sparse_run, tmp_path, change, message):
     data, _, path = sparse_run
     with pytest.raises((CollectiveError, InputError), match=message):
-        fit(data, resume=rewritten(path, tmp_path, change), **RESUME)
+        run(data, resume=rewritten(path, tmp_path, change), **RESUME)
 
 
 @pytest.mark.distributed
@@ -257,10 +257,10 @@ def test_sparse_planes_are_bitwise_equal_across_ranks(comm, mpi_tmp_path):
     directory = shared_shards(comm, mpi_tmp_path, X, y, parts=comm.size + 1)
     options = dict(loss="hinge", lam=1e-4, solver="bmrm", rel_epsilon=1e-4, max_iter=300,
                    bundle_memory=10 * 8 * X.shape[1])
-    result, _, _ = fit(directory, comm=comm, **options)
+    result, _, _ = run(directory, comm=comm, **options)
     if comm.is_root:
         assert result.bundle.sparse and any(index is not None for index, _ in result.bundle._planes)
-        expected, _, _ = fit(directory, comm=SerialComm(), **options)
+        expected, _, _ = run(directory, comm=SerialComm(), **options)
         assert result.nit == expected.nit
         np.testing.assert_array_equal(result.w, expected.w)
         np.testing.assert_array_equal(result.history["lower_bound"], expected.history["lower_bound"])

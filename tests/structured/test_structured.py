@@ -24,7 +24,7 @@ from prbmrm.losses import get_loss
 from prbmrm.distributed.oracle import DistributedRisk, run_distributed
 from prbmrm.structured import RaggedExamples, StructuredLoss
 from prbmrm.structured.data import split_examples, write_structured_shards
-from prbmrm.training import fit
+from prbmrm.training import run
 
 PLUGIN_DIR = os.path.join(REPO, "tests", "plugin_example")
 _spec = importlib.util.spec_from_file_location("plugin_example_module",
@@ -222,9 +222,9 @@ def test_training_on_ranks_equals_serial(comm, mpi_tmp_path, solver, form, max_i
     options = dict(loss="multiclass_structured_test", loss_params={"n_classes": 3, "form": form}, lam=0.05,
                    solver=solver, rel_epsilon=1e-3, max_iter=max_iter)
     with registered_test_model():
-        result, _, _ = fit(directory, comm=comm, **options)
+        result, _, _ = run(directory, comm=comm, **options)
         if comm.is_root:
-            expected, _, _ = fit(directory, comm=SerialComm(), **options)
+            expected, _, _ = run(directory, comm=SerialComm(), **options)
             assert result.nit == expected.nit and (result.success or result.nit == max_iter)
             np.testing.assert_array_equal(result.history["objective"], expected.history["objective"])
             np.testing.assert_array_equal(result.w, expected.w)
@@ -245,8 +245,8 @@ def registered_test_model():
 def test_bmrm_reaches_the_optimum_of_multiclass_hinge():
     X, y, examples = dna(300)
     options = dict(lam=0.1, epsilon=0.0, rel_epsilon=1e-6, comm=SerialComm())
-    result, local, _ = fit(examples, loss=structured("margin"), **options)
-    expected, _, _ = fit((X, y), loss="multiclass_hinge", **options)
+    result, local, _ = run(examples, loss=structured("margin"), **options)
+    expected, _, _ = run((X, y), loss="multiclass_hinge", **options)
     # One canonical block per 2**14 values (x values, label parts, + 1 per example), 8 to 64.
     assert local.label_kind == "structured" and len(local.blocks) == 1 + canonical_blocks(examples)
     assert abs(result.fun - expected.fun) <= result.gap + expected.gap
@@ -268,7 +268,7 @@ def test_refusals(options, message):
     _, _, examples = dna(30)
     options = dict(dict(loss="multiclass_structured_test", loss_params={"n_classes": 3}, max_iter=3), **options)
     with registered_test_model(), pytest.raises((UsageError, CollectiveError), match=message):
-        fit(examples, comm=SerialComm(), **options)
+        run(examples, comm=SerialComm(), **options)
 
 
 def test_checkpoint_and_resume_on_structured_shards(tmp_path):
@@ -277,22 +277,22 @@ def test_checkpoint_and_resume_on_structured_shards(tmp_path):
     options = dict(loss="multiclass_structured_test", loss_params={"n_classes": 3}, lam=0.1, comm=SerialComm())
     path = str(tmp_path / "state.h5")
     with registered_test_model():
-        full, _, _ = fit(str(tmp_path / "s"), **options)
-        fit(str(tmp_path / "s"), max_iter=10, checkpoint=path, **options)
-        resumed, _, _ = fit(str(tmp_path / "s"), resume=path, **options)
+        full, _, _ = run(str(tmp_path / "s"), **options)
+        run(str(tmp_path / "s"), max_iter=10, checkpoint=path, **options)
+        resumed, _, _ = run(str(tmp_path / "s"), resume=path, **options)
         np.testing.assert_array_equal(resumed.w, full.w)
         assert resumed.nit == full.nit > 10
         with pytest.raises(UsageError, match="other options: .*n_classes"):
-            fit(str(tmp_path / "s"), resume=path, **dict(options, loss_params={"n_classes": 4}))
+            run(str(tmp_path / "s"), resume=path, **dict(options, loss_params={"n_classes": 4}))
         write_structured_shards(dna(61)[2], tmp_path / "t", 3)
         with pytest.raises(UsageError, match="other data"):
-            fit(str(tmp_path / "t"), resume=path, **options)
+            run(str(tmp_path / "t"), resume=path, **options)
 
 
 def test_structured_loss_refuses_matrix_data():
     X, y, _ = dna(30)
     with registered_test_model(), pytest.raises(UsageError, match="it needs structured examples"):
-        fit((X, y), loss="multiclass_structured_test", loss_params={"n_classes": 3}, comm=SerialComm())
+        run((X, y), loss="multiclass_structured_test", loss_params={"n_classes": 3}, comm=SerialComm())
 
 
 def test_in_memory_examples_split_into_rank_independent_blocks():
@@ -370,7 +370,7 @@ def test_plugin_trains_from_the_command_line_on_two_ranks(tmp_path):
     assert json.loads(attrs["loss_params"]) == {"n_classes": "3"}
     # The same run in this process (1 rank, the model registered directly): the same w, bitwise.
     with registered_test_model():
-        expected, local, loss = fit(str(tmp_path / "s"), loss="multiclass_structured_test",
+        expected, local, loss = run(str(tmp_path / "s"), loss="multiclass_structured_test",
                                     loss_params={"n_classes": 3}, lam=0.1, solver="bmrm", comm=SerialComm())
     np.testing.assert_array_equal(w, expected.w)
     mean_delta = loss.metrics_examples(local.X, expected.w)["mean_delta"]

@@ -247,7 +247,7 @@ def test_built_in_models_train_from_the_command_line_on_two_ranks(tmp_path, loss
     from helpers import run_ranks
     from prbmrm.model import load_model
     from prbmrm.structured.data import write_structured_shards
-    from prbmrm.training import fit
+    from prbmrm.training import run
 
     examples = make()
     write_structured_shards(examples, tmp_path / "s", 3)
@@ -257,6 +257,6 @@ def test_built_in_models_train_from_the_command_line_on_two_ranks(tmp_path, loss
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "mean Delta" in completed.stdout
     # The 2-rank command line trains the in-process serial model, bitwise.
-    serial, _, _ = fit(str(tmp_path / "s"), loss=loss, loss_params=dict(p.split("=") for p in params), lam=0.1,
+    serial, _, _ = run(str(tmp_path / "s"), loss=loss, loss_params=dict(p.split("=") for p in params), lam=0.1,
                        comm=SerialComm())
     np.testing.assert_array_equal(load_model(str(tmp_path / "m.h5")).w, serial.w)

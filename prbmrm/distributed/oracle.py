@@ -4,14 +4,17 @@ Rank 0 runs the solver and calls the oracle; every other rank sits in
 :meth:`DistributedRisk.serve`. One evaluation is::
 
     rank 0:   [w, flag]  --Bcast-->  every rank
-    every rank: (risk_sum, grad_sum) of each of its blocks (shard files)
-              <--ordered sum (d + 1 values, rank to rank, then Bcast)-->
-                                                 R = risk_sum / m,  a = grad_sum / m
+    every rank: (risk_sum, grad_sum) of each of its canonical blocks of rows
+              <--ONE Allreduce: int64 fixed-point limbs of the blocks' sums (2 (d + 1) words) and every
+                 rank's status (failure, signals caught)-->   R = risk_sum / m,  a = grad_sum / m
 
-The flag rides with ``w`` so no extra message is needed to stop the workers. Sums are formed per canonical block
-of rows (one per shard file) and added in the blocks' order with :meth:`prbmrm.distributed.comm.SerialComm.ordered_sum`, so
-1, 2 or 3 ranks holding the same shards compute bitwise the same R and a, and BMRM takes the same path on any
-number of ranks. A rank holding several blocks of sparse data with many columns keeps each block's partial sum
+The flag rides with ``w`` so no extra message is needed to stop the workers. Sums are formed per canonical
+block of rows (blocks that do not depend on the number of ranks, :func:`prbmrm.io.load_local`), rounded once onto
+a fixed-point grid common to all ranks and added as integers (:meth:`prbmrm.distributed.comm.SerialComm.exact_sum`),
+so any number of ranks holding the same blocks computes bitwise the same R and a, and BMRM takes the same path on
+any number of ranks. A failure on any rank (rank 0 included) at any point of its evaluation travels in the same
+Allreduce, so every rank learns of it together and raises the same error. A rank holding several blocks of
+sparse data with many columns keeps each block's partial sum
 on the block's columns only (:class:`prbmrm.distributed.comm.SupportRows`, see :data:`COMPACT_PARTIALS`), so its memory
 follows the nonzeros, not blocks x d. A scalar loss on CSR data makes one pass over the nonzeros for ``f = X w``
 and one over those of the rows with ``l' != 0`` for ``X^T l'``, accumulated in place, for groups of consecutive
@@ -47,7 +50,7 @@ Every message a serving rank acts on is a fixed-shape float64 buffer whose flag 
 of kinds above; a service is named by its entry in :data:`SERVICES` and built with JSON arguments. An unknown
 kind or service stops every serving rank with a :class:`~prbmrm.distributed.messages.ProtocolError` naming rank 0.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.errors`, :mod:`prbmrm.kernels.blocks`, :mod:`prbmrm.distributed.messages`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.distributed.exact`, :mod:`prbmrm.errors`, :mod:`prbmrm.kernels.blocks`, :mod:`prbmrm.distributed.messages`.
 """
 
 import importlib
@@ -56,6 +59,7 @@ import time
 import numpy as np
 
 from .comm import SupportRows
+from .exact import FixedPointSum
 from ..errors import CollectiveError, JointError, PrbmrmError
 from ..kernels.blocks import (block_groups, chunk_bounds, compiled_passes, csr_compact_pass, csr_compiled_pass,
                       csr_groups, csr_scalar, csr_scalar_pass, dense_scalar_pass, row_block, row_range,
@@ -189,6 +193,7 @@ class DistributedRisk:
             self._counts = comm.gather_counts(X.shape[0])
             self._all_y = comm.gather_scalars(y)
             self._all_qid = None if qid is None else comm.gather_scalars(qid)
+        self._exact = FixedPointSum(self.dim + 1, self._n_parts)  # the bounds of the sums' fixed point
         self._message = np.zeros(self.dim + 1)  # w, then the control flag
         self._sums = np.zeros(self.dim + 1)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
@@ -246,35 +251,25 @@ class DistributedRisk:
         w = self._message[:-1] if w is None else w
         error, exchange = None, 0.0
         if self.loss.decomposable:
+            # Whatever goes wrong here, on whichever rank (a MemoryError, an interrupt, a bug),
+            # this rank still enters the one Allreduce of the evaluation, with its failure in the
+            # status words: no rank is left waiting in another collective.
             try:
-                if self._scratch is not None:
-                    csr_compact_pass(self.loss, self._groups, w, self._scratch, self._partials)
-                elif self._csr_compiled is not None:
-                    csr_compiled_pass(self._csr_compiled, self._X, w)
-                elif self._csr:
-                    csr_scalar_pass(self.loss, self._groups, w, self._partials)
-                elif self._dense is not None:
-                    dense_scalar_pass(self._dense, self._X, self._y, self._bounds, w, self._partials)
-                else:
-                    for partial, chunks in zip(self._partials, self._chunks):
-                        partial[:] = 0.0
-                        for X, y, qid in chunks:
-                            risk, gradient = self.loss.loss_gradient(w, X, y, qid)
-                            partial[-1] += risk
-                            partial[:-1] += gradient.ravel()
-            except Exception as problem:
-                # NaN partials make every rank's sum NaN, so every rank knows to check.
+                self._decomposable_partials(w)
+                if self.observer is not None:
+                    self.observer(w, self._partials)
+            except BaseException as problem:  # noqa: B036 - re-raised on every rank below
                 error = problem
-                self._partials.fill(np.nan)
         else:
             exchange = self._multivariate_partials(w)
+            if self.observer is not None:
+                self.observer(w, self._partials)
         computed = time.perf_counter()
-        if self.observer is not None and error is None:
-            self.observer(w, self._partials)
-        self._sums = self.comm.ordered_sum(self._partials, self._n_parts)
+        self._sums = self.comm.exact_sum(self._partials, self._exact, failed=error is not None,
+                                         signal=self.comm.signalled)
         if not np.isfinite(self._sums[-1]):
-            # Every rank sees the same sums, so every rank makes this check and raises
-            # together: rank 0 must not stop the others, who left serve() already.
+            # Every rank sees the same sums and status, so every rank makes this check and
+            # raises together: rank 0 must not stop the others, who left serve() already.
             try:
                 self.comm.check(_described(error, self.comm.rank))
             except CollectiveError as failed:
@@ -286,6 +281,24 @@ class DistributedRisk:
         for key, seconds in self.last_seconds.items():
             self.total_seconds[key] += seconds
         self.evaluations += 1
+
+    def _decomposable_partials(self, w):
+        """Fill the partial sums of a decomposable loss at `w`, one row per block."""
+        if self._scratch is not None:
+            csr_compact_pass(self.loss, self._groups, w, self._scratch, self._partials)
+        elif self._csr_compiled is not None:
+            csr_compiled_pass(self._csr_compiled, self._X, w)
+        elif self._csr:
+            csr_scalar_pass(self.loss, self._groups, w, self._partials)
+        elif self._dense is not None:
+            dense_scalar_pass(self._dense, self._X, self._y, self._bounds, w, self._partials)
+        else:
+            for partial, chunks in zip(self._partials, self._chunks):
+                partial[:] = 0.0
+                for X, y, qid in chunks:
+                    risk, gradient = self.loss.loss_gradient(w, X, y, qid)
+                    partial[-1] += risk
+                    partial[:-1] += gradient.ravel()
 
     def _multivariate_partials(self, w):
         """Fill the partial sums of a non-decomposable loss; return the seconds spent exchanging.
@@ -657,6 +670,8 @@ def _described(error, rank):
     """`error`, or for an unexpected one (a bug, not a user's input) one that names its rank and type."""
     if error is None or isinstance(error, PrbmrmError):
         return error
+    if isinstance(error, SystemExit):
+        return RuntimeError(f"rank {rank} exited with status {error.code} while computing its risk")
     return RuntimeError(f"rank {rank} failed computing its risk: {type(error).__name__}: {error}")
 
 

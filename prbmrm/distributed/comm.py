@@ -329,6 +329,9 @@ class SerialComm:
     def set_rank_timeout(self, seconds):
         """Set ``--rank-timeout``: seconds a collective waits before checking the other ranks answer."""
 
+    def set_iteration_timeout(self, seconds):
+        """Set ``--iteration-timeout``: seconds a rank may compute between collectives (0: no deadline)."""
+
     def request_stop(self, signum):
         """Ask rank 0 to end the run at the next iteration: this rank caught `signum`."""
 
@@ -384,6 +387,9 @@ class MPIComm(SerialComm):
 
     def set_rank_timeout(self, seconds):
         self.watch.timeout = float(seconds)
+
+    def set_iteration_timeout(self, seconds):
+        self.watch.iteration_timeout = float(seconds)
 
     @property
     def signalled(self):

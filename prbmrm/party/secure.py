@@ -244,6 +244,7 @@ class SecureComm:
     rank = property(lambda self: self.comm.rank)
     size = property(lambda self: self.comm.size)
     is_root = property(lambda self: self.comm.is_root)
+    signalled = property(lambda self: self.comm.signalled)
 
     def bcast_array(self, buf, root=0):
         """Broadcast a float64 buffer (``w``, public): the wrapped communicator's."""

@@ -329,6 +329,8 @@ class Checkpointer:
         The options and data fingerprint stored with every state.
     stop : callable, optional
         ``stop() -> bool``, True when the run must end (a signal arrived).
+    sums : prbmrm.distributed.exact.FixedPointSum, optional
+        The risk's fixed-point sums: their bounds are saved with the state (:data:`SUM_BOUNDS`).
 
     Attributes
     ----------
@@ -336,24 +338,47 @@ class Checkpointer:
         The iteration of the last checkpoint written.
     """
 
-    def __init__(self, path, every, last, meta, stop=None):
+    def __init__(self, path, every, last, meta, stop=None, sums=None):
         self.path = path
         self.every = every
         self.last = last
         self.meta = meta
         self.stop = stop
+        self.sums = sums
         self.written = None
 
     def __call__(self, t, snapshot):
         stopping = self.stop is not None and self.stop()
         due = stopping or t == self.last or (self.every > 0 and t % self.every == 0)
         if self.path is not None and due:
-            save_checkpoint(self.path, snapshot(), dict(self.meta, iteration=t))
+            state = snapshot()
+            if self.sums is not None and self.sums.exponent is not None:
+                state = dict(state, **{SUM_BOUNDS: self.sums.exponent})
+            save_checkpoint(self.path, state, dict(self.meta, iteration=t))
             self.written = t
         return stopping
 
 
-def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_iter=10000, stop=None):
+SUM_BOUNDS = "sum_exponents"
+"""The state's dataset of the risk's fixed-point bounds (log2 per component,
+:class:`prbmrm.distributed.exact.FixedPointSum`): they decide how each block's sum is rounded, so a
+resumed run takes them up to take bitwise the uninterrupted run's path, on any number of ranks."""
+
+
+def _sum_bounds(state, sums):
+    """Take the fixed-point bounds out of a loaded `state`; return (exponents or None, problem or None)."""
+    found = state.pop(SUM_BOUNDS, None)
+    if found is None:
+        return None, None
+    found = np.asarray(found)
+    if found.shape != (sums.n,) or found.dtype.kind not in "iu" or np.any(np.abs(found) > sums.EXPONENT_LIMIT):
+        return None, (f"/state/{SUM_BOUNDS} is not {sums.n} integers within +-{sums.EXPONENT_LIMIT} "
+                      "(damaged, or written for other data)")
+    return found.astype(np.int64), None
+
+
+def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_iter=10000, stop=None,
+                  sums=None):
     """Prepare the `state` and `checkpoint` keywords of a solver (collective).
 
     Parameters
@@ -373,6 +398,9 @@ def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_
     stop : callable, optional
         ``stop() -> bool``: checked between iterations; True writes a final
         checkpoint and stops the solver.
+    sums : prbmrm.distributed.exact.FixedPointSum, optional
+        The risk oracle's fixed-point sums (the same on every rank): their
+        bounds are saved with every state and, on resume, restored on every rank.
 
     Returns
     -------
@@ -390,20 +418,30 @@ def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_
         return {"checkpoint": Checkpointer(None, 0, max_iter, {}, stop)} if stop and comm.is_root else {}
     fingerprint = data_fingerprint(local, comm)
     options = json.loads(json.dumps({key: options[key] for key in RESUME_OPTIONS}, default=str))
-    state, problem = None, None
+    state, problem, bounds = None, None, None
     if comm.is_root and resume is not None:
         try:
             state, meta = load_checkpoint(resume)
             problem = _mismatch(meta, options, fingerprint)
+            if problem is None and sums is not None:
+                bounds, problem = _sum_bounds(state, sums)
         except InputError as error:
             problem = str(error)
     problem = comm.bcast_object(problem)
     if problem is not None:
         raise UsageError(f"--resume {resume}: {problem}")
+    if resume is not None and sums is not None:
+        # Every rank rounds with the bounds of the uninterrupted run (float64 holds them exactly).
+        message = np.zeros(sums.n + 1)
+        if bounds is not None:
+            message[0], message[1:] = 1.0, bounds
+        comm.bcast_array(message)
+        if message[0]:
+            sums.exponent = message[1:].astype(np.int64)
     if not comm.is_root:
         return {}
     meta = {"options": options, "fingerprint": fingerprint}
-    keywords = {"checkpoint": Checkpointer(path, every, max_iter, meta, stop)}
+    keywords = {"checkpoint": Checkpointer(path, every, max_iter, meta, stop, sums)}
     if state is not None:
         keywords["state"] = state
     return keywords

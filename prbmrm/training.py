@@ -231,7 +231,8 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         raise UsageError("--checkpoint and --resume do not apply to a lambda path")
     callback, options = _checkpoint_options(comm, local, callback, options, checkpointing.checkpoint,
                                             checkpointing.checkpoint_every, checkpointing.resume, stop,
-                                            loss_object, regularizer, lam=lam, solver=solver, bias=bias,
+                                            loss_object, regularizer, oracle.fixed_point, lam=lam, solver=solver,
+                                            bias=bias,
                                             idle_age=bundle.idle_age, bundle_size=bundle_size,
                                             max_iter=stopping.max_iter)
     if warm is not None:
@@ -323,7 +324,8 @@ def _check_task(loss_object, local, data, bias, comm):
         comm.check(None if problem is None else InputError(f"{where}: {problem}"))
 
 
-def _checkpoint_options(comm, local, callback, options, path, every, resume, stop, loss, regularizer, **run):
+def _checkpoint_options(comm, local, callback, options, path, every, resume, stop, loss, regularizer, sums,
+                        **run):
     """Return the callback and solver options with checkpoint, resume and stop added (collective).
 
     A solver without checkpoints (no ``checkpoint`` keyword) refuses `path`
@@ -343,7 +345,7 @@ def _checkpoint_options(comm, local, callback, options, path, every, resume, sto
                      reg=regularizer.name, reg_params={k: getattr(regularizer, k) for k in regularizer.params},
                      solver_params=options)
     keywords = checkpointing(comm, local, described, path=path, every=every, resume=resume,
-                             max_iter=run["max_iter"], stop=stop)
+                             max_iter=run["max_iter"], stop=stop, sums=sums)
     return callback, dict(options, **keywords)
 
 

@@ -247,7 +247,8 @@ class SerialComm:
         then allgather for long ones) takes O(log P) messages on the
         critical path and moves O(n) bytes per rank. Only when a partial
         outgrows the bounds agreed so far (the first sum, then rarely) do
-        an Allreduce-max and a second Allreduce follow, on every rank alike.
+        an Allreduce-max and a second Allreduce follow, on every rank alike
+        (every time for a `state` that does not remember its bounds).
 
         Parameters
         ----------
@@ -265,6 +266,10 @@ class SerialComm:
         ndarray of shape (n,)
             The sum; all NaN if any rank failed or a partial is not finite.
         """
+        if not state.remember:
+            state.measure(np.full((1, state.n), np.nan) if failed else partials)
+            if not state.rescale(self.allreduce_max(state.largest)):
+                return np.full(state.n, np.nan)
         state.encode(partials, failed, signal)
         self.allreduce_sum(state.buffer)
         self._status_stop = state.signal() or self._status_stop

@@ -62,6 +62,10 @@ class FixedPointSum:
         Length of each partial sum.
     n_parts : int
         Number of partial sums over all ranks (bounds the integer sums).
+    remember : bool
+        Keep the bounds from sum to sum (one Allreduce per sum, the bounds a
+        state that a checkpoint must keep); False agrees on them afresh for
+        every sum (an Allreduce-max first: two per sum, no state).
 
     Attributes
     ----------
@@ -75,13 +79,18 @@ class FixedPointSum:
         Sums that needed a new bound (the rare second Allreduce).
     """
 
-    def __init__(self, n, n_parts):
+    EXPONENT_LIMIT = 1100
+    """No bound is beyond 2^+-1100 (float64 spans 2^-1074 to 2^1024): what a stored bound may be."""
+
+    def __init__(self, n, n_parts, remember=True):
         self.n, self.n_parts = int(n), int(n_parts)
+        self.remember = bool(remember)
         self.bits = 62 - math.ceil(math.log2(int(n_parts) + 1)) - 1
         self.buffer = np.zeros(2 * self.n + STATUS_WORDS, dtype=np.int64)
         self.exponent = None
         self.retries = 0
         self._largest = np.zeros(self.n)
+        self._work = None
 
     @property
     def status(self):
@@ -102,22 +111,15 @@ class FixedPointSum:
         """
         limbs = self.buffer[:2 * self.n].reshape(2, self.n)
         limbs[:] = 0
-        self._largest[:] = 0.0
         overflow = False
         if not failed:
             dense = not hasattr(partials, "index")
-            if dense:  # all blocks in one call each
-                np.max(np.abs(partials), axis=0, initial=0.0, out=self._largest)
-            else:
-                for index, row in _rows(partials):
-                    np.maximum.at(self._largest, index, np.abs(row))
+            self.measure(partials)
             # NaN compares false: ask for the finite check too.
             overflow = (self.exponent is None or not np.all(np.isfinite(self._largest))
                         or bool(np.any(self._largest >= np.ldexp(1.0, self.exponent))))
             if not overflow and dense:
-                high, low = self._split(np.atleast_2d(partials), self.exponent)
-                limbs[0] = high.sum(axis=0)
-                limbs[1] = low.sum(axis=0)
+                limbs[0], limbs[1] = self._split(np.atleast_2d(partials), self.exponent)
             elif not overflow:
                 for index, row in _rows(partials):
                     high, low = self._split(row, self.exponent[index])
@@ -129,6 +131,16 @@ class FixedPointSum:
         if signal in STOP_SIGNALS:
             status[2 + STOP_SIGNALS.index(signal)] = 1
 
+    def measure(self, partials):
+        """Set :attr:`largest` to this rank's largest |partial| per component."""
+        self._largest[:] = 0.0
+        if not hasattr(partials, "index"):  # all blocks in one call each
+            np.maximum(np.max(partials, axis=0, initial=0.0), -np.min(partials, axis=0, initial=0.0),
+                       out=self._largest)
+        else:
+            for index, row in _rows(partials):
+                np.maximum.at(self._largest, index, np.abs(row))
+
     def signal(self):
         """The stop signal some rank caught, from the reduced status words (None: none)."""
         for i, signum in enumerate(STOP_SIGNALS):
@@ -139,12 +151,22 @@ class FixedPointSum:
     def _split(self, row, exponent):
         """The two limbs of `row` on the grid 2^(exponent - 2 bits): |high| <= 2^bits, 0 <= low <= 2^bits.
 
-        Each step is exact or a deterministic rounding (ldexp by a power of two, floor, the
-        difference of two floats that share their leading bits, rint): the same bits on every rank."""
-        scaled = np.ldexp(row, 2 * self.bits - exponent)
-        high = np.floor(np.ldexp(scaled, -self.bits))
-        low = np.rint(scaled - np.ldexp(high, self.bits))
-        return high.astype(np.int64), low.astype(np.int64)
+        Each step is exact or a deterministic rounding (a product by a power of two, floor, the
+        difference of two floats that share their leading bits, rint): the same bits on every rank.
+        The work arrays are kept between calls (fresh ones of this size cost page faults each time)."""
+        if self._work is None or self._work[0].shape != row.shape:
+            self._work = (np.empty(row.shape), np.empty(row.shape), np.empty(row.shape, dtype=np.int64))
+        scaled, high, integer = self._work
+        np.multiply(row, np.ldexp(1.0, 2 * self.bits - exponent), out=scaled)
+        np.multiply(scaled, 2.0 ** -self.bits, out=high)
+        np.floor(high, out=high)
+        scaled -= high * 2.0 ** self.bits
+        np.rint(scaled, out=scaled)
+        np.copyto(integer, high, casting="unsafe")
+        high_sum = integer.sum(axis=0) if integer.ndim == 2 else integer.copy()
+        np.copyto(integer, scaled, casting="unsafe")
+        low_sum = integer.sum(axis=0) if integer.ndim == 2 else integer.copy()
+        return high_sum, low_sum
 
     def rescale(self, largest):
         """Raise the bounds to cover `largest` (the Allreduce-max of every rank's :attr:`largest`).
@@ -158,7 +180,7 @@ class FixedPointSum:
             return False
         wanted = np.frexp(largest)[1].astype(np.int64) + MARGIN_BITS
         wanted = np.maximum(wanted, wanted.max(initial=0) - SPAN_BITS)
-        self.exponent = wanted if self.exponent is None else np.maximum(self.exponent, wanted)
+        self.exponent = wanted if self.exponent is None or not self.remember else np.maximum(self.exponent, wanted)
         self.retries += 1
         return True
 

@@ -156,6 +156,8 @@ class DistributedRisk:
         Called on every rank after each evaluation's sum, as
         ``inspector(w, sums)`` (party mode's poisoning checks); it raises on
         every rank together or on none.
+    fixed_point : prbmrm.distributed.exact.FixedPointSum
+        The bounds of the evaluations' exact sums, agreed by all ranks (a checkpoint keeps them).
     line_searches : bool
         False makes :meth:`line` decline (party mode: the breakpoints of a
         line search travel as a maximum, in the clear).
@@ -193,7 +195,7 @@ class DistributedRisk:
             self._counts = comm.gather_counts(X.shape[0])
             self._all_y = comm.gather_scalars(y)
             self._all_qid = None if qid is None else comm.gather_scalars(qid)
-        self._exact = FixedPointSum(self.dim + 1, self._n_parts)  # the bounds of the sums' fixed point
+        self.fixed_point = FixedPointSum(self.dim + 1, self._n_parts)
         self._message = np.zeros(self.dim + 1)  # w, then the control flag
         self._sums = np.zeros(self.dim + 1)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
@@ -265,7 +267,7 @@ class DistributedRisk:
             if self.observer is not None:
                 self.observer(w, self._partials)
         computed = time.perf_counter()
-        self._sums = self.comm.exact_sum(self._partials, self._exact, failed=error is not None,
+        self._sums = self.comm.exact_sum(self._partials, self.fixed_point, failed=error is not None,
                                          signal=self.comm.signalled)
         if not np.isfinite(self._sums[-1]):
             # Every rank sees the same sums and status, so every rank makes this check and

@@ -70,7 +70,8 @@ class ArgsupRanks:
         self.risk = risk
         self.buffer = np.zeros(2 * risk.dim)
         self._partials = np.empty((len(risk.blocks), risk.dim + 2))
-        self._exact = FixedPointSum(risk.dim + 2, risk.n_parts)
+        # Bounds agreed per call: a state kept between calls would have to go into checkpoints.
+        self._exact = FixedPointSum(risk.dim + 2, risk.n_parts, remember=False)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
         # A piecewise-linear scalar loss whose steepest_gradient is the shared one: its
         # per-row work runs per group of blocks (a few numpy calls per group, not per block).

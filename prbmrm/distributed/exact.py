@@ -13,16 +13,24 @@ block partials alone: bitwise the same on any number of ranks, for any
 reduction order or algorithm MPI picks.
 
 The grid of component j is ``u_j = 2^(e_j - 2 W)``, where ``2^(e_j)`` is a
-bound on every |partial_j| agreed by all ranks and ``W = 62 - ceil(log2(n_parts + 1)) - 1``
+bound on every |partial_j| agreed by all ranks and ``W = 61 - ceil(log2(n_parts + 1))``
 bits per limb (so the sums of ``n_parts`` limbs cannot wrap). The bound comes
 from the earlier evaluations (it only grows): a rank whose partial reaches it
 raises the overflow count, and then, rarely (the first evaluation, and when a
-sum grows beyond ``2^MARGIN_BITS`` times its earlier largest partial), every
-rank agrees on the new largest partial (one Allreduce-max) and the limbs go
-again (one more Allreduce). Precision: per component,
-``|sum - exact sum| <= n_parts u_j + 2 ulp(sum)``, and ``u_j <= 2^(MARGIN_BITS + 1 - 2 W)``
-times the largest |partial_j| ever seen; with ``W >= 46`` (up to 2^14 blocks)
-that is below ``2^-85`` of the largest entry, far inside float64's own rounding.
+partial grows beyond ``2^MARGIN_BITS`` times the largest so far), every rank
+agrees on the new largest partial (one Allreduce-max) and the limbs go again
+(one more Allreduce). The bounds are part of the run's state: a checkpoint
+keeps them (:data:`prbmrm.checkpoint.SUM_BOUNDS`), so a resumed run rounds as
+the uninterrupted one did, on any number of ranks.
+
+Precision: per component, ``|sum - exact sum of the partials| <= n_parts u_j + 2 ulp(sum)`` with
+``u_j <= 2^(MARGIN_BITS + 1 - 2 W) max(M_j, 2^-SPAN_BITS M)``, where M_j is the largest |partial_j|
+seen so far and M the largest over all components. For 256 blocks (W = 52) the first term is at most
+``2^-91 max(M_j, 2^-40 M)``; a float64 sum of the same partials in any order errs by up to
+``n_parts 2^-53`` times the sum of their magnitudes. So the exact sum adds far less error than the
+rounding of the block partials themselves, and the planes ``R(w_t) + <a_t, w - w_t>`` that BMRM's lower
+bound rests on are as valid as the float64 risk and subgradient make them (they were formed from a
+float64 sum before).
 
 Imports: numpy; of prbmrm: nothing.
 """

@@ -55,16 +55,18 @@ SPIN_SECONDS = 5e-5
 
 SLEEP_FRACTION = 0.1
 """Then it sleeps this fraction of the time waited so far, at least :data:`MIN_SLEEP` and at most
-:data:`MAX_SLEEP`: the latency a sleep adds is at most 10% of the wait, and a waiting rank polls at
-most 2,000 times a second (the rest of the time its core serves the ranks that work)."""
+:data:`MAX_SLEEP`: the latency a sleep adds is at most 10% of the wait, a wait of t polls about
+10 ln(t / 1 ms) + 10 times up to 20 ms and then 500 times a second (the rest of the time its core
+serves the ranks that work; the former 2% made that about 50 ln(t / 0.2 ms) polls)."""
 
 MIN_SLEEP = 1e-4
 
-MAX_SLEEP = 5e-4
+MAX_SLEEP = 2e-3
 """A collective of large buffers moves in rounds and chunks, each of which waits for its peer's next
-poll: with sleeps of up to 20 ms, a 16-rank iteration at d = 2^17 (1 MB broadcast, 2 MB Allreduce)
-took 1.1 s of communication; with 2 ms 0.25 s, with 0.5 ms 0.15 s, and the waiting ranks of a
-16-rank kdd run used less CPU in all (20 against 30 ms per iteration: shorter iterations, fewer polls)."""
+poll: a rank that waited long (for rank 0's subproblem) must not sleep so long that each round of the
+broadcast that follows waits for it. (Measured on the loaded 2-core machine at d = 2^17, 16 ranks,
+interleaved: sleeps of up to 20 ms and of up to 0.5 ms gave 150-300 ms of communication per
+iteration alike; the load of the machine, not the cap, set the figure.)"""
 
 SIGNAL_GRACE = 30.0
 """Seconds a job may take to stop cleanly after a signal (the next iteration's checkpoint); a rank

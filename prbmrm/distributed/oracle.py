@@ -8,22 +8,18 @@ Rank 0 runs the solver and calls the oracle; every other rank sits in
               <--ONE Allreduce: int64 fixed-point limbs of the blocks' sums (2 (d + 1) words) and every
                  rank's status (failure, signals caught)-->   R = risk_sum / m,  a = grad_sum / m
 
-The flag rides with ``w`` so no extra message is needed to stop the workers. Sums are formed per canonical
-block of rows (blocks that do not depend on the number of ranks, :func:`prbmrm.io.load_local`), rounded once onto
-a fixed-point grid common to all ranks and added as integers (:meth:`prbmrm.distributed.comm.SerialComm.exact_sum`),
-so any number of ranks holding the same blocks computes bitwise the same R and a, and BMRM takes the same path on
-any number of ranks. A failure on any rank (rank 0 included) at any point of its evaluation travels in the same
-Allreduce, so every rank learns of it together and raises the same error. A rank holding several blocks of
-sparse data with many columns keeps each block's partial sum
-on the block's columns only (:class:`prbmrm.distributed.comm.SupportRows`, see :data:`COMPACT_PARTIALS`), so its memory
-follows the nonzeros, not blocks x d. A scalar loss on CSR data makes one pass over the nonzeros for ``f = X w``
-and one over those of the rows with ``l' != 0`` for ``X^T l'``, accumulated in place, for groups of consecutive
-blocks at a time (:func:`prbmrm.kernels.blocks.csr_scalar_pass`; on large data of at most 2^16 columns the second
-pass is compiled, :func:`prbmrm.kernels.blocks.csr_compiled_pass`); on large dense data, one compiled pass reads each
-row once for both (:func:`prbmrm.kernels.blocks.dense_scalar_pass`).
+The flag rides with ``w``: no extra message stops the workers. Sums are formed per canonical block of rows (which do
+not depend on the rank count, :func:`prbmrm.io.load_local`) and added exactly
+(:meth:`prbmrm.distributed.comm.SerialComm.exact_sum`): any number of ranks computes bitwise the same R and a, and
+BMRM takes the same path. A failure on any rank at any point of its evaluation rides in the same Allreduce, so every
+rank raises the same error together. A rank holding several blocks of sparse data with many columns keeps each
+block's partial sum on its columns only (:class:`prbmrm.distributed.comm.SupportRows`, :data:`COMPACT_PARTIALS`).
+A scalar loss on CSR data makes one pass over the nonzeros for ``f = X w`` and one over those of the rows with
+``l' != 0`` for ``X^T l'``, per group of consecutive blocks (:func:`prbmrm.kernels.blocks.csr_scalar_pass`; compiled
+on large data of at most 2^16 columns, :func:`prbmrm.kernels.blocks.csr_compiled_pass`); on large dense data one
+compiled pass reads each row once for both (:func:`prbmrm.kernels.blocks.dense_scalar_pass`).
 
-A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the
-same loop::
+A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the same loop::
 
     rank 0:   [w_b, LINE], then d  --Bcast-->  every rank: F0 = X w_b, dF = X d once,
                                                and the loss's line objects of its blocks
@@ -34,23 +30,19 @@ same loop::
               <--Allreduce-max (2 K values)-- the breakpoints nearest each eta_j
 
 so a round makes no pass over X (O(K log m_local) for piecewise-linear losses, O(K m_local) for the others) and
-moves a few numbers per rank. A scalar loss gives one line object per group of blocks that keeps each block's
-sums apart (:meth:`prbmrm.losses.Loss.lines`): a round costs a few numpy calls per group of up to 8,192 rows,
-not per block.
-
-A structured loss (:class:`prbmrm.structured.StructuredLoss`) takes the blocks of ragged examples
-(:class:`prbmrm.structured.RaggedExamples`, which slice by example like rows) and runs the same loop; it has no
-scores ``X w``, so :meth:`DistributedRisk.line` declines and line searches go through ``risk(w)``.
-
-Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every rank) attach a service through the
-same protocol: :meth:`DistributedRisk.attach` builds it on every rank, and each :meth:`DistributedRisk.request`
-runs one of its collective steps everywhere.
+moves a few numbers per rank; a scalar loss gives one line object per group of blocks of up to 8,192 rows, which
+keeps each block's sums apart (:meth:`prbmrm.losses.Loss.lines`). A structured loss
+(:class:`prbmrm.structured.StructuredLoss`) runs the same loop on blocks of ragged examples; it has no scores
+``X w``, so :meth:`DistributedRisk.line` declines and line searches go through ``risk(w)``. Solvers that need more
+than ``risk(w)`` (Pragam keeps dual variables on every rank) attach a service: :meth:`DistributedRisk.attach`
+builds it on every rank, and each :meth:`DistributedRisk.request` runs one of its collective steps everywhere.
 
 Every message a serving rank acts on is a fixed-shape float64 buffer whose flag must be one of the closed table
 of kinds above; a service is named by its entry in :data:`SERVICES` and built with JSON arguments. An unknown
 kind or service stops every serving rank with a :class:`~prbmrm.distributed.messages.ProtocolError` naming rank 0.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.distributed.exact`, :mod:`prbmrm.errors`, :mod:`prbmrm.kernels.blocks`, :mod:`prbmrm.distributed.messages`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.distributed.exact`, :mod:`prbmrm.errors`,
+:mod:`prbmrm.kernels.blocks`, :mod:`prbmrm.distributed.messages`.
 """
 
 import importlib
@@ -120,8 +112,7 @@ class DistributedRisk:
     loss : prbmrm.losses.Loss
         The loss; its ``loss_gradient`` runs on this rank's shard.
     X : scipy.sparse.csr_matrix, ndarray or prbmrm.structured.RaggedExamples
-        This rank's examples (with the bias column appended if any); ragged
-        examples (with their labels) for a structured loss.
+        This rank's examples (with the bias column if any); a structured loss's ragged examples (with labels).
     y : ndarray or None
         This rank's labels (None for ragged examples, which hold theirs).
     n_total : int
@@ -129,8 +120,7 @@ class DistributedRisk:
     comm : prbmrm.distributed.comm.SerialComm or MPIComm
         The communicator.
     blocks : sequence of int, optional
-        Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical
-        blocks (:attr:`prbmrm.io.LocalData.blocks`); one block by default.
+        Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical blocks (:attr:`prbmrm.io.LocalData.blocks`).
     qid : ndarray, optional
         This rank's query ids, handed to the loss with each block.
 
@@ -139,28 +129,24 @@ class DistributedRisk:
     dim : int
         Length of ``w``: features times the loss's ``n_outputs``.
     last_seconds : dict
-        Seconds spent by this rank in the last evaluation, under ``"risk"``
-        (its own data pass) and ``"comm"`` (broadcast and Allreduce, which
-        include waiting for the slowest rank).
+        Seconds spent by this rank in the last evaluation, under ``"risk"`` (its own data pass) and ``"comm"``
+        (broadcast and Allreduce, which include waiting for the slowest rank).
     total_seconds : dict
         The same, summed over all evaluations.
     evaluations : int
         Number of evaluations so far.
     observer : callable or None
-        Called on every rank at each evaluation, before the sums travel, as
-        ``observer(w, partials)``: the w evaluated and this rank's partial
-        sums (one row per block, gradient then risk; valid until the next
-        evaluation): an array, or :class:`~prbmrm.distributed.comm.SupportRows` where
-        each block's row is kept on its columns (indexing it gives dense rows). Party mode's audit log is one.
+        Called on every rank at each evaluation, before the sums travel, as ``observer(w, partials)``: the w
+        evaluated and this rank's partial sums (one row per block, gradient then risk; valid until the next
+        evaluation): an array, or :class:`~prbmrm.distributed.comm.SupportRows` where each block's row is kept
+        on its columns (indexing it gives dense rows). Party mode's audit log is one.
     inspector : callable or None
-        Called on every rank after each evaluation's sum, as
-        ``inspector(w, sums)`` (party mode's poisoning checks); it raises on
-        every rank together or on none.
+        Called on every rank after each evaluation's sum, as ``inspector(w, sums)`` (party mode's poisoning
+        checks); it raises on every rank together or on none.
     fixed_point : prbmrm.distributed.exact.FixedPointSum
-        The bounds of the evaluations' exact sums, agreed by all ranks (a checkpoint keeps them).
+        The bounds of the exact sums, agreed by all ranks (a checkpoint keeps them).
     line_searches : bool
-        False makes :meth:`line` decline (party mode: the breakpoints of a
-        line search travel as a maximum, in the clear).
+        False makes :meth:`line` decline (party mode: a line search's breakpoints travel as a maximum, in the clear).
     """
 
     def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
@@ -253,9 +239,8 @@ class DistributedRisk:
         w = self._message[:-1] if w is None else w
         error, exchange = None, 0.0
         if self.loss.decomposable:
-            # Whatever goes wrong here, on whichever rank (a MemoryError, an interrupt, a bug),
-            # this rank still enters the one Allreduce of the evaluation, with its failure in the
-            # status words: no rank is left waiting in another collective.
+            # Whatever goes wrong here (a MemoryError, an interrupt, a bug), this rank still enters the
+            # evaluation's one Allreduce, its failure in the status: no rank waits in another collective.
             try:
                 self._decomposable_partials(w)
                 if self.observer is not None:
@@ -270,8 +255,7 @@ class DistributedRisk:
         self._sums = self.comm.exact_sum(self._partials, self.fixed_point, failed=error is not None,
                                          signal=self.comm.signalled)
         if not np.isfinite(self._sums[-1]):
-            # Every rank sees the same sums and status, so every rank makes this check and
-            # raises together: rank 0 must not stop the others, who left serve() already.
+            # Every rank sees the same sums and status: all check and raise together (none is left in serve()).
             try:
                 self.comm.check(_described(error, self.comm.rank))
             except CollectiveError as failed:

@@ -505,7 +505,7 @@ class SignalFlag:
     def _handle(self, signum, frame):
         if self._own is None:
             self._own = signum
-            self.comm.request_stop(signum)
+        self.comm.request_stop(signum)  # a second signal ends the job at once (the communicator decides)
 
     def __enter__(self):
         self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}

@@ -236,6 +236,7 @@ class Watch:
                     self._end_stuck(stuck, what)
                 deadline = time.monotonic() + self._check_after(max(busy.values(), default=0.0))
             if self.signalled is not None and now - self._signalled_at > SIGNAL_GRACE:
+                time.sleep(0.2 * min(self.rank, 10))  # the lowest waiting rank speaks and ends the job first
                 self._report(f"rank {self.rank} of {self.size}: the job did not stop within {SIGNAL_GRACE:g} s "
                              f"of signal {self.signalled} ({what} waited {waited:.0f} s): ending it")
                 abort(self._MPI, 128 + self.signalled)

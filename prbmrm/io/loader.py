@@ -85,9 +85,9 @@ class LocalData:
         or ``--n-features``) rather than the largest SVMlight feature index.
     blocks : list of int
         Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical
-        blocks of rows held here: one per shard file, or for
-        :func:`split_local` blocks that do not depend on the number of
-        ranks. Summing per block makes results independent of the rank count.
+        blocks of rows held here (:func:`load_local`: up to 256 over a shard
+        set; :func:`split_local`: up to 64), which do not depend on the number
+        of ranks. Summing per block, exactly, makes results independent of the rank count.
     """
 
     X: object

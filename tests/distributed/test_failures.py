@@ -1,17 +1,22 @@
 """Errors end the job: a fault injected on one rank (rank 0 included) of an ``mpiexec -n 2`` or ``-n 3`` job,
 at its 20th risk evaluation, gives one message naming the rank and the error and a non-zero exit, in plain
-and party mode, and a rank stuck in a loop that answers pings is named after ``--iteration-timeout``.
+and party mode; a rank stuck in a loop that answers pings is named after ``--iteration-timeout``; SIGTERM
+ends a job whose rank is stuck.
 
 The faults are injected by ``fault_driver.py`` (it patches the oracle from outside; production code has no
 hook). The deadlines are hang guards, not speed checks.
 """
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
-from helpers import REPO, load_svmlight, run_ranks
-from prbmrm.distributed.watch import EXIT_SILENT_RANK
+from helpers import REPO, load_svmlight, mpiexec, run_ranks
+from prbmrm.distributed.watch import EXIT_SILENT_RANK, SIGNAL_GRACE
 
 DRIVER = os.path.join(REPO, "tests", "distributed", "fault_driver.py")
 RUN = ["--solver", "bmrm", "--lam", "1e-6", "--rel-epsilon", "1e-9", "--max-iter", "400", "--quiet",
@@ -89,3 +94,26 @@ def test_party_mode_an_exception_in_any_partys_evaluation_ends_the_job(sites, tm
     assert errors(completed) == [f"prbmrm.cli.train: error: rank {rank} failed computing its risk: "
                                  "MemoryError: injected"], completed.stderr
     assert not list(tmp_path.glob("m-*.h5"))
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_sigterm_ends_a_job_whose_rank_is_stuck(tmp_path, signals):
+    """One SIGTERM to mpiexec: the waiting ranks end the job once the stop has not come within SIGNAL_GRACE
+    seconds; a second one ends it at once. (No progress deadline here: the signal must do it.)"""
+    command = [mpiexec(), "-n", "3", sys.executable, DRIVER, "stuck", "1", "5", *RUN, "--rank-timeout", "600",
+               "--iteration-timeout", "0", "--out", str(tmp_path / "m.h5")]
+    job = subprocess.Popen(command, env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    time.sleep(15)  # started, and rank 1 stuck at its 5th evaluation (a hang guard, not a speed check)
+    for _ in range(signals):
+        job.send_signal(signal.SIGTERM)
+        time.sleep(2)
+    try:
+        _, stderr = job.communicate(timeout=SIGNAL_GRACE + HANG)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.communicate()
+        pytest.fail("SIGTERM did not end the job")
+    assert job.returncode == 128 + signal.SIGTERM, stderr
+    expected = "after signal 15: ending the job" if signals == 2 else "did not stop within 30 s of signal 15"
+    assert expected in stderr, stderr

@@ -21,7 +21,10 @@ partial grows beyond ``2^MARGIN_BITS`` times the largest so far), every rank
 agrees on the new largest partial (one Allreduce-max) and the limbs go again
 (one more Allreduce). The bounds are part of the run's state: a checkpoint
 keeps them (:data:`prbmrm.checkpoint.SUM_BOUNDS`), so a resumed run rounds as
-the uninterrupted one did, on any number of ranks.
+the uninterrupted one did, on any number of ranks. A sum is thus a function of
+the partials and of the bounds agreed so far: the same partials after another
+history of sums (say, a fresh oracle) may differ in the last bit; the history
+is the same on every rank count.
 
 Precision: per component, ``|sum - exact sum of the partials| <= n_parts u_j + 2 ulp(sum)`` with
 ``u_j <= 2^(MARGIN_BITS + 1 - 2 W) max(M_j, 2^-SPAN_BITS M)``, where M_j is the largest |partial_j|

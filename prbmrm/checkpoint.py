@@ -461,6 +461,8 @@ class Checkpointer:
         ``stop() -> bool``, True when the run must end (a signal arrived).
     key : bytes, optional
         Authenticate every checkpoint with this key (:func:`save_checkpoint`).
+    sums : prbmrm.distributed.exact.FixedPointSum, optional
+        The risk's fixed-point sums: their bounds are saved with the state (:data:`SUM_BOUNDS`).
 
     Attributes
     ----------
@@ -468,25 +470,48 @@ class Checkpointer:
         The iteration of the last checkpoint written.
     """
 
-    def __init__(self, path, every, last, meta, stop=None, key=None):
+    def __init__(self, path, every, last, meta, stop=None, key=None, sums=None):
         self.path = path
         self.key = key
         self.every = every
         self.last = last
         self.meta = meta
         self.stop = stop
+        self.sums = sums
         self.written = None
 
     def __call__(self, t, snapshot):
         stopping = self.stop is not None and self.stop()
         due = stopping or t == self.last or (self.every > 0 and t % self.every == 0)
         if self.path is not None and due:
-            save_checkpoint(self.path, snapshot(), dict(self.meta, iteration=t), self.key)
+            state = snapshot()
+            if self.sums is not None and self.sums.exponent is not None:
+                state = dict(state, **{SUM_BOUNDS: self.sums.exponent})
+            save_checkpoint(self.path, state, dict(self.meta, iteration=t), self.key)
             self.written = t
         return stopping
 
 
-def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_iter=10000, stop=None, key=None):
+SUM_BOUNDS = "sum_exponents"
+"""The state's dataset of the risk's fixed-point bounds (log2 per component,
+:class:`prbmrm.distributed.exact.FixedPointSum`): they decide how each block's sum is rounded, so a
+resumed run takes them up to take bitwise the uninterrupted run's path, on any number of ranks."""
+
+
+def _sum_bounds(state, sums):
+    """Take the fixed-point bounds out of a loaded `state`; return (exponents or None, problem or None)."""
+    found = state.pop(SUM_BOUNDS, None)
+    if found is None:
+        return None, None
+    found = np.asarray(found)
+    if found.shape != (sums.n,) or found.dtype.kind not in "iu" or np.any(np.abs(found) > sums.EXPONENT_LIMIT):
+        return None, (f"/state/{SUM_BOUNDS} is not {sums.n} integers within +-{sums.EXPONENT_LIMIT} "
+                      "(damaged, or written for other data)")
+    return found.astype(np.int64), None
+
+
+def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_iter=10000, stop=None,
+                  key=None, sums=None):
     """Prepare the `state` and `checkpoint` keywords of a solver (collective).
 
     Parameters
@@ -510,6 +535,9 @@ def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_
         The checkpoint key file (default: the file the environment variable
         :data:`KEY_VARIABLE` names, if set): checkpoints written are
         authenticated with it, and the one resumed from must carry a valid tag.
+    sums : prbmrm.distributed.exact.FixedPointSum, optional
+        The risk oracle's fixed-point sums (the same on every rank): their
+        bounds are saved with every state and, on resume, restored on every rank.
 
     Returns
     -------
@@ -529,7 +557,7 @@ def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_
     fingerprint = data_fingerprint(local, comm)
     options = json.loads(json.dumps({name: options[name] for name in RESUME_OPTIONS}, default=str))
     key_file = key if key is not None else os.environ.get(KEY_VARIABLE) or None
-    state, problem, secret = None, None, None
+    state, problem, secret, bounds = None, None, None, None
     if comm.is_root:
         try:
             secret = None if key_file is None else read_key(key_file)
@@ -539,6 +567,8 @@ def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_
         try:
             state, meta = load_checkpoint(resume, secret)
             problem = _mismatch(meta, options, fingerprint)
+            if problem is None and sums is not None:
+                bounds, problem = _sum_bounds(state, sums)
         except InputError as error:
             problem = f"--resume {resume}: {error}"
         else:
@@ -546,10 +576,18 @@ def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_
     problem = comm.bcast_object(problem)
     if problem is not None:
         raise UsageError(problem)
+    if resume is not None and sums is not None:
+        # Every rank rounds with the bounds of the uninterrupted run (float64 holds them exactly).
+        message = np.zeros(sums.n + 1)
+        if bounds is not None:
+            message[0], message[1:] = 1.0, bounds
+        comm.bcast_array(message)
+        if message[0]:
+            sums.exponent = message[1:].astype(np.int64)
     if not comm.is_root:
         return {}
     meta = {"options": options, "fingerprint": fingerprint}
-    keywords = {"checkpoint": Checkpointer(path, every, max_iter, meta, stop, secret)}
+    keywords = {"checkpoint": Checkpointer(path, every, max_iter, meta, stop, secret, sums)}
     if state is not None:
         keywords["state"] = state
     return keywords
@@ -613,7 +651,7 @@ class SignalFlag:
     def _handle(self, signum, frame):
         if self._own is None:
             self._own = signum
-            self.comm.request_stop(signum)
+        self.comm.request_stop(signum)  # a second signal ends the job at once (the communicator decides)
 
     def __enter__(self):
         self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}

@@ -359,7 +359,7 @@ def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         raise UsageError("--checkpoint and --resume do not apply to a lambda path")
     callback, options = _checkpoint_options(comm, local, callback, options, checkpointing.checkpoint,
                                             checkpointing.checkpoint_every, checkpointing.resume, stop,
-                                            loss_object, regularizer, checkpointing.checkpoint_key,
+                                            loss_object, regularizer, checkpointing.checkpoint_key, oracle.fixed_point,
                                             lam=lam, solver=solver, bias=bias,
                                             idle_age=bundle.idle_age, bundle_size=bundle_size,
                                             max_iter=stopping.max_iter)
@@ -503,7 +503,7 @@ def _check_task(loss_object, local, data, bias, comm):
         comm.check(None if problem is None else InputError(f"{where}: {problem}"))
 
 
-def _checkpoint_options(comm, local, callback, options, path, every, resume, stop, loss, regularizer, key,
+def _checkpoint_options(comm, local, callback, options, path, every, resume, stop, loss, regularizer, key, sums,
                         **run):
     """Return the callback and solver options with checkpoint, resume and stop added (collective).
 
@@ -524,7 +524,7 @@ def _checkpoint_options(comm, local, callback, options, path, every, resume, sto
                      reg=regularizer.name, reg_params={k: getattr(regularizer, k) for k in regularizer.params},
                      solver_params=options)
     keywords = checkpointing(comm, local, described, path=path, every=every, resume=resume,
-                             max_iter=run["max_iter"], stop=stop, key=key)
+                             max_iter=run["max_iter"], stop=stop, key=key, sums=sums)
     return callback, dict(options, **keywords)
 
 

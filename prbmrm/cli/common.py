@@ -137,12 +137,28 @@ def run(main, prog, argv=None):
         if comm.size > 1:
             comm.abort(EXIT_INPUT)
         return EXIT_INPUT
+    except SystemExit as exiting:
+        # A rank leaving in the middle of a job (sys.exit in a plug-in, a library) would wait in
+        # MPI_Finalize for the others, who wait for it: say so, and end the job with its status.
+        if comm.size > 1 and exiting.code not in (0, None):
+            status = exiting.code if isinstance(exiting.code, int) else EXIT_BUG
+            print(f"{prog}: error: rank {comm.rank} of {comm.size} exited with status {exiting.code}: "
+                  "ending the job", file=sys.stderr, flush=True)
+            comm.abort(status)
+        raise
     except KeyboardInterrupt:
         if comm.is_root:
             print(f"{prog}: interrupted", file=sys.stderr, flush=True)
         if comm.size > 1:
             comm.abort(130)
         return 130
+    except MemoryError as error:
+        # No bug to trace: the data or the bundle does not fit this rank's memory.
+        print(f"{prog}: error: rank {comm.rank} of {comm.size} ran out of memory"
+              f"{f' ({error})' if str(error) else ''}", file=sys.stderr, flush=True)
+        if comm.size > 1:
+            comm.abort(EXIT_BUG)
+        return EXIT_BUG
     except Exception:
         print(f"{prog}: internal error on rank {comm.rank}:", file=sys.stderr)
         traceback.print_exc()

@@ -27,7 +27,7 @@ from .common import ArgumentParser, program, run
 from .config import add_config_options, config_section, parse_configured
 from ..params import parse_params
 from ..checkpoint import SignalFlag
-from ..distributed.watch import DEFAULT_TIMEOUT
+from ..distributed.watch import DEFAULT_ITERATION_TIMEOUT, DEFAULT_TIMEOUT
 from ..errors import InputError, UsageError
 from ..io.files import OutputClaim
 from ..losses import LOSSES
@@ -244,6 +244,10 @@ def add_checkpoint_arguments(parser):
     parser.add_argument("--rank-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="a rank waiting this long in a collective checks that the others still answer; "
                         f"one that does not ends the job, named (default {DEFAULT_TIMEOUT:g}; 0: wait forever)")
+    parser.add_argument("--iteration-timeout", type=float, default=DEFAULT_ITERATION_TIMEOUT, metavar="SECONDS",
+                        help="a rank that computes this long without reaching the next collective while "
+                        "another waits for it (stuck, though it answers pings) ends the job, named "
+                        f"(default {DEFAULT_ITERATION_TIMEOUT:g}; 0: no deadline)")
 
 
 def _check_checkpoint_arguments(args, comm):
@@ -253,6 +257,8 @@ def _check_checkpoint_arguments(args, comm):
     """
     if not (math.isfinite(args.rank_timeout) and args.rank_timeout >= 0):
         raise UsageError(f"--rank-timeout must be >= 0 seconds, got {args.rank_timeout:g}")
+    if not (math.isfinite(args.iteration_timeout) and args.iteration_timeout >= 0):
+        raise UsageError(f"--iteration-timeout must be >= 0 seconds, got {args.iteration_timeout:g}")
     checkpointing = from_namespace(Checkpointing, args)
     error = None
     if comm.is_root and args.checkpoint is not None:
@@ -313,6 +319,7 @@ def _main(argv, comm, held):
     if args is None:  # --print-config
         return 0
     comm.set_rank_timeout(args.rank_timeout)
+    comm.set_iteration_timeout(args.iteration_timeout)
     party = party_from_args(args)
     # In party mode each party that receives the model writes its own file.
     out = args.out if party is None else party_path(args.out, comm.rank)

@@ -12,8 +12,8 @@ calls on contiguous float64 arrays: no pickling. The rare control
 messages (an error text, a configuration) travel as typed, size-limited
 UTF-8 JSON (:mod:`prbmrm.distributed.messages`): no rank ever unpickles another's bytes.
 
-Imports: mpi4py, numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.distributed.messages`,
-:mod:`prbmrm.distributed.watch`.
+Imports: mpi4py, numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.distributed.exact`,
+:mod:`prbmrm.distributed.messages`, :mod:`prbmrm.distributed.watch`.
 """
 
 import os
@@ -22,6 +22,7 @@ import sys
 import numpy as np
 
 from ..errors import CollectiveError, UsageError
+from .exact import FAILED, OVERFLOW
 from .messages import MAX_OBJECT_BYTES, ProtocolError, decode, encode
 from .watch import DEFAULT_TIMEOUT, Watch, abort
 
@@ -43,7 +44,6 @@ LAUNCHER_VARIABLES = LAUNCHER_SIZE_VARIABLES + ("PMI_RANK", "PMI_FD", "PMI_PORT"
                                                 "SLURM_STEP_ID", "ALPS_APP_PE", "PALS_RANKID")
 # The task count of the Slurm job, or under srun of the step (SLURM_NPROCS is its old name).
 SLURM_TASKS_VARIABLES = ("SLURM_NTASKS", "SLURM_NPROCS")
-_ORDERED_SUM = 13  # the tag of ordered_sum's rank-to-rank messages
 # Per launcher: the variables of its process count and of its count on this node.
 _NODE_SIZE_VARIABLES = (("PMI_SIZE", "MPI_LOCALNRANKS"), ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
                         ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE"))
@@ -103,10 +103,9 @@ class SupportRows:
     block of CSR rows is zero on every column the block does not use, and
     its last entry (the risk) is always kept. Where a rank holds several
     blocks of data with millions of columns, this keeps their nonzeros, not
-    ``blocks x n`` values. :meth:`SerialComm.ordered_sum` adds the rows in
-    order as it adds dense ones: adding +0.0 leaves every sum as it is (a
-    running sum that starts at +0.0 and adds finite terms is never -0.0), so
-    the result is bitwise the dense rows' sum.
+    ``blocks x n`` values. :meth:`SerialComm.exact_sum` rounds the stored
+    entries as it rounds dense rows (a zero is a zero limb), so the result
+    is bitwise the dense rows' sum.
 
     Parameters
     ----------
@@ -135,11 +134,6 @@ class SupportRows:
         for values in self.values:
             values.fill(value)
 
-    def add_to(self, total):
-        """Add the rows in order onto the dense `total`, in place."""
-        for index, values in zip(self.index, self.values):
-            total[index] += values
-
     def __array__(self, dtype=None, copy=None):
         # The dense rows, for what needs them whole (a secure sum, party mode's audit log).
         dense = np.zeros(self.shape)
@@ -166,6 +160,9 @@ class SerialComm:
 
     rank = 0
     size = 1
+    signalled = None
+    """int or None: the signal this rank caught (:meth:`request_stop`), sent with every exact sum's status."""
+    _status_stop = None  # a stop signal learnt from an exact sum's status words
 
     @property
     def is_root(self):
@@ -235,50 +232,58 @@ class SerialComm:
         self.allreduce_sum(fixed)
         return np.ldexp(fixed.astype(np.float64), -shift)
 
-    def ordered_sum(self, partials, n_parts):
-        """Sum float64 vectors, one per canonical block of data, in the blocks' order.
+    def exact_sum(self, partials, state, failed=False, signal=None):
+        """Sum float64 partial sums, one per canonical block, over all ranks: exactly, in one Allreduce.
 
-        The rows are added left to right, ``((p_1 + p_2) + p_3) + ...``, over
-        the blocks of all ranks in global order (rank r holds the blocks after
-        those of ranks < r, as :func:`prbmrm.io.load_local` and
-        :func:`prbmrm.io.split_local` assign them): the very floating-point
-        sum one rank holding every block forms, so the result is bitwise the
-        same on any number of ranks, and exact up to the rounding of each
-        addition (no fixed point). It costs one vector addition per block
-        beyond the first, made in place in `partials`; one block is
-        returned as it is. Over MPI the running sum passes from rank to rank
-        (one message of n values each) and the last rank broadcasts the total.
+        Every block's partial is rounded once onto a fixed-point grid that
+        all ranks share and the integer limbs are summed
+        (:class:`prbmrm.distributed.exact.FixedPointSum`), with this rank's
+        status (a failure, a signal caught) in the same buffer: the result
+        is bitwise the same for any number of ranks and any reduction order,
+        and no rank can wait in another collective than the others. Over MPI
+        it is ONE ``Allreduce`` (``MPI.SUM`` on int64, upper-case: no
+        pickle) of ``2 n + STATUS_WORDS`` words per rank; MPICH's allreduce
+        (recursive doubling for short buffers, Rabenseifner's reduce-scatter
+        then allgather for long ones) takes O(log P) messages on the
+        critical path and moves O(n) bytes per rank. Only when a partial
+        outgrows the bounds agreed so far (the first sum, then rarely) do
+        an Allreduce-max and a second Allreduce follow, on every rank alike
+        (every time for a `state` that does not remember its bounds).
 
         Parameters
         ----------
         partials : ndarray of shape (k, n) or SupportRows
-            This rank's partial sums, one row per canonical block, in order;
-            an array is overwritten (the first row may hold the running sum).
-        n_parts : int
-            Number of partial sums over all ranks (what a secure sum needs,
-            :class:`prbmrm.party.secure.SecureComm`).
+            This rank's partial sums, one row per canonical block it holds.
+        state : prbmrm.distributed.exact.FixedPointSum
+            The bounds agreed so far; its status words hold the reduced status afterwards.
+        failed : bool
+            This rank failed computing `partials` (they are ignored).
+        signal : int or None
+            A signal this rank caught, which rank 0 learns from the status.
 
         Returns
         -------
         ndarray of shape (n,)
-            The sum; it may share memory with `partials` (valid until they change).
+            The sum; all NaN if any rank failed or a partial is not finite.
         """
-        return self._fold(partials, None)
-
-    @staticmethod
-    def _fold(partials, total):
-        """Add the rows of `partials` in order onto `total` (None: onto the first row, in place)."""
-        if isinstance(partials, SupportRows):
-            total = np.zeros(partials.shape[1]) if total is None else total
-            partials.add_to(total)
-            return total
-        rows = iter(partials)
-        if total is None:
-            total = next(rows, None)
-            total = np.zeros(partials.shape[1]) if total is None else total
-        for row in rows:
-            total += row
-        return total
+        if not state.remember:
+            state.measure(np.full((1, state.n), np.nan) if failed else partials)
+            if not state.rescale(self.allreduce_max(state.largest)):
+                return np.full(state.n, np.nan)
+        state.encode(partials, failed, signal)
+        self.allreduce_sum(state.buffer)
+        self._status_stop = state.signal() or self._status_stop
+        if state.status[FAILED]:
+            return np.full(state.n, np.nan)
+        if state.status[OVERFLOW]:
+            status = state.status.copy()
+            if not state.rescale(self.allreduce_max(state.largest)):
+                return np.full(state.n, np.nan)
+            state.encode(partials, failed, signal)
+            self.allreduce_sum(state.buffer)
+            state.status[:] = status
+            state.status[OVERFLOW] = 0
+        return state.decode()
 
     def gather_counts(self, n_local):
         """Return the number of local items of every rank (on every rank)."""
@@ -328,6 +333,9 @@ class SerialComm:
 
     def set_rank_timeout(self, seconds):
         """Set ``--rank-timeout``: seconds a collective waits before checking the other ranks answer."""
+
+    def set_iteration_timeout(self, seconds):
+        """Set ``--iteration-timeout``: seconds a rank may compute between collectives (0: no deadline)."""
 
     def request_stop(self, signum):
         """Ask rank 0 to end the run at the next iteration: this rank caught `signum`."""
@@ -450,8 +458,16 @@ class MPIComm(SerialComm):
     def set_rank_timeout(self, seconds):
         self.watch.timeout = float(seconds)
 
+    def set_iteration_timeout(self, seconds):
+        self.watch.iteration_timeout = float(seconds)
+
+    @property
+    def signalled(self):
+        return self.watch.signalled
+
     def stop_requested(self):
-        return self.watch.remote_stop
+        # The watch's thread forwards a signal at once; the status of the exact sums at the latest.
+        return self.watch.remote_stop if self.watch.remote_stop is not None else self._status_stop
 
     def bcast_array(self, buf, root=0):
         self._wait(self.comm.Ibcast([buf, self._MPI.DOUBLE], root=root), "a broadcast")
@@ -471,18 +487,6 @@ class MPIComm(SerialComm):
         buf = np.array(values, dtype=np.float64)
         self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MIN), "a minimum over ranks")
         return buf
-
-    def ordered_sum(self, partials, n_parts):
-        total = None
-        if self.rank > 0:
-            total = np.empty(partials.shape[1])
-            self._wait(self.comm.Irecv([total, self._MPI.DOUBLE], source=self.rank - 1, tag=_ORDERED_SUM),
-                       "the running sum of the previous rank")
-        total = self._fold(partials, total)
-        if self.rank < self.size - 1:
-            self._wait(self.comm.Isend([total, self._MPI.DOUBLE], dest=self.rank + 1, tag=_ORDERED_SUM),
-                       "the running sum to the next rank")
-        return self.bcast_array(total, root=self.size - 1)
 
     def gather_counts(self, n_local):
         counts = np.empty(self.size, dtype=np.int64)

@@ -4,23 +4,22 @@ Rank 0 runs the solver and calls the oracle; every other rank sits in
 :meth:`DistributedRisk.serve`. One evaluation is::
 
     rank 0:   [w, flag]  --Bcast-->  every rank
-    every rank: (risk_sum, grad_sum) of each of its blocks (shard files)
-              <--ordered sum (d + 1 values, rank to rank, then Bcast)-->
-                                                 R = risk_sum / m,  a = grad_sum / m
+    every rank: (risk_sum, grad_sum) of each of its canonical blocks of rows
+              <--ONE Allreduce: int64 fixed-point limbs of the blocks' sums (2 (d + 1) words) and every
+                 rank's status (failure, signals caught)-->   R = risk_sum / m,  a = grad_sum / m
 
-The flag rides with ``w`` so no extra message is needed to stop the workers. Sums are formed per canonical block
-of rows (one per shard file) and added in the blocks' order with :meth:`prbmrm.distributed.comm.SerialComm.ordered_sum`, so
-1, 2 or 3 ranks holding the same shards compute bitwise the same R and a, and BMRM takes the same path on any
-number of ranks. A rank holding several blocks of sparse data with many columns keeps each block's partial sum
-on the block's columns only (:class:`prbmrm.distributed.comm.SupportRows`, see :data:`COMPACT_PARTIALS`), so its memory
-follows the nonzeros, not blocks x d. A scalar loss on CSR data makes one pass over the nonzeros for ``f = X w``
-and one over those of the rows with ``l' != 0`` for ``X^T l'``, accumulated in place, for groups of consecutive
-blocks at a time (:func:`prbmrm.kernels.blocks.csr_scalar_pass`; on large data of at most 2^16 columns the second
-pass is compiled, :func:`prbmrm.kernels.blocks.csr_compiled_pass`); on large dense data, one compiled pass reads each
-row once for both (:func:`prbmrm.kernels.blocks.dense_scalar_pass`).
+The flag rides with ``w``: no extra message stops the workers. Sums are formed per canonical block of rows (which do
+not depend on the rank count, :func:`prbmrm.io.load_local`) and added exactly
+(:meth:`prbmrm.distributed.comm.SerialComm.exact_sum`): any number of ranks computes bitwise the same R and a, and
+BMRM takes the same path. A failure on any rank at any point of its evaluation rides in the same Allreduce, so every
+rank raises the same error together. A rank holding several blocks of sparse data with many columns keeps each
+block's partial sum on its columns only (:class:`prbmrm.distributed.comm.SupportRows`, :data:`COMPACT_PARTIALS`).
+A scalar loss on CSR data makes one pass over the nonzeros for ``f = X w`` and one over those of the rows with
+``l' != 0`` for ``X^T l'``, per group of consecutive blocks (:func:`prbmrm.kernels.blocks.csr_scalar_pass`; compiled
+on large data of at most 2^16 columns, :func:`prbmrm.kernels.blocks.csr_compiled_pass`); on large dense data one
+compiled pass reads each row once for both (:func:`prbmrm.kernels.blocks.dense_scalar_pass`).
 
-A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the
-same loop::
+A line search (:meth:`DistributedRisk.line`, for LS-BMRM) is a session of the same loop::
 
     rank 0:   [w_b, LINE], then d  --Bcast-->  every rank: F0 = X w_b, dF = X d once,
                                                and the loss's line objects of its blocks
@@ -31,23 +30,19 @@ same loop::
               <--Allreduce-max (2 K values)-- the breakpoints nearest each eta_j
 
 so a round makes no pass over X (O(K log m_local) for piecewise-linear losses, O(K m_local) for the others) and
-moves a few numbers per rank. A scalar loss gives one line object per group of blocks that keeps each block's
-sums apart (:meth:`prbmrm.losses.Loss.lines`): a round costs a few numpy calls per group of up to 8,192 rows,
-not per block.
-
-A structured loss (:class:`prbmrm.structured.StructuredLoss`) takes the blocks of ragged examples
-(:class:`prbmrm.structured.RaggedExamples`, which slice by example like rows) and runs the same loop; it has no
-scores ``X w``, so :meth:`DistributedRisk.line` declines and line searches go through ``risk(w)``.
-
-Solvers that need more than ``risk(w)`` (Pragam keeps dual variables on every rank) attach a service through the
-same protocol: :meth:`DistributedRisk.attach` builds it on every rank, and each :meth:`DistributedRisk.request`
-runs one of its collective steps everywhere.
+moves a few numbers per rank; a scalar loss gives one line object per group of blocks of up to 8,192 rows, which
+keeps each block's sums apart (:meth:`prbmrm.losses.Loss.lines`). A structured loss
+(:class:`prbmrm.structured.StructuredLoss`) runs the same loop on blocks of ragged examples; it has no scores
+``X w``, so :meth:`DistributedRisk.line` declines and line searches go through ``risk(w)``. Solvers that need more
+than ``risk(w)`` (Pragam keeps dual variables on every rank) attach a service: :meth:`DistributedRisk.attach`
+builds it on every rank, and each :meth:`DistributedRisk.request` runs one of its collective steps everywhere.
 
 Every message a serving rank acts on is a fixed-shape float64 buffer whose flag must be one of the closed table
 of kinds above; a service is named by its entry in :data:`SERVICES` and built with JSON arguments. An unknown
 kind or service stops every serving rank with a :class:`~prbmrm.distributed.messages.ProtocolError` naming rank 0.
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.errors`, :mod:`prbmrm.kernels.blocks`, :mod:`prbmrm.distributed.messages`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.distributed.exact`, :mod:`prbmrm.errors`,
+:mod:`prbmrm.kernels.blocks`, :mod:`prbmrm.distributed.messages`.
 """
 
 import importlib
@@ -56,6 +51,7 @@ import time
 import numpy as np
 
 from .comm import SupportRows
+from .exact import FixedPointSum
 from ..errors import CollectiveError, JointError, PrbmrmError
 from ..kernels.blocks import (block_groups, chunk_bounds, compiled_passes, csr_compact_pass, csr_compiled_pass,
                       csr_groups, csr_scalar, csr_scalar_pass, dense_scalar_pass, row_block, row_range,
@@ -117,8 +113,7 @@ class DistributedRisk:
     loss : prbmrm.losses.Loss
         The loss; its ``loss_gradient`` runs on this rank's shard.
     X : scipy.sparse.csr_matrix, ndarray or prbmrm.structured.RaggedExamples
-        This rank's examples (with the bias column appended if any); ragged
-        examples (with their labels) for a structured loss.
+        This rank's examples (with the bias column if any); a structured loss's ragged examples (with labels).
     y : ndarray or None
         This rank's labels (None for ragged examples, which hold theirs).
     n_total : int
@@ -126,8 +121,7 @@ class DistributedRisk:
     comm : prbmrm.distributed.comm.SerialComm or MPIComm
         The communicator.
     blocks : sequence of int, optional
-        Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical
-        blocks (:attr:`prbmrm.io.LocalData.blocks`); one block by default.
+        Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical blocks (:attr:`prbmrm.io.LocalData.blocks`).
     qid : ndarray, optional
         This rank's query ids, handed to the loss with each block.
 
@@ -136,26 +130,24 @@ class DistributedRisk:
     dim : int
         Length of ``w``: features times the loss's ``n_outputs``.
     last_seconds : dict
-        Seconds spent by this rank in the last evaluation, under ``"risk"``
-        (its own data pass) and ``"comm"`` (broadcast and Allreduce, which
-        include waiting for the slowest rank).
+        Seconds spent by this rank in the last evaluation, under ``"risk"`` (its own data pass) and ``"comm"``
+        (broadcast and Allreduce, which include waiting for the slowest rank).
     total_seconds : dict
         The same, summed over all evaluations.
     evaluations : int
         Number of evaluations so far.
     observer : callable or None
-        Called on every rank at each evaluation, before the sums travel, as
-        ``observer(w, partials)``: the w evaluated and this rank's partial
-        sums (one row per block, gradient then risk; valid until the next
-        evaluation): an array, or :class:`~prbmrm.distributed.comm.SupportRows` where
-        each block's row is kept on its columns (indexing it gives dense rows). Party mode's audit log is one.
+        Called on every rank at each evaluation, before the sums travel, as ``observer(w, partials)``: the w
+        evaluated and this rank's partial sums (one row per block, gradient then risk; valid until the next
+        evaluation): an array, or :class:`~prbmrm.distributed.comm.SupportRows` where each block's row is kept
+        on its columns (indexing it gives dense rows). Party mode's audit log is one.
     inspector : callable or None
-        Called on every rank after each evaluation's sum, as
-        ``inspector(w, sums)`` (party mode's poisoning checks); it raises on
-        every rank together or on none.
+        Called on every rank after each evaluation's sum, as ``inspector(w, sums)`` (party mode's poisoning
+        checks); it raises on every rank together or on none.
+    fixed_point : prbmrm.distributed.exact.FixedPointSum
+        The bounds of the exact sums, agreed by all ranks (a checkpoint keeps them).
     line_searches : bool
-        False makes :meth:`line` decline (party mode: the breakpoints of a
-        line search travel as a maximum, in the clear).
+        False makes :meth:`line` decline (party mode: a line search's breakpoints travel as a maximum, in the clear).
     """
 
     def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
@@ -188,6 +180,7 @@ class DistributedRisk:
         # For a loss evaluated on rank 0 (not spread): labels and query ids travel to rank 0 once, at
         # the first such evaluation; per iteration only scores do.
         self._qid, self._counts = qid, None
+        self.fixed_point = FixedPointSum(self.dim + 1, self._n_parts)
         self._message = np.zeros(self.dim + 1)  # w, then the control flag
         self._sums = np.zeros(self.dim + 1)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
@@ -253,35 +246,23 @@ class DistributedRisk:
         w = self._message[:-1] if w is None else w
         error, exchange = None, 0.0
         if self.loss.decomposable:
+            # Whatever goes wrong here (a MemoryError, an interrupt, a bug), this rank still enters the
+            # evaluation's one Allreduce, its failure in the status: no rank waits in another collective.
             try:
-                if self._scratch is not None:
-                    csr_compact_pass(self.loss, self._groups, w, self._scratch, self._partials)
-                elif self._csr_compiled is not None:
-                    csr_compiled_pass(self._csr_compiled, self._X, w)
-                elif self._csr:
-                    csr_scalar_pass(self.loss, self._groups, w, self._partials)
-                elif self._dense is not None:
-                    dense_scalar_pass(self._dense, self._X, self._y, self._bounds, w, self._partials)
-                else:
-                    for partial, chunks in zip(self._partials, self._chunks):
-                        partial[:] = 0.0
-                        for X, y, qid in chunks:
-                            risk, gradient = self.loss.loss_gradient(w, X, y, qid)
-                            partial[-1] += risk
-                            partial[:-1] += gradient.ravel()
-            except Exception as problem:
-                # NaN partials make every rank's sum NaN, so every rank knows to check.
+                self._decomposable_partials(w)
+                if self.observer is not None:
+                    self.observer(w, self._partials)
+            except BaseException as problem:  # noqa: B036 - re-raised on every rank below
                 error = problem
-                self._partials.fill(np.nan)
         else:
             exchange, error = self._multivariate_partials(w, gathered)
+            if self.observer is not None:
+                self.observer(w, self._partials)
         computed = time.perf_counter()
-        if self.observer is not None and error is None:
-            self.observer(w, self._partials)
-        self._sums = self.comm.ordered_sum(self._partials, self._n_parts)
+        self._sums = self.comm.exact_sum(self._partials, self.fixed_point, failed=error is not None,
+                                         signal=self.comm.signalled)
         if not np.isfinite(self._sums[-1]):
-            # Every rank sees the same sums, so every rank makes this check and raises
-            # together: rank 0 must not stop the others, who left serve() already.
+            # Every rank sees the same sums and status: all check and raise together (none is left in serve()).
             try:
                 self.comm.check(_described(error, self.comm.rank))
             except CollectiveError as failed:
@@ -293,6 +274,24 @@ class DistributedRisk:
         for key, seconds in self.last_seconds.items():
             self.total_seconds[key] += seconds
         self.evaluations += 1
+
+    def _decomposable_partials(self, w):
+        """Fill the partial sums of a decomposable loss at `w`, one row per block."""
+        if self._scratch is not None:
+            csr_compact_pass(self.loss, self._groups, w, self._scratch, self._partials)
+        elif self._csr_compiled is not None:
+            csr_compiled_pass(self._csr_compiled, self._X, w)
+        elif self._csr:
+            csr_scalar_pass(self.loss, self._groups, w, self._partials)
+        elif self._dense is not None:
+            dense_scalar_pass(self._dense, self._X, self._y, self._bounds, w, self._partials)
+        else:
+            for partial, chunks in zip(self._partials, self._chunks):
+                partial[:] = 0.0
+                for X, y, qid in chunks:
+                    risk, gradient = self.loss.loss_gradient(w, X, y, qid)
+                    partial[-1] += risk
+                    partial[:-1] += gradient.ravel()
 
     def _multivariate_partials(self, w, gathered):
         """Fill the partial sums of a non-decomposable loss; return the seconds spent exchanging and the error.
@@ -689,6 +688,8 @@ def _described(error, rank):
     """`error`, or for an unexpected one (a bug, not a user's input) one that names its rank and type."""
     if error is None or isinstance(error, PrbmrmError):
         return error
+    if isinstance(error, SystemExit):
+        return RuntimeError(f"rank {rank} exited with status {error.code} while computing its risk")
     return RuntimeError(f"rank {rank} failed computing its risk: {type(error).__name__}: {error}")
 
 

@@ -14,12 +14,16 @@ QP), so a rank that does not answer within :data:`PONG_SECONDS` is silent,
 not slow. The lowest-numbered live rank names the silent ranks and the job
 ends (MPI_Abort, which makes the launcher kill every rank, the stopped one
 too). If every rank answers, the wait goes on: a long computation is no
-failure.
+failure, unless it lasts longer than the progress deadline
+(``--iteration-timeout``): each answer says whether its rank waits in a
+collective or computes, and since when; a rank computing past the deadline
+(stuck in a loop, yet answering pings) is named and the job ends.
 
 The same thread carries stop requests: a signal caught on any rank is
 forwarded to rank 0, which ends the run at the next iteration (with a
 checkpoint). A wait that starts or continues after a signal pings at once,
-so a signal during a stall ends the job within seconds.
+so a signal during a stall ends the job within seconds; a wait still going
+:data:`SIGNAL_GRACE` seconds after a signal, or a second signal, ends the job.
 
 This module receives the ``mpi4py.MPI`` module from :mod:`prbmrm.distributed.comm`,
 which alone imports mpi4py.
@@ -42,24 +46,42 @@ DEFAULT_TIMEOUT = 60.0
 PONG_SECONDS = 5.0
 """How long a ping waits for its answers; a live rank's thread answers within :data:`POLL_SECONDS`."""
 
-POLL_SECONDS = 0.05
-"""How often the answering thread looks for pings and stop requests."""
+POLL_SECONDS = 0.25
+"""How often the answering thread looks for pings and stop requests (a ping waits :data:`PONG_SECONDS`
+for its answer, so a quarter of a second costs no detection, and 4 wake-ups a second cost no CPU)."""
 
-SPIN_SECONDS = 2e-4
-"""A wait polls without sleeping this long first: most collectives complete within it."""
+SPIN_SECONDS = 5e-5
+"""A wait polls without sleeping this long first: a collective whose peers are ready completes within it."""
 
-SLEEP_FRACTION = 0.02
-"""Then it sleeps this fraction of the time waited so far (at most :data:`MAX_SLEEP`), which
-bounds the latency added to a wait at about 2% of its length."""
+SLEEP_FRACTION = 0.1
+"""Then it sleeps this fraction of the time waited so far, at least :data:`MIN_SLEEP` and at most
+:data:`MAX_SLEEP`: the latency a sleep adds is at most 10% of the wait, a wait of t polls about
+10 ln(t / 1 ms) + 10 times up to 20 ms and then 500 times a second (the rest of the time its core
+serves the ranks that work; the former 2% made that about 50 ln(t / 0.2 ms) polls)."""
 
-MAX_SLEEP = 0.01
+MIN_SLEEP = 1e-4
+
+MAX_SLEEP = 2e-3
+"""A collective of large buffers moves in rounds and chunks, each of which waits for its peer's next
+poll: a rank that waited long (for rank 0's subproblem) must not sleep so long that each round of the
+broadcast that follows waits for it. (Measured on the loaded 2-core machine at d = 2^17, 16 ranks,
+interleaved: sleeps of up to 20 ms and of up to 0.5 ms gave 150-300 ms of communication per
+iteration alike; the load of the machine, not the cap, set the figure.)"""
+
+SIGNAL_GRACE = 30.0
+"""Seconds a job may take to stop cleanly after a signal (the next iteration's checkpoint); a rank
+still waiting in a collective after that ends the job: a signal always ends it."""
+
+DEFAULT_ITERATION_TIMEOUT = 3600.0
+"""Seconds a rank may compute without entering a collective (``--iteration-timeout``) before a
+waiting rank names it and ends the job; 0: no deadline."""
 
 TIMER_SLACK_NS = 1000
 """The waiting thread's timer slack (Linux): by default the kernel lets a sleep overrun by 50 us,
 so every sleep of a wait lasted at least 60 us, however short the time asked for."""
 
 EXIT_SILENT_RANK = 6
-"""Exit status of a job ended because a rank stopped answering."""
+"""Exit status of a job ended because a rank stopped answering, or made no progress."""
 
 _PING, _PONG, _STOP = 1, 2, 3
 
@@ -112,11 +134,16 @@ class Watch:
     comm : mpi4py.MPI.Intracomm
     timeout : float
         Seconds a wait may last before the other ranks are pinged; 0 waits
-        forever with a blocking ``Wait``. Without ``MPI_THREAD_MULTIPLE`` no
-        thread can answer pings, and waits always block.
+        forever. Without ``MPI_THREAD_MULTIPLE`` no thread can answer pings,
+        and waits never ping. Waits poll with sleeps either way: a blocking
+        ``Wait`` of MPICH spins a core.
 
     Attributes
     ----------
+    iteration_timeout : float
+        ``--iteration-timeout``: seconds a rank may compute without entering a
+        collective while another waits for it; past it, the waiting rank
+        names it and ends the job (0: no deadline).
     remote_stop : int or None
         On rank 0: the signal another rank caught and forwarded.
     signalled : int or None
@@ -128,8 +155,11 @@ class Watch:
         self.comm = comm.Dup()
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.timeout = float(timeout)
+        self.iteration_timeout = DEFAULT_ITERATION_TIMEOUT
         self.remote_stop = None
         self.signalled = None
+        self._signalled_at = None
+        self._busy_since = time.monotonic()
         self._forward = None
         self._pinged_for_signal = False
         self._round = 0
@@ -152,40 +182,74 @@ class Watch:
             self._thread = None
 
     def request_stop(self, signum):
-        """Record that this rank caught `signum`; rank 0 learns of it through the thread."""
+        """Record that this rank caught `signum`; rank 0 learns of it through the thread and the sums' status.
+
+        A second signal a second or more after the first ends the job at once (a terminal's Ctrl-C
+        may reach a rank twice within milliseconds, from the terminal and from the launcher).
+        """
+        if self.signalled is not None:
+            if time.monotonic() - self._signalled_at < 1.0:
+                return
+            self._report(f"rank {self.rank} of {self.size} got signal {signum} after signal {self.signalled}: "
+                         "ending the job")
+            abort(self._MPI, 128 + signum)
         self.signalled = signum
+        self._signalled_at = time.monotonic()
         self._pinged_for_signal = False
         if self.rank != 0:
             self._forward = signum
 
     def wait(self, request, what):
-        """Complete the nonblocking `request` of the collective `what`; end the job if a rank is silent."""
-        if self.timeout <= 0 or self._thread is None:
-            request.Wait()
-            return
+        """Complete the nonblocking `request` of the collective `what`; end the job if a rank is silent,
+        makes no progress for :attr:`iteration_timeout` seconds, or a signal was not obeyed in time."""
+        self._busy_since = None  # waiting is no computation: the progress deadline does not run
+        try:
+            self._wait(request, what)
+        finally:
+            self._busy_since = time.monotonic()
+
+    def _check_after(self, busiest=0.0):
+        """Seconds until the next ping: the rank timeout, or when the busiest rank would pass the deadline."""
+        if self.iteration_timeout > 0:
+            return max(0.5, min(self.timeout, self.iteration_timeout - busiest + 0.1))
+        return self.timeout
+
+    def _wait(self, request, what):
+        watched = self.timeout > 0 and self._thread is not None
         started = time.monotonic()
-        deadline = started + self.timeout
+        deadline = started + self._check_after() if watched else float("inf")
         while not request.Test():
             now = time.monotonic()
             waited = now - started
             if waited < SPIN_SECONDS:
                 continue
-            if now >= deadline or (self.signalled is not None and not self._pinged_for_signal):
+            if watched and (now >= deadline or (self.signalled is not None and not self._pinged_for_signal)):
                 self._pinged_for_signal = self.signalled is not None
-                silent = self.silent_ranks(request)
-                if silent is None:
+                answer = self.silent_ranks(request)
+                if answer is None:
                     return  # the collective completed meanwhile
+                silent, busy = answer
                 if silent:
                     self._end(silent, what, waited)
-                deadline = time.monotonic() + self.timeout
-            time.sleep(min(MAX_SLEEP, waited * SLEEP_FRACTION))
+                stuck = {r: age for r, age in busy.items() if 0 < self.iteration_timeout < age}
+                if stuck:
+                    self._end_stuck(stuck, what)
+                deadline = time.monotonic() + self._check_after(max(busy.values(), default=0.0))
+            if self.signalled is not None and now - self._signalled_at > SIGNAL_GRACE:
+                time.sleep(0.2 * min(self.rank, 10))  # the lowest waiting rank speaks and ends the job first
+                self._report(f"rank {self.rank} of {self.size}: the job did not stop within {SIGNAL_GRACE:g} s "
+                             f"of signal {self.signalled} ({what} waited {waited:.0f} s): ending it")
+                abort(self._MPI, 128 + self.signalled)
+            time.sleep(min(MAX_SLEEP, max(MIN_SLEEP, waited * SLEEP_FRACTION)))
 
     def silent_ranks(self, request=None):
         """Ping every other rank; return those that do not answer within :data:`PONG_SECONDS`.
 
         Returns None as soon as `request` (the collective being waited for)
         completes: then no one was silent, and a rank that finished its part
-        may exit without answering.
+        may exit without answering. Otherwise ``(silent, busy)``: the ranks
+        that did not answer, and for each rank that answered while computing
+        (not waiting in a collective), the seconds since it left its last one.
         """
         MPI = self._MPI
         self._round += 1
@@ -194,18 +258,26 @@ class Watch:
         # Never completed if r is stopped: kept with their buffer until they are.
         self._pings = [(r, m) for r, m in self._pings if not r.Test()]
         self._pings += [(self.comm.Isend([token, MPI.INT64_T], dest=r, tag=_PING), token) for r in others]
-        answered, reply, status = set(), np.empty(1, dtype=np.int64), MPI.Status()
+        answered, busy, reply, status = set(), {}, np.empty(2, dtype=np.int64), MPI.Status()
         end = time.monotonic() + min(PONG_SECONDS, self.timeout)
         while len(answered) < len(others) and time.monotonic() < end:
             if request is not None and request.Test():
                 return None
             if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_PONG, status=status):
-                self.comm.Recv([reply, MPI.INT64_T], source=status.Get_source(), tag=_PONG)
+                source = status.Get_source()
+                self.comm.Recv([reply, MPI.INT64_T], source=source, tag=_PONG)
                 if reply[0] == self._round:  # an answer to an earlier round proves less
-                    answered.add(status.Get_source())
+                    answered.add(source)
+                    if reply[1] >= 0:
+                        busy[source] = reply[1] / 1000.0
             else:
                 time.sleep(0.01)
-        return [r for r in others if r not in answered]
+        return [r for r in others if r not in answered], busy
+
+    @staticmethod
+    def _report(text):
+        """Print `text` as the job's error (on this rank: the caller decides who speaks)."""
+        print(f"prbmrm: error: {text}", file=sys.stderr, flush=True)
 
     def _end(self, silent, what, waited):
         """Name the silent ranks (lowest live rank only) and end the whole job."""
@@ -213,13 +285,25 @@ class Watch:
         if self.rank == live[0]:
             names = ", ".join(map(str, silent))
             cause = (f"after signal {self.signalled}, " if self.signalled is not None else "")
-            print(f"prbmrm: error: rank{'s' if len(silent) > 1 else ''} {names} of {self.size} stopped "
-                  f"answering ({cause}{what} waited {waited:.0f} s, no answer to a ping within "
-                  f"{min(PONG_SECONDS, self.timeout):.0f} s: a stopped or dead process, a lost node "
-                  f"or network; --rank-timeout {self.timeout:g}): ending the job",
-                  file=sys.stderr, flush=True)
+            self._report(f"rank{'s' if len(silent) > 1 else ''} {names} of {self.size} stopped "
+                         f"answering ({cause}{what} waited {waited:.0f} s, no answer to a ping within "
+                         f"{min(PONG_SECONDS, self.timeout):.0f} s: a stopped or dead process, a lost node "
+                         f"or network; --rank-timeout {self.timeout:g}): ending the job")
         else:
             time.sleep(0.5)  # let the reporting rank print before anyone aborts
+        abort(self._MPI, EXIT_SILENT_RANK)
+
+    def _end_stuck(self, stuck, what):
+        """Name the ranks past the progress deadline (lowest waiting rank only) and end the whole job."""
+        waiting = [r for r in range(self.size) if r not in stuck]
+        if self.rank == waiting[0]:
+            many = len(stuck) > 1
+            self._report(f"rank{'s' if many else ''} {', '.join(map(str, sorted(stuck)))} of {self.size} made "
+                         f"no progress for {max(stuck.values()):.0f} s: computing without reaching the next "
+                         f"collective, though {'they answer' if many else 'it answers'} pings ({what} waits; "
+                         f"--iteration-timeout {self.iteration_timeout:g}): ending the job")
+        else:
+            time.sleep(0.5)
         abort(self._MPI, EXIT_SILENT_RANK)
 
     def _answer(self):
@@ -230,7 +314,9 @@ class Watch:
             while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_PING, status=status):
                 source = status.Get_source()
                 self.comm.Recv([buf, MPI.INT64_T], source=source, tag=_PING)
-                self._send(buf.copy(), source, _PONG)
+                busy_since = self._busy_since  # None while the main thread waits in a collective
+                age = -1 if busy_since is None else int(1000 * (time.monotonic() - busy_since))
+                self._send(np.array([buf[0], age], dtype=np.int64), source, _PONG)
             if self.rank == 0:
                 while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_STOP, status=status):
                     self.comm.Recv([buf, MPI.INT64_T], source=status.Get_source(), tag=_STOP)

@@ -25,7 +25,7 @@ from .shards import _AGREED, _conversions, LAYOUTS, list_shards, open_shard, _sh
 # per 2**14 stored values, so that on small data (scikit-learn's digits: 1,797 x 64) the
 # per-block call of the loss does not cost more than the block's arithmetic.
 _SPLIT_BLOCKS, _SPLIT_MIN_BLOCKS, _SPLIT_BLOCK_COST = 64, 8, 2**14
-_SHARD_BLOCKS = 16  # at least this many canonical blocks over a shard set (fewer files are cut)
+_SHARD_BLOCKS = 256  # canonical blocks of a shard set (fewer files are cut), so that far more ranks find work
 _PARTIALS_BUDGET = 2**23  # floats of per-block partial sums a shard set's blocks may need (64 MiB)
 _DENSE_READ = 2**20  # entries of the dense array filled per read of a CSR shard (a few MB at a time)
 
@@ -86,9 +86,9 @@ class LocalData:
         or ``--n-features``) rather than the largest SVMlight feature index.
     blocks : list of int
         Local row boundaries ``[0, n_1, ..., n_local]`` of the canonical
-        blocks of rows held here: one per shard file, or for
-        :func:`split_local` blocks that do not depend on the number of
-        ranks. Summing per block makes results independent of the rank count.
+        blocks of rows held here (:func:`load_local`: up to 256 over a shard
+        set; :func:`split_local`: up to 64), which do not depend on the number
+        of ranks. Summing per block, exactly, makes results independent of the rank count.
     """
 
     X: object
@@ -120,19 +120,21 @@ def _canonical_blocks(metas, ranks):
     """The canonical blocks of a shard set: (file number, first row, end row), in order.
 
     Each file is cut into ceil(K / S) blocks of equal rows (at most one per
-    row) with K = max(ranks, min(rows, 16, B)): the cut does not depend on the
-    number of ranks up to min(16, B) (or up to S), so neither do the sums
-    (bitwise), and any number of ranks up to the number of rows finds work.
-    Every block holds a partial gradient of d + 1 floats per evaluation, so
-    B = ``_PARTIALS_BUDGET`` / (d + 1) keeps them within 64 MiB on wide data
-    (text-like sets of millions of features get a block per file and rank).
-    Files with query ids or structured examples stay whole (a query or
-    example is never split).
+    row) with K = max(ranks, min(rows, 256, B)): the cut does not depend on
+    the number of ranks up to min(rows, 256, B) (or up to S), so neither do
+    the sums (the blocks' partial sums are added exactly,
+    :meth:`prbmrm.distributed.comm.SerialComm.exact_sum`, so how blocks are
+    grouped on ranks does not matter): models are bitwise equal and a
+    checkpoint resumes on any such rank count. Beyond it each rank still
+    finds work, on blocks of its own. Every block holds a partial gradient of
+    d + 1 floats per evaluation, so B = ``_PARTIALS_BUDGET`` / (d + 1) keeps
+    them within 64 MiB over all ranks on wide data (text-like sets of millions
+    of features get a block per file). Files with query ids or structured
+    examples stay whole (a query or example is never split).
     """
     S, total = len(metas), sum(m["n"] for m in metas)
     whole = metas[0]["has_qid"] or metas[0]["kind"] == STRUCTURED
     wide = max(1, _PARTIALS_BUDGET // (metas[0]["d"] + 1))
-    # 16, not split_local's 64: every block costs two small products per iteration.
     per_file = 1 if whole else -(-max(ranks, min(total, _SHARD_BLOCKS, wide)) // S)
     blocks = []
     for i, m in enumerate(metas):
@@ -280,9 +282,10 @@ def load_local(spec, comm, *, bias=False, dense=None):
     that the files agree; a glob may name the shards of several conversions
     (directories), which must agree on features, labels and label mapping.
     The rows are cut into canonical blocks (:func:`_canonical_blocks`) that
-    do not depend on the number of ranks P (up to 64), and rank r reads only
-    the row ranges of its blocks: any P up to the number of rows works, and
-    results are bitwise equal for every P. Files with query ids or
+    do not depend on the number of ranks P (up to 256, fewer on very wide
+    data), and rank r reads only the row ranges of its blocks: any P up to
+    the number of rows works, and results are bitwise equal for every P up
+    to the number of blocks. Files with query ids or
     structured examples stay whole (then P is at most the number of files).
 
     Parameters

@@ -291,6 +291,7 @@ class SecureComm:
     rank = property(lambda self: self.comm.rank)
     size = property(lambda self: self.comm.size)
     is_root = property(lambda self: self.comm.is_root)
+    signalled = property(lambda self: self.comm.signalled)
 
     def bcast_array(self, buf, root=0):
         """Broadcast a float64 buffer (``w``, public): the wrapped communicator's."""
@@ -466,9 +467,11 @@ class SecureComm:
                 raise JointError(f"a secure sum declared a fixed-point overflow at 2^{self.exponent}, "
                                  "beyond every finite float64: a party tampered with the overflow counter")
 
-    def ordered_sum(self, partials, n_parts):
-        """The risk oracle's sum: a secure sum too (:meth:`reproducible_sum`), never the plain one."""
-        return self.reproducible_sum(partials, n_parts)
+    def exact_sum(self, partials, state, failed=False, signal=None):
+        """The risk oracle's sum: a secure sum too (:meth:`reproducible_sum`), never the plain one; a
+        failed party sends NaN, which makes the sum NaN on every party."""
+        partials = np.full((1, state.n), np.nan) if failed else np.asarray(partials)
+        return self.reproducible_sum(partials, state.n_parts)
 
     def report_deviation(self, error):
         """Stop the run at the next sum: this party found that the coordinator deviated.

@@ -45,6 +45,7 @@ import numpy as np
 from ..errors import UsageError
 from ..losses import ScalarLoss
 from ..losses.line import block_sums
+from ..distributed.exact import FixedPointSum
 from ..distributed.oracle import service
 from .base import CuttingPlaneBound, Progress, Recorder, check_finite, snapshot
 from .linesearch import open_line, search_line
@@ -61,15 +62,16 @@ class ArgsupRanks:
     Built on every rank by ``risk.attach(ArgsupRanks)``; rank 0 puts w and p
     in :attr:`buffer` and calls ``risk.request(0)``: every rank receives
     them (one broadcast), sums its blocks' ``Loss.steepest_gradient`` and
-    the blocks are added in their global order (``comm.ordered_sum``, as the
-    risk's own evaluations are: no fixed-point rounding of d + 2 values per
-    call), so any number of ranks gives bitwise the same result.
+    the blocks' sums are added exactly in fixed point (``comm.exact_sum``, as
+    the risk's own evaluations are), so any number of ranks gives bitwise the same result.
     """
 
     def __init__(self, risk):
         self.risk = risk
         self.buffer = np.zeros(2 * risk.dim)
         self._partials = np.empty((len(risk.blocks), risk.dim + 2))
+        # Bounds agreed per call: a state kept between calls would have to go into checkpoints.
+        self._exact = FixedPointSum(risk.dim + 2, risk.n_parts, remember=False)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
         # A piecewise-linear scalar loss whose steepest_gradient is the shared one: its
         # per-row work runs per group of blocks (a few numpy calls per group, not per block).
@@ -112,7 +114,7 @@ class ArgsupRanks:
                 partial[-2:] = value, plane
                 partial[:-2] = np.ravel(gradient)
         computed = time.perf_counter()
-        sums = risk.comm.ordered_sum(self._partials, risk.n_parts) / risk.n_total
+        sums = risk.comm.exact_sum(self._partials, self._exact) / risk.n_total
         self.last_seconds = {"risk": computed - received,
                              "comm": received - started + time.perf_counter() - computed}
         return sums[-2], sums[-1], sums[:-2]

@@ -1,0 +1,216 @@
+"""Exact sums of float64 partial sums over ranks: fixed-point integer limbs, one Allreduce.
+
+Floating-point addition is not associative, so a plain Allreduce of float64
+gives results that depend on how rows were split over ranks and on the order
+in which MPI reduces; BMRM amplifies such round-off from iteration to
+iteration. Here every partial sum of a canonical block of rows (a float64
+vector computed in a fixed order, whichever rank holds the block) is rounded
+once onto a per-component fixed-point grid common to all ranks and split into
+two int64 limbs; the limbs are added as integers (``MPI.SUM`` on int64, exact
+and associative), together with a few status words (an error count, an overflow
+count, stop requests). The result is a function of the multiset of
+block partials alone: bitwise the same on any number of ranks, for any
+reduction order or algorithm MPI picks.
+
+The grid of component j is ``u_j = 2^(e_j - 2 W)``, where ``2^(e_j)`` is a
+bound on every |partial_j| agreed by all ranks and ``W = 61 - ceil(log2(n_parts + 1))``
+bits per limb (so the sums of ``n_parts`` limbs cannot wrap). The bound comes
+from the earlier evaluations (it only grows): a rank whose partial reaches it
+raises the overflow count, and then, rarely (the first evaluation, and when a
+partial grows beyond ``2^MARGIN_BITS`` times the largest so far), every rank
+agrees on the new largest partial (one Allreduce-max) and the limbs go again
+(one more Allreduce). The bounds are part of the run's state: a checkpoint
+keeps them (:data:`prbmrm.checkpoint.SUM_BOUNDS`), so a resumed run rounds as
+the uninterrupted one did, on any number of ranks. A sum is thus a function of
+the partials and of the bounds agreed so far: the same partials after another
+history of sums (say, a fresh oracle) may differ in the last bit; the history
+is the same on every rank count.
+
+Precision: per component, ``|sum - exact sum of the partials| <= n_parts u_j + 2 ulp(sum)`` with
+``u_j <= 2^(MARGIN_BITS + 1 - 2 W) max(M_j, 2^-SPAN_BITS M)``, where M_j is the largest |partial_j|
+seen so far and M the largest over all components. For 256 blocks (W = 52) the first term is at most
+``2^-91 max(M_j, 2^-40 M)``; a float64 sum of the same partials in any order errs by up to
+``n_parts 2^-53`` times the sum of their magnitudes. So the exact sum adds far less error than the
+rounding of the block partials themselves, and the planes ``R(w_t) + <a_t, w - w_t>`` that BMRM's lower
+bound rests on are as valid as the float64 risk and subgradient make them (they were formed from a
+float64 sum before).
+
+Imports: numpy; of prbmrm: nothing.
+"""
+
+import math
+
+import numpy as np
+
+MARGIN_BITS = 4
+"""A new bound is this many bits above the largest partial, so that growing sums rarely overflow it."""
+
+SPAN_BITS = 40
+"""No component's bound is set more than this many bits below the largest bound: a component whose
+partials were all zero so far gets room without a retry."""
+
+STOP_SIGNALS = (2, 15, 10)
+"""The signals that ask a run to stop (SIGINT, SIGTERM, SIGUSR1): each has a status word, the count of the
+ranks that caught it (a sum, unlike a signal number, survives the Allreduce)."""
+
+FAILED, OVERFLOW = 0, 1
+STATUS_WORDS = 2 + len(STOP_SIGNALS)
+"""Status words after the limbs: ranks that failed, ranks whose partials overflowed the bounds, then per
+signal of :data:`STOP_SIGNALS` the ranks that caught it."""
+
+
+def _rows(partials):
+    """(index, row) per block of rows kept on their supports."""
+    return zip(partials.index, partials.values)
+
+
+class FixedPointSum:
+    """The fixed-point state of one kind of sum (a length and the agreed bounds), the same on every rank.
+
+    Parameters
+    ----------
+    n : int
+        Length of each partial sum.
+    n_parts : int
+        Number of partial sums over all ranks (bounds the integer sums).
+    remember : bool
+        Keep the bounds from sum to sum (one Allreduce per sum, the bounds a
+        state that a checkpoint must keep); False agrees on them afresh for
+        every sum (an Allreduce-max first: two per sum, no state).
+
+    Attributes
+    ----------
+    n, n_parts : int
+        As given.
+    buffer : ndarray of int64, shape (2 n + STATUS_WORDS,)
+        What travels: the high limbs, the low limbs, the status words.
+    exponent : ndarray of int64, shape (n,)
+        log2 of the agreed bound per component (None before the first sum).
+    retries : int
+        Sums that needed a new bound (the rare second Allreduce).
+    """
+
+    EXPONENT_LIMIT = 1100
+    """No bound is beyond 2^+-1100 (float64 spans 2^-1074 to 2^1024): what a stored bound may be."""
+
+    def __init__(self, n, n_parts, remember=True):
+        self.n, self.n_parts = int(n), int(n_parts)
+        self.remember = bool(remember)
+        self.bits = 62 - math.ceil(math.log2(int(n_parts) + 1)) - 1
+        self.buffer = np.zeros(2 * self.n + STATUS_WORDS, dtype=np.int64)
+        self.exponent = None
+        self.retries = 0
+        self._largest = np.zeros(self.n)
+        self._work = None
+
+    @property
+    def status(self):
+        """ndarray of int64: the status words (a view into :attr:`buffer`)."""
+        return self.buffer[2 * self.n:]
+
+    def encode(self, partials, failed=False, signal=None):
+        """Fill :attr:`buffer` with this rank's limbs of `partials` and its status.
+
+        Parameters
+        ----------
+        partials : ndarray of shape (k, n), or an object with ``index`` and ``values`` lists
+            (:class:`prbmrm.distributed.comm.SupportRows`): one row per block held here.
+        failed : bool
+            This rank failed computing them (its limbs are then zero).
+        signal : int or None
+            A signal this rank caught (one of :data:`STOP_SIGNALS` is counted).
+        """
+        limbs = self.buffer[:2 * self.n].reshape(2, self.n)
+        limbs[:] = 0
+        overflow = False
+        if not failed:
+            dense = not hasattr(partials, "index")
+            self.measure(partials)
+            # NaN compares false: ask for the finite check too.
+            overflow = (self.exponent is None or not np.all(np.isfinite(self._largest))
+                        or bool(np.any(self._largest >= np.ldexp(1.0, self.exponent))))
+            if not overflow and dense:
+                limbs[0], limbs[1] = self._split(np.atleast_2d(partials), self.exponent)
+            elif not overflow:
+                for index, row in _rows(partials):
+                    high, low = self._split(row, self.exponent[index])
+                    limbs[0, index] += high
+                    limbs[1, index] += low
+        status = self.status
+        status[:] = 0
+        status[FAILED], status[OVERFLOW] = int(bool(failed)), int(overflow)
+        if signal in STOP_SIGNALS:
+            status[2 + STOP_SIGNALS.index(signal)] = 1
+
+    def measure(self, partials):
+        """Set :attr:`largest` to this rank's largest |partial| per component."""
+        self._largest[:] = 0.0
+        if not hasattr(partials, "index"):  # all blocks in one call each
+            np.maximum(np.max(partials, axis=0, initial=0.0), -np.min(partials, axis=0, initial=0.0),
+                       out=self._largest)
+        else:
+            for index, row in _rows(partials):
+                np.maximum.at(self._largest, index, np.abs(row))
+
+    def signal(self):
+        """The stop signal some rank caught, from the reduced status words (None: none)."""
+        for i, signum in enumerate(STOP_SIGNALS):
+            if self.status[2 + i]:
+                return signum
+        return None
+
+    def _split(self, row, exponent):
+        """The two limbs of `row` on the grid 2^(exponent - 2 bits): |high| <= 2^bits, 0 <= low <= 2^bits.
+
+        Each step is exact or a deterministic rounding (a product by a power of two, floor, the
+        difference of two floats that share their leading bits, rint): the same bits on every rank.
+        The work arrays are kept between calls (fresh ones of this size cost page faults each time)."""
+        if self._work is None or self._work[0].shape != row.shape:
+            self._work = (np.empty(row.shape), np.empty(row.shape), np.empty(row.shape, dtype=np.int64))
+        scaled, high, integer = self._work
+        np.multiply(row, np.ldexp(1.0, 2 * self.bits - exponent), out=scaled)
+        np.multiply(scaled, 2.0 ** -self.bits, out=high)
+        np.floor(high, out=high)
+        scaled -= high * 2.0 ** self.bits
+        np.rint(scaled, out=scaled)
+        np.copyto(integer, high, casting="unsafe")
+        high_sum = integer.sum(axis=0) if integer.ndim == 2 else integer.copy()
+        np.copyto(integer, scaled, casting="unsafe")
+        low_sum = integer.sum(axis=0) if integer.ndim == 2 else integer.copy()
+        return high_sum, low_sum
+
+    def rescale(self, largest):
+        """Raise the bounds to cover `largest` (the Allreduce-max of every rank's :attr:`largest`).
+
+        Returns
+        -------
+        bool
+            False if some partial is not finite: no bound covers it.
+        """
+        if not np.all(np.isfinite(largest)):
+            return False
+        wanted = np.frexp(largest)[1].astype(np.int64) + MARGIN_BITS
+        wanted = np.maximum(wanted, wanted.max(initial=0) - SPAN_BITS)
+        self.exponent = wanted if self.exponent is None or not self.remember else np.maximum(self.exponent, wanted)
+        self.retries += 1
+        return True
+
+    @property
+    def largest(self):
+        """ndarray: this rank's largest |partial| per component in the last :meth:`encode` (NaN as inf)."""
+        return np.where(np.isnan(self._largest), np.inf, self._largest)
+
+    def decode(self, out=None):
+        """The float64 sums from the reduced limbs of :attr:`buffer`.
+
+        Returns
+        -------
+        ndarray of shape (n,)
+        """
+        high, low = self.buffer[:self.n], self.buffer[self.n:2 * self.n]
+        high = high + (low >> self.bits)  # the carry of the low sums, which are >= 0
+        low = low & ((1 << self.bits) - 1)
+        out = np.empty(self.n) if out is None else out
+        np.add(np.ldexp(high.astype(np.float64), self.exponent - self.bits),
+               np.ldexp(low.astype(np.float64), self.exponent - 2 * self.bits), out=out)
+        return out

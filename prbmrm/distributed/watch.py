@@ -5,9 +5,7 @@ A blocking MPI collective waits forever for a rank that stopped answering
 :class:`Watch` replaces the wait: the collective is started nonblocking and
 polled with ``Test``, sleeping between polls for a small fraction of the time
 waited so far (so a long wait costs almost no CPU and a short one almost no
-latency; the waiting thread's timer slack is set to 1 us, since Linux's
-default of 50 us made every sleep last 60 us or more, which added 0.1-0.3 ms
-to each wait of a millisecond). When a wait passes the rank timeout, the rank pings every other
+latency). When a wait passes the rank timeout, the rank pings every other
 rank on a duplicate communicator; a thread of each rank answers pings
 whatever its main thread is doing (computing its risk share, solving the
 QP), so a rank that does not answer within :data:`PONG_SECONDS` is silent,
@@ -32,7 +30,6 @@ Imports: numpy; of prbmrm: nothing of prbmrm.
 """
 
 import atexit
-import ctypes
 import os
 import sys
 import threading
@@ -76,10 +73,6 @@ DEFAULT_ITERATION_TIMEOUT = 3600.0
 """Seconds a rank may compute without entering a collective (``--iteration-timeout``) before a
 waiting rank names it and ends the job; 0: no deadline."""
 
-TIMER_SLACK_NS = 1000
-"""The waiting thread's timer slack (Linux): by default the kernel lets a sleep overrun by 50 us,
-so every sleep of a wait lasted at least 60 us, however short the time asked for."""
-
 EXIT_SILENT_RANK = 6
 """Exit status of a job ended because a rank stopped answering, or made no progress."""
 
@@ -87,23 +80,6 @@ _PING, _PONG, _STOP = 1, 2, 3
 
 ABORT_SECONDS = 1.0
 """How long MPI_Abort may take before the process exits by itself."""
-
-
-def fine_timer_slack(nanoseconds=TIMER_SLACK_NS):
-    """Let the calling thread's sleeps end within `nanoseconds` of the time asked (Linux; a no-op elsewhere).
-
-    Returns
-    -------
-    bool
-        Whether the slack was set.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(29, ctypes.c_ulong(nanoseconds), 0, 0, 0) == 0  # 29: PR_SET_TIMERSLACK
-    except (OSError, AttributeError):
-        return False
 
 
 def abort(MPI, status):
@@ -168,7 +144,6 @@ class Watch:
         self._thread = None
         # Answering from a thread needs an MPI that allows calls from several threads at once.
         if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
-            fine_timer_slack()  # this (the main) thread is the one that waits
             self._thread = threading.Thread(target=self._answer, name="prbmrm-watch", daemon=True)
             self._thread.start()
             # Before mpi4py's MPI_Finalize (atexit runs last-registered first).

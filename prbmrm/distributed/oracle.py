@@ -67,7 +67,8 @@ _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.
 SERVICES = {}
 """The services a solver may attach, by name: the only code a message from rank 0 can select."""
 
-SERVICE_MODULES = {"pragam": "prbmrm.solvers.pragam", "argsup": "prbmrm.solvers.sublbfgs"}
+SERVICE_MODULES = {"pragam": "prbmrm.solvers.pragam", "argsup": "prbmrm.solvers.sublbfgs",
+                   "tron": "prbmrm.solvers.tron"}
 """The module that enters each service (solvers load on first use: a serving rank imports it on attach)."""
 
 

@@ -1,7 +1,9 @@
 """Scalar losses l(f, y) of the score f = <w, x> (paper 000, Table 5; paper 002, Table 1).
 
 Every loss defines ``value`` (l) and ``derivative`` (l' with respect to f, a
-subgradient where l has a kink) as elementwise NumPy expressions; the shared
+subgradient where l has a kink) as elementwise NumPy expressions (the
+differentiable ones also ``curvature``, l'' or a generalized second derivative
+where l' has a kink, for Newton's method, :mod:`prbmrm.solvers.tron`); the shared
 skeleton :meth:`ScalarLoss.loss_gradient` does ``f = X @ w`` and
 ``X.T @ l'(f, y)``. The elementwise work runs on whole shards, so branches
 are written with ``maximum``, ``clip`` or a product with a boolean mask
@@ -51,6 +53,10 @@ class SquaredHinge(BinaryLoss):
     def derivative(self, f, y):
         return -y * np.maximum(0.0, 1.0 - y * f)
 
+    def curvature(self, f, y):
+        # The generalized second derivative (Mangasarian 2002), as LIBLINEAR's -s 2 uses.
+        return y * y * (y * f < 1.0)
+
 
 class ZeroHinge(BinaryLoss):
     """Perceptron loss ``max(0, -y f)`` (paper 002's "hinge"); subgradient ``-y`` where ``y f < 0``, else 0.
@@ -83,6 +89,9 @@ class SquaredZeroHinge(BinaryLoss):
     def derivative(self, f, y):
         return -y * np.maximum(0.0, -y * f)
 
+    def curvature(self, f, y):
+        return y * y * (y * f < 0.0)
+
 
 class Exponential(BinaryLoss):
     """Exponential loss ``exp(-y f)``; derivative ``-y exp(-y f)``.
@@ -101,6 +110,10 @@ class Exponential(BinaryLoss):
         with np.errstate(over="ignore"):
             return -y * np.exp(-y * f)
 
+    def curvature(self, f, y):
+        with np.errstate(over="ignore"):
+            return y * y * np.exp(-y * f)
+
 
 class Logistic(BinaryLoss):
     """Logistic loss ``log(1 + exp(-y f))``; derivative ``-y / (1 + exp(y f))``."""
@@ -116,6 +129,12 @@ class Logistic(BinaryLoss):
         from scipy.special import expit
 
         return -y * expit(-y * f)
+
+    def curvature(self, f, y):
+        from scipy.special import expit
+
+        z = y * f
+        return y * y * expit(z) * expit(-z)
 
 
 class HuberHinge(BinaryLoss):
@@ -150,6 +169,10 @@ class HuberHinge(BinaryLoss):
         h = self.delta
         q = np.clip((1.0 + h) - y * f, 0.0, 2.0 * h)
         return y * q * (-0.5 / h)
+
+    def curvature(self, f, y):
+        h = self.delta
+        return y * y * (np.abs(1.0 - y * f) <= h) * (0.5 / h)
 
 
 # --------------------------------------------------------------------------
@@ -198,6 +221,9 @@ class LeastSquares(RegressionLoss):
 
     def derivative(self, f, y):
         return f - y
+
+    def curvature(self, f, y):
+        return np.ones_like(f)
 
 
 class LeastAbsoluteDeviation(RegressionLoss):
@@ -308,6 +334,9 @@ class Huber(RegressionLoss):
     def derivative(self, f, y):
         return np.clip(f - y, -self.delta, self.delta)
 
+    def curvature(self, f, y):
+        return (np.abs(f - y) <= self.delta) * 1.0
+
 
 class Poisson(RegressionLoss):
     """Poisson regression (negative log-likelihood up to a constant) ``exp(f) - y f``; derivative ``exp(f) - y``.
@@ -345,6 +374,10 @@ class Poisson(RegressionLoss):
     def derivative(self, f, y):
         with np.errstate(over="ignore"):
             return np.exp(f) - y
+
+    def curvature(self, f, y):
+        with np.errstate(over="ignore"):
+            return np.exp(f)
 
 
 SCALAR_LOSSES = (Hinge, SquaredHinge, ZeroHinge, SquaredZeroHinge, Exponential, Logistic, HuberHinge,

@@ -4,13 +4,13 @@ Dispatch by name, as scipy.optimize.minimize does::
 
     result = minimize(risk, w0, lam, method="bmrm", reg="l2", rel_epsilon=1e-3)
 
-Solvers that work in the dual (``pragam``, ``pragam_b``) need the examples, not only
+Solvers that work in the dual (``pragam``, ``pragam_b``) or with Hessian products (``tron``) need the examples, not only
 ``risk(w)``: they take the :class:`prbmrm.distributed.oracle.DistributedRisk` itself as `risk` and run
 their per-rank steps through its :meth:`~prbmrm.distributed.oracle.DistributedRisk.attach` service.
 
 Imports: of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.plugins`, :mod:`prbmrm.regularizers`,
 :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.bundle`; the modules of the solvers (bmrm, lbfgs,
-lsbmrm, pragam, proximal, smooth_lbfgs, sublbfgs) by name, when :data:`SOLVERS` first looks one up.
+lsbmrm, pragam, proximal, smooth_lbfgs, sublbfgs, tron) by name, when :data:`SOLVERS` first looks one up.
 """
 
 import inspect
@@ -51,7 +51,7 @@ SOLVERS = _Registry({"bmrm": ("bmrm", "minimize_bmrm"), "lsbmrm": ("lsbmrm", "mi
                      "smooth_lbfgs": ("smooth_lbfgs", "minimize_smooth_lbfgs"),
                      "pragam": ("pragam", "minimize_pragam"), "pragam_b": ("pragam", "minimize_pragam_b"),
                      "sublbfgs": ("sublbfgs", "minimize_sublbfgs"), "owlqn": ("sublbfgs", "minimize_owlqn"),
-                     "owlqn_star": ("sublbfgs", "minimize_owlqn_star")})
+                     "owlqn_star": ("sublbfgs", "minimize_owlqn_star"), "tron": ("tron", "minimize_tron")})
 """Registry of solvers by name: the values of ``--solver`` (a read-only mapping to the solver functions)."""
 
 COMMON_OPTIONS = ("epsilon", "rel_epsilon", "max_iter", "idle_age", "callback")

@@ -1,0 +1,298 @@
+"""TRON: a trust-region Newton method for smooth losses, with distributed Hessian products and a certified gap.
+
+The method of Lin, Weng and Keerthi (JMLR 2008), as LIBLINEAR's ``tron.cpp`` runs it: each iteration
+minimizes the quadratic model ``g^T s + s^T H s / 2`` within ``||s|| <= delta`` by conjugate gradients
+(stopped at ``||r|| <= cg_tol ||g||`` or on the boundary), takes the step if the objective's actual
+reduction is at least ``eta0`` times the predicted one, and updates delta by the paper's rules. For
+``J(w) = lam * Omega(w) + R_emp(w)`` with a quadratic Omega (``w^T B w / 2``) and a scalar loss::
+
+    H v = lam * B v + (1/m) X^T (D * (X v)),   D_i = l''(f_i, y_i)   (generalized where l' has a kink)
+
+Every rank holds D of its own rows; a Hessian product is one broadcast of v and one ordered sum of the
+blocks' ``X_b^T (D_b * (X_b v))`` (as MPI-LIBLINEAR does it with one Allreduce per CG step;
+:meth:`prbmrm.distributed.comm.SerialComm.ordered_sum`, so any number of ranks gives bitwise the same
+products, the same path and the same w). Each evaluated point also gives the value, gradient and
+curvature in one request.
+
+The certified gap: at any w, ``alpha_i = -l'(f_i, y_i)`` is dual feasible, and for a differentiable
+loss Fenchel-Young's equality turns its dual value into::
+
+    D(alpha) = R_emp(w) - <a, w> - lam * Omega^*(-a / lam),   a = grad R_emp(w)
+
+(paper 002, eq. 15 for ``Omega = ||w||^2 / 2``), a lower bound of min J at every point TRON evaluates;
+the gap is the best J minus the best such bound. Near the optimum a -> -lam B w*, so the gap
+closes as fast as the gradient does.
+
+Imports: numpy, scipy (through the losses); of prbmrm: :mod:`prbmrm.distributed.oracle`, :mod:`prbmrm.errors`,
+:mod:`prbmrm.solvers.base`.
+"""
+
+import math
+import time
+
+import numpy as np
+
+from ..distributed.oracle import service
+from ..errors import UsageError
+from .base import Progress, Recorder, check_finite
+
+_POINT, _HESSIAN_NEW, _HESSIAN_OLD = 0, 1, 2
+
+# Lin, Weng and Keerthi (2008), Sec. 2.1, as in LIBLINEAR's tron.cpp.
+_ETA0, _ETA1, _ETA2 = 1e-4, 0.25, 0.75
+_SIGMA1, _SIGMA2, _SIGMA3 = 0.25, 0.5, 4.0
+
+SPARSE_CURVATURE = 0.5
+"""A block keeps a copy of its rows with nonzero curvature when at most this fraction has one (squared hinge,
+Huber): the Hessian products then read only those rows, as LIBLINEAR's L2-loss SVM does."""
+
+
+def newton_ready(risk, regularizer):
+    """Return None if TRON applies to `risk` and `regularizer`, else why not (a sentence)."""
+    loss = getattr(risk, "loss", None)
+    if not hasattr(risk, "attach") or loss is None:
+        return "TRON needs the distributed risk oracle itself (prbmrm.distributed.oracle.DistributedRisk)"
+    if not hasattr(loss, "curvature") or not loss.decomposable or loss.needs_qid or loss.structured:
+        return (f"TRON needs a twice differentiable scalar loss (logistic, squared_hinge, least_squares, huber, "
+                f"huber_hinge, ...), not {getattr(loss, 'name', loss)!r}")
+    if not getattr(regularizer, "quadratic", False):
+        return f"TRON needs a quadratic regularizer (l2, quadratic), not {regularizer.name!r}"
+    return None
+
+
+@service("tron")
+class NewtonRanks:
+    """Value, gradient, curvature and Hessian products of R_emp on every rank.
+
+    Built on every rank by ``risk.attach(NewtonRanks)``; rank 0 puts a
+    vector in :attr:`buffer` and calls ``risk.request(code)``: every rank
+    receives it (one broadcast), computes its blocks' partial sums, and the
+    blocks are added in their global order (``comm.ordered_sum``).
+    ``_POINT`` takes the vector as w and returns ``(R_emp(w), grad R_emp(w))``,
+    keeping each row's curvature as the trial point's; ``_HESSIAN_NEW`` makes
+    the trial point (if any) the current one and ``_HESSIAN_OLD`` drops it (a
+    rejected step), then both return ``(1/m) X^T D X v`` at the current point.
+    """
+
+    def __init__(self, risk):
+        self.risk = risk
+        self.buffer = np.zeros(risk.dim)
+        self._partials = np.empty((len(risk.blocks), risk.dim + 1))
+        self._current = self._trial = None  # per block: (rows, their curvature)
+        self.last_seconds = {"risk": 0.0, "comm": 0.0}
+
+    def _point(self, w):
+        loss = self.risk.loss
+        self._trial = []
+        for partial, (X, y) in zip(self._partials, self.risk.blocks):
+            f = loss.scores(X, w)
+            partial[-1] = np.sum(loss.value(f, y))
+            partial[:-1] = X.T @ loss.derivative(f, y)
+            d = np.asarray(loss.curvature(f, y), dtype=np.float64)
+            active = d != 0.0
+            count = int(np.count_nonzero(active))
+            self._trial.append((X[active], d[active]) if count <= SPARSE_CURVATURE * len(d) else (X, d))
+
+    def _hessian(self, v, accepted):
+        if accepted and self._trial is not None:
+            self._current = self._trial
+        self._trial = None
+        for partial, (X, d) in zip(self._partials, self._current):
+            partial[:-1] = X.T @ (d * (X @ v)) if X.shape[0] else 0.0
+            partial[-1] = 0.0
+
+    def handle(self, code):
+        """Answer one request (rank 0's buffer is broadcast first); see the class's description."""
+        risk = self.risk
+        started = time.perf_counter()
+        risk.comm.bcast_array(self.buffer)
+        received = time.perf_counter()
+        error = None
+        try:
+            if code == _POINT:
+                self._point(self.buffer)
+            else:
+                self._hessian(self.buffer, code == _HESSIAN_NEW)
+        except Exception as problem:  # NaN sums tell every rank to check, as the risk's evaluations do
+            error = problem
+            self._partials.fill(np.nan)
+        computed = time.perf_counter()
+        sums = risk.comm.ordered_sum(self._partials, risk.n_parts) / risk.n_total
+        if not np.isfinite(sums[-1]) or (code != _POINT and error is not None):
+            risk.comm.check(error)
+        self.last_seconds = {"risk": computed - received,
+                             "comm": received - started + time.perf_counter() - computed}
+        return sums[-1], sums[:-1]
+
+
+class _Newton:
+    """Rank 0's end: J, its gradient and Hessian products through the attached :class:`NewtonRanks`."""
+
+    def __init__(self, risk, lam, regularizer):
+        self.risk, self.lam, self.regularizer = risk, lam, regularizer
+        self.ranks = risk.attach(NewtonRanks)
+        self.seconds = {"risk": 0.0, "comm": 0.0}
+        self.products = 0
+        self.accepted = True  # whether the next products are at the last point evaluated
+
+    def _request(self, code, v):
+        self.ranks.buffer[:] = v
+        answer = self.risk.request(code)
+        for key, value in self.ranks.last_seconds.items():
+            self.seconds[key] += value
+        return answer
+
+    def point(self, w):
+        """Return ``(J(w), R_emp(w), grad R_emp(w), grad J(w))``; later products are at w."""
+        r, a = self._request(_POINT, w)
+        a = a.copy()
+        return self.lam * self.regularizer.value(w) + r, r, a, self.lam * self.regularizer.subgradient(w) + a
+
+    def hessian(self, v):
+        """Return ``H v`` at the last :meth:`point` if :attr:`accepted`, else at the one before."""
+        self.products += 1
+        code, self.accepted = (_HESSIAN_NEW if self.accepted else _HESSIAN_OLD), True
+        return self.lam * self.regularizer.subgradient(v) + self._request(code, v)[1]
+
+    def dual_value(self, w, r, a):
+        """The dual value of ``alpha_i = -l'(f_i, y_i)`` at w: ``R - <a, w> - lam Omega^*(-a / lam)``."""
+        return r - float(np.dot(a, w)) - self.lam * self.regularizer.conjugate(-a / self.lam)
+
+
+def _conjugate_gradient(newton, g, delta, cg_tol, max_cg):
+    """Approximately minimize ``g^T s + s^T H s / 2`` within ``||s|| <= delta`` (tron.cpp's trcg).
+
+    Returns ``(s, r, on_boundary)`` with the residual ``r = -g - H s``.
+    """
+    s = np.zeros_like(g)
+    r = -g
+    d = r.copy()
+    rr = float(np.dot(r, r))
+    tolerance = cg_tol * math.sqrt(rr)
+    for _ in range(max_cg):
+        if math.sqrt(rr) <= tolerance:
+            break
+        Hd = newton.hessian(d)
+        dHd = float(np.dot(d, Hd))
+        if not dHd > 0.0:  # numerically flat: the model gives no better direction
+            break
+        alpha = rr / dHd
+        s += alpha * d
+        if float(np.dot(s, s)) > delta * delta:
+            s -= alpha * d
+            std, sts, dtd = float(np.dot(s, d)), float(np.dot(s, s)), float(np.dot(d, d))
+            dsq = delta * delta
+            rad = math.sqrt(max(std * std + dtd * (dsq - sts), 0.0))
+            alpha = (dsq - sts) / (std + rad) if std >= 0 else (rad - std) / dtd
+            s += alpha * d
+            r -= alpha * Hd
+            return s, r, True
+        r -= alpha * Hd
+        rr_new = float(np.dot(r, r))
+        d *= rr_new / rr
+        d += r
+        rr = rr_new
+    return s, r, False
+
+
+def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10,
+                  callback=None, cg_tol=0.1, max_cg=1000):
+    """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` by trust-region Newton, certifying the gap.
+
+    One row per evaluated point (accepted or not); each reports J there,
+    the best J, the best dual value so far (a certified lower bound, see the
+    module's description) and their gap; the run stops when the gap is at
+    most `epsilon` or `rel_epsilon` times the best J.
+
+    Parameters
+    ----------
+    risk : prbmrm.distributed.oracle.DistributedRisk
+        The oracle itself (on rank 0): TRON attaches its service to it.
+    w0 : ndarray
+    lam : float
+    regularizer : object
+        Quadratic (``l2``, ``quadratic``).
+    epsilon, rel_epsilon : float
+        Stop when the gap is at most `epsilon`, or at most `rel_epsilon`
+        times the best objective (0 disables either).
+    max_iter : int
+        Most rows (evaluated points); the first is w0.
+    idle_age : int
+        Unused (TRON keeps no planes); accepted as every solver does.
+    callback : callable, optional
+        Called with each :class:`Progress`; raising StopIteration stops.
+    cg_tol : float
+        Conjugate gradients stop when the residual is at most this times
+        the gradient's norm (LIBLINEAR's 0.1).
+    max_cg : int
+        Most conjugate gradient steps (Hessian products) per iteration.
+
+    Returns
+    -------
+    Result
+        Status 4 if the trust region can make no further progress before
+        the gap is reached (the predicted reduction is no longer positive).
+    """
+    problem = newton_ready(risk, regularizer)
+    if problem is not None:
+        raise UsageError(problem + " (use --solver lbfgs or bmrm)")
+    if not (cg_tol > 0 and max_cg >= 1):
+        raise UsageError(f"TRON's solver parameters need cg_tol > 0 and max_cg >= 1, got {cg_tol} and {max_cg}")
+    recorder = Recorder(epsilon, rel_epsilon, callback)
+    newton = _Newton(risk, lam, regularizer)
+    state = {"iteration": 0, "best": math.inf, "best_w": None, "bound": -math.inf, "products": 0}
+    seconds = {"qp": 0.0}
+
+    def evaluate(w):
+        """J(w) and the gradients at `w`, one row; returns (stop, J, grad J)."""
+        before = dict(newton.seconds)
+        objective, r, a, g = newton.point(w)
+        check_finite(r, a, state["iteration"] + 1)
+        state["iteration"] += 1
+        if objective < state["best"]:
+            state["best"], state["best_w"] = objective, w.copy()
+        state["bound"] = max(state["bound"], newton.dual_value(w, r, a))
+        row = Progress(state["iteration"], objective, state["best"], state["bound"], state["best"] - state["bound"],
+                       1, newton.seconds["risk"] - before["risk"], seconds["qp"], newton.seconds["comm"] - before["comm"],
+                       time.perf_counter() - recorder.started)
+        seconds["qp"] = 0.0
+        return recorder.record(row) or state["iteration"] >= max_iter, objective, g
+
+    w = np.array(w0, dtype=np.float64)
+    stop, f, g = evaluate(w)
+    delta = math.sqrt(float(np.dot(g, g)))
+    first = True
+    while not stop:
+        started = time.perf_counter()
+        s, r, on_boundary = _conjugate_gradient(newton, g, delta, cg_tol, max_cg)
+        gs = float(np.dot(g, s))
+        predicted = -0.5 * (gs - float(np.dot(s, r)))
+        seconds["qp"] = time.perf_counter() - started  # the CG's own work, beside its products' passes
+        w_new = w + s
+        stop, f_new, g_new = evaluate(w_new)
+        actual = f - f_new
+        snorm = math.sqrt(float(np.dot(s, s)))
+        if first:
+            delta, first = min(delta, snorm), False
+        alpha = _SIGMA3 if f_new - f - gs <= 0 else max(_SIGMA1, -0.5 * (gs / (f_new - f - gs)))
+        if actual < _ETA0 * predicted:
+            delta = min(alpha * snorm, _SIGMA2 * delta)
+        elif actual < _ETA1 * predicted:
+            delta = max(_SIGMA1 * delta, min(alpha * snorm, _SIGMA2 * delta))
+        elif actual < _ETA2 * predicted:
+            delta = max(_SIGMA1 * delta, min(alpha * snorm, _SIGMA3 * delta))
+        elif on_boundary:
+            delta = _SIGMA3 * delta
+        else:
+            delta = max(delta, min(alpha * snorm, _SIGMA3 * delta))
+        newton.accepted = actual > _ETA0 * predicted
+        if newton.accepted:
+            w, f, g = w_new, f_new, g_new
+        if stop:
+            break
+        if not predicted > 0 or (abs(actual) <= 1e-12 * abs(f) and abs(predicted) <= 1e-12 * abs(f)):
+            recorder.status = 4
+            break
+    if state["best_w"] is None:
+        state["best_w"] = w
+    return recorder.result(state["best_w"], state["best"], w)

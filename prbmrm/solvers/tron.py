@@ -23,6 +23,16 @@ loss Fenchel-Young's equality turns its dual value into::
 the gap is the best J minus the best such bound. Near the optimum a -> -lam B w*, so the gap
 closes as fast as the gradient does.
 
+The hinge loss has no second derivative: TRON then steps on Chapelle's Huberized hinge
+(``huber_hinge``, smoothing ``delta``; paper 004's smoothing of the hinge, up to its scale) and certifies
+the hinge problem itself: the rows report the hinge J, and the smoothed loss's ``alpha_i = -y_i l'_delta``
+lie in [0, 1], dual feasible for the hinge, whose conjugate makes their dual value::
+
+    D(alpha) = mean(alpha) - lam * Omega^*(-a / lam),   a = -(1/m) sum_i alpha_i y_i x_i
+
+When the smoothed problem is solved much more closely than the hinge gap (the smoothing dominates the
+gap), delta shrinks in proportion to the gap still to close, and TRON goes on from the same w.
+
 Imports: numpy, scipy (through the losses); of prbmrm: :mod:`prbmrm.distributed.oracle`, :mod:`prbmrm.errors`,
 :mod:`prbmrm.solvers.base`.
 """
@@ -36,11 +46,21 @@ from ..distributed.oracle import service
 from ..errors import UsageError
 from .base import Progress, Recorder, check_finite
 
-_POINT, _HESSIAN_NEW, _HESSIAN_OLD = 0, 1, 2
+_POINT, _HESSIAN_NEW, _HESSIAN_OLD, _SMOOTHING = 0, 1, 2, 3
 
 # Lin, Weng and Keerthi (2008), Sec. 2.1, as in LIBLINEAR's tron.cpp.
 _ETA0, _ETA1, _ETA2 = 1e-4, 0.25, 0.75
 _SIGMA1, _SIGMA2, _SIGMA3 = 0.25, 0.5, 4.0
+
+SMOOTHED = {"hinge": "huber_hinge"}
+"""The nonsmooth losses TRON takes, by name: the smooth loss (its parameter ``delta``) it steps on, whose
+``alpha_i = -y_i l'`` lie in [0, 1], dual feasible for the hinge (``-l^*(-alpha) = alpha``)."""
+
+SHRINK_AT = 0.1
+"""Shrink the hinge's smoothing once the smoothed problem's own gap is at most this fraction of the hinge gap."""
+
+MIN_SMOOTHING = 1e-9
+"""The least smoothing delta: below it TRON stops (status 4) when it makes no more progress."""
 
 SPARSE_CURVATURE = 0.5
 """A block keeps a copy of its rows with nonzero curvature when at most this fraction has one (squared hinge,
@@ -52,7 +72,9 @@ def newton_ready(risk, regularizer):
     loss = getattr(risk, "loss", None)
     if not hasattr(risk, "attach") or loss is None:
         return "TRON needs the distributed risk oracle itself (prbmrm.distributed.oracle.DistributedRisk)"
-    if not hasattr(loss, "curvature") or not loss.decomposable or loss.needs_qid or loss.structured:
+    if loss.name in SMOOTHED and not loss.needs_qid:
+        pass
+    elif not hasattr(loss, "curvature") or not loss.decomposable or loss.needs_qid or loss.structured:
         return (f"TRON needs a twice differentiable scalar loss (logistic, squared_hinge, least_squares, huber, "
                 f"huber_hinge, ...), not {getattr(loss, 'name', loss)!r}")
     if not getattr(regularizer, "quadratic", False):
@@ -68,26 +90,46 @@ class NewtonRanks:
     vector in :attr:`buffer` and calls ``risk.request(code)``: every rank
     receives it (one broadcast), computes its blocks' partial sums, and the
     blocks are added in their global order (``comm.ordered_sum``).
-    ``_POINT`` takes the vector as w and returns ``(R_emp(w), grad R_emp(w))``,
-    keeping each row's curvature as the trial point's; ``_HESSIAN_NEW`` makes
+    ``_POINT`` takes the vector as w and returns the sums ``(R_emp(w), grad
+    R_emp(w), R_target(w), sum alpha / m)`` of the loss stepped on (the
+    risk's own, or with a `delta` > 0 the smoothed loss of :data:`SMOOTHED`),
+    the risk's own loss and its dual variables, keeping each row's curvature
+    as the trial point's; ``_SMOOTHING`` sets delta to the buffer's first entry; ``_HESSIAN_NEW`` makes
     the trial point (if any) the current one and ``_HESSIAN_OLD`` drops it (a
     rejected step), then both return ``(1/m) X^T D X v`` at the current point.
     """
 
-    def __init__(self, risk):
+    def __init__(self, risk, delta=0.0):
         self.risk = risk
         self.buffer = np.zeros(risk.dim)
-        self._partials = np.empty((len(risk.blocks), risk.dim + 1))
+        self._partials = np.empty((len(risk.blocks), risk.dim + 3))  # gradient, risk, target risk, alphas
+        self._smooth(float(delta))
         self._current = self._trial = None  # per block: (rows, their curvature)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
 
+    def _smooth(self, delta):
+        target = self.risk.loss
+        if delta > 0.0:
+            from ..losses import get_loss
+
+            if target.name not in SMOOTHED:
+                raise ValueError(f"no smoothing for the loss {target.name!r}")
+            self.loss = get_loss(SMOOTHED[target.name], delta=delta)
+        else:
+            self.loss = target
+
     def _point(self, w):
-        loss = self.risk.loss
+        loss, target = self.loss, self.risk.loss
         self._trial = []
         for partial, (X, y) in zip(self._partials, self.risk.blocks):
             f = loss.scores(X, w)
-            partial[-1] = np.sum(loss.value(f, y))
-            partial[:-1] = X.T @ loss.derivative(f, y)
+            partial[-3] = np.sum(loss.value(f, y))
+            derivative = loss.derivative(f, y)
+            partial[:-3] = X.T @ derivative
+            if loss is target:
+                partial[-2:] = partial[-3], 0.0
+            else:
+                partial[-2:] = np.sum(target.value(f, y)), -np.dot(y, derivative)
             d = np.asarray(loss.curvature(f, y), dtype=np.float64)
             active = d != 0.0
             count = int(np.count_nonzero(active))
@@ -98,14 +140,17 @@ class NewtonRanks:
             self._current = self._trial
         self._trial = None
         for partial, (X, d) in zip(self._partials, self._current):
-            partial[:-1] = X.T @ (d * (X @ v)) if X.shape[0] else 0.0
-            partial[-1] = 0.0
+            partial[:-3] = X.T @ (d * (X @ v)) if X.shape[0] else 0.0
+            partial[-3:] = 0.0
 
     def handle(self, code):
         """Answer one request (rank 0's buffer is broadcast first); see the class's description."""
         risk = self.risk
         started = time.perf_counter()
         risk.comm.bcast_array(self.buffer)
+        if code == _SMOOTHING:
+            self._smooth(float(self.buffer[0]))
+            return None
         received = time.perf_counter()
         error = None
         try:
@@ -118,19 +163,20 @@ class NewtonRanks:
             self._partials.fill(np.nan)
         computed = time.perf_counter()
         sums = risk.comm.ordered_sum(self._partials, risk.n_parts) / risk.n_total
-        if not np.isfinite(sums[-1]) or (code != _POINT and error is not None):
+        if not np.isfinite(sums[-3]) or (code != _POINT and error is not None):
             risk.comm.check(error)
         self.last_seconds = {"risk": computed - received,
                              "comm": received - started + time.perf_counter() - computed}
-        return sums[-1], sums[:-1]
+        return sums[-3], sums[:-3], sums[-2], sums[-1]
 
 
 class _Newton:
     """Rank 0's end: J, its gradient and Hessian products through the attached :class:`NewtonRanks`."""
 
-    def __init__(self, risk, lam, regularizer):
+    def __init__(self, risk, lam, regularizer, delta):
         self.risk, self.lam, self.regularizer = risk, lam, regularizer
-        self.ranks = risk.attach(NewtonRanks)
+        self.delta = delta  # the smoothing of the hinge; 0: the loss itself
+        self.ranks = risk.attach(NewtonRanks, delta)
         self.seconds = {"risk": 0.0, "comm": 0.0}
         self.products = 0
         self.accepted = True  # whether the next products are at the last point evaluated
@@ -142,21 +188,35 @@ class _Newton:
             self.seconds[key] += value
         return answer
 
+    def smooth(self, delta):
+        """Step on the hinge smoothed by `delta` from now on (the next :meth:`point` uses it)."""
+        self.delta = delta
+        self.ranks.buffer[0] = delta
+        self.risk.request(_SMOOTHING)
+
     def point(self, w):
-        """Return ``(J(w), R_emp(w), grad R_emp(w), grad J(w))``; later products are at w."""
-        r, a = self._request(_POINT, w)
+        """Return ``(J_s(w), grad J_s(w), gap_s, J(w), D(w))`` at `w`; later products are at w.
+
+        J_s is the objective stepped on (J itself, or J with the smoothed
+        hinge), gap_s its own duality gap at w; J is the problem's objective
+        and D the dual value of the problem's dual point of w (a certified
+        lower bound of min J).
+        """
+        r, a, r_target, alphas = self._request(_POINT, w)
         a = a.copy()
-        return self.lam * self.regularizer.value(w) + r, r, a, self.lam * self.regularizer.subgradient(w) + a
+        regularization = self.lam * self.regularizer.value(w)
+        conjugate = self.lam * self.regularizer.conjugate(-a / self.lam)
+        own_dual = r - float(np.dot(a, w)) - conjugate  # Fenchel-Young for the loss stepped on
+        objective = regularization + r
+        dual = own_dual if self.delta == 0.0 else alphas - conjugate
+        return (objective, self.lam * self.regularizer.subgradient(w) + a, objective - own_dual,
+                regularization + r_target, dual)
 
     def hessian(self, v):
         """Return ``H v`` at the last :meth:`point` if :attr:`accepted`, else at the one before."""
         self.products += 1
         code, self.accepted = (_HESSIAN_NEW if self.accepted else _HESSIAN_OLD), True
         return self.lam * self.regularizer.subgradient(v) + self._request(code, v)[1]
-
-    def dual_value(self, w, r, a):
-        """The dual value of ``alpha_i = -l'(f_i, y_i)`` at w: ``R - <a, w> - lam Omega^*(-a / lam)``."""
-        return r - float(np.dot(a, w)) - self.lam * self.regularizer.conjugate(-a / self.lam)
 
 
 def _conjugate_gradient(newton, g, delta, cg_tol, max_cg):
@@ -196,7 +256,7 @@ def _conjugate_gradient(newton, g, delta, cg_tol, max_cg):
 
 
 def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10,
-                  callback=None, cg_tol=0.1, max_cg=1000):
+                  callback=None, cg_tol=0.1, max_cg=1000, smoothing=0.1):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` by trust-region Newton, certifying the gap.
 
     One row per evaluated point (accepted or not); each reports J there,
@@ -226,6 +286,9 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         the gradient's norm (LIBLINEAR's 0.1).
     max_cg : int
         Most conjugate gradient steps (Hessian products) per iteration.
+    smoothing : float
+        The hinge loss only: the first smoothing delta (> 0, see
+        :data:`SMOOTHED`), then shrunk as the gap requires.
 
     Returns
     -------
@@ -236,61 +299,75 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     problem = newton_ready(risk, regularizer)
     if problem is not None:
         raise UsageError(problem + " (use --solver lbfgs or bmrm)")
-    if not (cg_tol > 0 and max_cg >= 1):
-        raise UsageError(f"TRON's solver parameters need cg_tol > 0 and max_cg >= 1, got {cg_tol} and {max_cg}")
+    if not (cg_tol > 0 and max_cg >= 1 and smoothing > 0):
+        raise UsageError(f"TRON's solver parameters need cg_tol > 0, max_cg >= 1 and smoothing > 0, "
+                         f"got {cg_tol}, {max_cg} and {smoothing}")
     recorder = Recorder(epsilon, rel_epsilon, callback)
-    newton = _Newton(risk, lam, regularizer)
-    state = {"iteration": 0, "best": math.inf, "best_w": None, "bound": -math.inf, "products": 0}
-    seconds = {"qp": 0.0}
+    newton = _Newton(risk, lam, regularizer, float(smoothing) if risk.loss.name in SMOOTHED else 0.0)
+    state = {"iteration": 0, "best": math.inf, "best_w": None, "bound": -math.inf}
+    seconds = {"cg": 0.0}
 
     def evaluate(w):
-        """J(w) and the gradients at `w`, one row; returns (stop, J, grad J)."""
+        """One row at `w`; returns ``(stop, J_s, grad J_s, gap_s)`` of the objective stepped on."""
         before = dict(newton.seconds)
-        objective, r, a, g = newton.point(w)
-        check_finite(r, a, state["iteration"] + 1)
+        f_s, g_s, gap_s, objective, dual = newton.point(w)
+        check_finite(f_s, g_s, state["iteration"] + 1)
         state["iteration"] += 1
         if objective < state["best"]:
             state["best"], state["best_w"] = objective, w.copy()
-        state["bound"] = max(state["bound"], newton.dual_value(w, r, a))
+        state["bound"] = max(state["bound"], dual)
         row = Progress(state["iteration"], objective, state["best"], state["bound"], state["best"] - state["bound"],
-                       1, newton.seconds["risk"] - before["risk"], seconds["qp"], newton.seconds["comm"] - before["comm"],
+                       1, newton.seconds["risk"] - before["risk"], seconds["cg"], newton.seconds["comm"] - before["comm"],
                        time.perf_counter() - recorder.started)
-        seconds["qp"] = 0.0
-        return recorder.record(row) or state["iteration"] >= max_iter, objective, g
+        seconds["cg"] = 0.0
+        return recorder.record(row) or state["iteration"] >= max_iter, f_s, g_s, gap_s
+
+    def smoothing_dominates(gap_s):
+        """Whether the smoothed problem is solved so much more closely than J that delta must shrink."""
+        return newton.delta > 0.0 and gap_s <= SHRINK_AT * (state["best"] - state["bound"])
 
     w = np.array(w0, dtype=np.float64)
-    stop, f, g = evaluate(w)
-    delta = math.sqrt(float(np.dot(g, g)))
+    stop, f, g, gap_s = evaluate(w)
+    radius = math.sqrt(float(np.dot(g, g)))
     first = True
     while not stop:
+        if smoothing_dominates(gap_s):
+            gap = state["best"] - state["bound"]
+            wanted = max(epsilon, rel_epsilon * abs(state["best"]))
+            newton.smooth(newton.delta * min(max(0.5 * wanted / gap, 0.01), 0.5))
+            stop, f, g, gap_s = evaluate(w)
+            continue
         started = time.perf_counter()
-        s, r, on_boundary = _conjugate_gradient(newton, g, delta, cg_tol, max_cg)
+        s, r, on_boundary = _conjugate_gradient(newton, g, radius, cg_tol, max_cg)
         gs = float(np.dot(g, s))
         predicted = -0.5 * (gs - float(np.dot(s, r)))
-        seconds["qp"] = time.perf_counter() - started  # the CG's own work, beside its products' passes
+        seconds["cg"] = time.perf_counter() - started  # the CG's own work, beside its products' passes
         w_new = w + s
-        stop, f_new, g_new = evaluate(w_new)
+        stop, f_new, g_new, gap_new = evaluate(w_new)
         actual = f - f_new
         snorm = math.sqrt(float(np.dot(s, s)))
         if first:
-            delta, first = min(delta, snorm), False
+            radius, first = min(radius, snorm), False
         alpha = _SIGMA3 if f_new - f - gs <= 0 else max(_SIGMA1, -0.5 * (gs / (f_new - f - gs)))
         if actual < _ETA0 * predicted:
-            delta = min(alpha * snorm, _SIGMA2 * delta)
+            radius = min(alpha * snorm, _SIGMA2 * radius)
         elif actual < _ETA1 * predicted:
-            delta = max(_SIGMA1 * delta, min(alpha * snorm, _SIGMA2 * delta))
+            radius = max(_SIGMA1 * radius, min(alpha * snorm, _SIGMA2 * radius))
         elif actual < _ETA2 * predicted:
-            delta = max(_SIGMA1 * delta, min(alpha * snorm, _SIGMA3 * delta))
+            radius = max(_SIGMA1 * radius, min(alpha * snorm, _SIGMA3 * radius))
         elif on_boundary:
-            delta = _SIGMA3 * delta
+            radius = _SIGMA3 * radius
         else:
-            delta = max(delta, min(alpha * snorm, _SIGMA3 * delta))
+            radius = max(radius, min(alpha * snorm, _SIGMA3 * radius))
         newton.accepted = actual > _ETA0 * predicted
         if newton.accepted:
-            w, f, g = w_new, f_new, g_new
+            w, f, g, gap_s = w_new, f_new, g_new, gap_new
         if stop:
             break
         if not predicted > 0 or (abs(actual) <= 1e-12 * abs(f) and abs(predicted) <= 1e-12 * abs(f)):
+            if newton.delta > 0.0 and newton.delta > MIN_SMOOTHING:
+                gap_s = 0.0  # the smoothed problem is solved: shrink delta
+                continue
             recorder.status = 4
             break
     if state["best_w"] is None:

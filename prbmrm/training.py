@@ -223,7 +223,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     regularizer.prepare(oracle.dim, loss_object.risk_floor)
     if chosen is None and party is None:
         # The default weighs the model's dimension, known only now (the same on every rank).
-        solver = default_solver(lam, regularizer, warm is not None, oracle.dim)
+        solver = default_solver(lam, regularizer, warm is not None)
         options = solver_options(solver, own)
     w0 = regularizer.initial_point(oracle.dim)
     path = not isinstance(lam, numbers.Real)

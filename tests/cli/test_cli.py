@@ -292,7 +292,7 @@ assert callable(numpy.f2py.run_main) and "numpy.f2py.crackfortran" in sys.module
 """
 
 
-@pytest.mark.parametrize("args, solver", [((), "proximal"), (("--solver", "bmrm", "--max-iter", "30"), "bmrm")])
+@pytest.mark.parametrize("args, solver", [((), "auto"), (("--solver", "bmrm", "--max-iter", "30"), "bmrm")])
 def test_a_plain_training_run_does_not_import_what_it_does_not_use(tmp_path, args, solver):
     # BMRM's first projected-gradient steps run in numpy (prbmrm.solvers.qp.PG_NUMPY_STEPS): a short run
     # never loads numba.

@@ -74,11 +74,15 @@ def test_hessian_product_is_the_gradients_finite_difference(name):
     h = 1e-6
     numeric = (gradient(w + h * v) - gradient(w - h * v)) / (2 * h)
     ranks.buffer[:] = w
-    r, a, r_target, _ = ranks.handle(0)
+    r, a, diagonal, r_target, _ = ranks.handle(0)
     assert r == r_target
     assert r == pytest.approx(np.mean(get_loss(name).value(X @ w, y)), rel=1e-12)
     ranks.buffer[:] = v
-    np.testing.assert_allclose(ranks.handle(1)[1], numeric, rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(ranks.handle(1), numeric, rtol=1e-5, atol=1e-8)
+    # The diagonal of (1/m) X^T D X, column by column.
+    for j in range(X.shape[1]):
+        ranks.buffer[:] = np.eye(X.shape[1])[j]
+        assert diagonal[j] == pytest.approx(ranks.handle(1)[j], rel=1e-10)
 
 
 def cvxpy_optimum(loss, X, y, lam, B=None):

@@ -191,7 +191,7 @@ def fit(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
 
     comm = get_comm() if comm is None else comm
     stopping, bundle, checkpointing = option_groups(stopping, bundle, checkpointing, fields)
-    chosen, solver = solver, solver or default_solver(lam, reg, warm is not None)
+    chosen, solver = solver, solver or default_solver(lam, reg, warm is not None, party is not None)
     check_options(lam, stopping.epsilon, stopping.rel_epsilon, stopping.max_iter, bundle.idle_age,
                   bundle.bundle_size, solver, theta)
     epsilon, rel_epsilon = stopping.tolerances

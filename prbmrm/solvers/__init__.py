@@ -72,8 +72,8 @@ def get_solver(method):
     return solver
 
 
-def default_solver(lam, reg="l2", reuse_planes=False):
-    """Return the solver a run gets when it names none: ``"auto"`` or ``"bmrm"``.
+def default_solver(lam, reg="l2", reuse_planes=False, party=False):
+    """Return the solver a run gets when it names none: ``"auto"``, ``"proximal"`` or ``"bmrm"``.
 
     The rule (the same for ``prbmrm.cli.train``, :func:`prbmrm.fit` and the
     estimators): for one lam with a quadratic regularizer (``l2``,
@@ -82,7 +82,9 @@ def default_solver(lam, reg="l2", reuse_planes=False):
     the data's measured properties and hands over to BMRM if its pick stalls;
     BMRM where planes carry over from other lambdas (a lambda path, a warm
     start: BMRM's planes of R_emp hold for every lam) and for the other
-    regularizers.
+    regularizers. In party mode, where every sum must be a secure aggregation
+    of the risk (which TRON's Hessian products are not), ``proximal`` in
+    place of ``auto``.
 
     Parameters
     ----------
@@ -92,6 +94,8 @@ def default_solver(lam, reg="l2", reuse_planes=False):
         The regularizer or its name.
     reuse_planes : bool
         Whether the run starts from another run's planes.
+    party : bool
+        Whether the run is in party mode.
 
     Returns
     -------
@@ -99,7 +103,9 @@ def default_solver(lam, reg="l2", reuse_planes=False):
         A key of :data:`SOLVERS`.
     """
     quadratic = getattr(get_regularizer(reg) if isinstance(reg, str) else reg, "quadratic", False)
-    return "auto" if quadratic and isinstance(lam, numbers.Real) and not reuse_planes else "bmrm"
+    if not quadratic or not isinstance(lam, numbers.Real) or reuse_planes:
+        return "bmrm"
+    return "proximal" if party else "auto"
 
 
 def solver_options(method, params):

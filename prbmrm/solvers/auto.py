@@ -163,7 +163,7 @@ class _Continuation:
 
 
 def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10,
-                  callback=None, first="", handover=1, state=None, checkpoint=None):
+                  bundle_size=0, bundle_memory=0, callback=None, first="", handover=1, state=None, checkpoint=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with the solver :func:`pick_solver` names, handing over
     to BMRM if it stalls.
 
@@ -176,6 +176,9 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     regularizer : object
     epsilon, rel_epsilon, max_iter, idle_age, callback
         As for every solver; `max_iter` counts the iterations of both parts.
+    bundle_size, bundle_memory
+        The limits of the planes kept, for the solvers that keep them (as
+        for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`; TRON keeps none).
     first : str
         The solver to start with ("" : :func:`pick_solver`'s choice).
     handover : int
@@ -204,6 +207,9 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     elif checkpoint is not None:
         options = {"checkpoint": checkpoint} if keeps else {}
         callback = callback if keeps else _interruptible(callback, checkpoint)
+    limits = {"bundle_size": bundle_size, "bundle_memory": bundle_memory}
+    if "bundle_size" in inspect.signature(get_solver(name)).parameters:
+        options.update(limits)
     watch = _Watch(callback, max_iter) if handover and name != "bmrm" else None
     result = get_solver(name)(risk, w0, lam, regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
                               max_iter=max_iter, idle_age=idle_age, callback=watch or callback, **options)
@@ -216,7 +222,7 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     continuation = _Continuation(result, epsilon, rel_epsilon, callback)
     second = get_solver("bmrm")(risk, result.w, lam, regularizer, epsilon=0.0, rel_epsilon=0.0,
                                 max_iter=max_iter - stalled_at, idle_age=idle_age, callback=continuation,
-                                checkpoint=options.get("checkpoint"))
+                                checkpoint=options.get("checkpoint"), **limits)
     history = {column: np.concatenate([result.history[column],
                                        [getattr(row, column) for row in continuation.rows]])
                for column in HISTORY_COLUMNS}

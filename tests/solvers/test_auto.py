@@ -24,6 +24,8 @@ def test_default_solver_rule():
     # BMRM where planes carry over from other lambdas, and for the other regularizers.
     assert default_solver([1e-2, 1e-3]) == default_solver(1e-4, "l2", reuse_planes=True) == "bmrm"
     assert default_solver(1e-4, "l1") == default_solver(1e-4, "entropy") == "bmrm"
+    # Party mode: every sum a secure aggregation of the risk, which TRON's products are not.
+    assert default_solver(1e-4, party=True) == "proximal"
 
 
 def test_pick_follows_the_loss_and_the_data():

@@ -100,3 +100,29 @@ def test_the_default_runs_what_its_pick_runs(tmp_path, monkeypatch):
     assert prbmrm.fit(None, lam=[1e-2, 1e-3]).attrs["solver"] == "bmrm"
     # The logistic loss: Newton's method.
     assert "tron" in prbmrm.fit(None, lam=1e-3, loss="logistic").attrs["message"]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("loss", ["logistic", "hinge"])
+def test_the_default_is_bitwise_the_same_on_any_number_of_ranks(comm, mpi_tmp_path, loss):
+    from helpers import shared_shards
+    from prbmrm.distributed.oracle import run_distributed
+    from prbmrm.io import load_local
+
+    X, y = load_svmlight("a9a.xz")
+    directory = shared_shards(comm, mpi_tmp_path / "auto", X[:3000], y[:3000], parts=comm.size + 1)
+
+    def run(communicator):
+        local = load_local(directory, communicator, bias=True)
+        oracle = DistributedRisk(get_loss(loss), local.X, local.y, local.n_examples_total, communicator,
+                                 local.blocks)
+        return run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), 1e-4, method="auto",
+                                                             epsilon=1e-6, rel_epsilon=0))
+
+    result = run(comm)
+    if comm.is_root:
+        expected = run(SerialComm())
+        assert result.success and result.message == expected.message and result.nit == expected.nit
+        assert np.array_equal(result.w, expected.w)
+        assert np.array_equal(result.history["lower_bound"], expected.history["lower_bound"])

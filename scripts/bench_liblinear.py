@@ -189,7 +189,8 @@ def main(argv=None):
                     else:
                         peer, ratio = "never within 1e-4 (eps down to 1e-6)", "only prbmrm gets there"
                     mark = "" if reached else " (gap not reached)"
-                    print(f"| {name} | {loss} | {lam:g} | {iterations} / {own:.3f} / {process:.2f} ({process_cpu:.2f}){mark} "
+                    print(f"| {name} | {loss} | {lam:g} | {iterations} / {own:.3f} / {process:.2f} "
+                          f"({process_cpu:.2f}){mark} "
                           f"| {peer} "
                           f"| {ratio} | {os.getloadavg()[0]:.1f} |", flush=True)
             if name == "planted5m":

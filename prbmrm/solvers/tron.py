@@ -341,7 +341,8 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
             state["best"], state["best_w"] = objective, w.copy()
         state["bound"] = max(state["bound"], dual)
         row = Progress(state["iteration"], objective, state["best"], state["bound"], state["best"] - state["bound"],
-                       1, newton.seconds["risk"] - before["risk"], seconds["cg"], newton.seconds["comm"] - before["comm"],
+                       1, newton.seconds["risk"] - before["risk"], seconds["cg"],
+                       newton.seconds["comm"] - before["comm"],
                        time.perf_counter() - recorder.started)
         seconds["cg"] = 0.0
         return recorder.record(row) or state["iteration"] >= max_iter, f_s, g_s, M, gap_s

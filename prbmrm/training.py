@@ -317,7 +317,7 @@ def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
 
     comm = get_comm() if comm is None else comm
     stopping, bundle, checkpointing = option_groups(stopping, bundle, checkpointing, fields)
-    chosen, solver = solver, solver or default_solver(lam, reg, warm is not None)
+    chosen, solver = solver, solver or default_solver(lam, reg, warm is not None, party is not None)
     check_options(lam, stopping.epsilon, stopping.rel_epsilon, stopping.max_iter, bundle.idle_age,
                   bundle.bundle_size, solver, theta)
     epsilon, rel_epsilon = stopping.tolerances
@@ -351,7 +351,7 @@ def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     regularizer.prepare(oracle.dim, loss_object.risk_floor)
     if chosen is None and party is None:
         # The default weighs the model's dimension, known only now (the same on every rank).
-        solver = default_solver(lam, regularizer, warm is not None, oracle.dim)
+        solver = default_solver(lam, regularizer, warm is not None)
         options = solver_options(solver, own)
     w0 = regularizer.initial_point(oracle.dim)
     path = not isinstance(lam, numbers.Real)

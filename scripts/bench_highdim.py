@@ -157,7 +157,7 @@ def worker(args):
     loss.prepare(local.classes, local.label_kind)
     oracle = DistributedRisk(loss, local.X, local.y, local.n_examples_total, comm, local.blocks)
     budget = memory_bytes(args.bundle_memory)
-    solver = default_solver(args.lam, n_features=oracle.dim) if args.solver == "default" else args.solver
+    solver = default_solver(args.lam) if args.solver == "default" else args.solver
     timed = _CpuTimed(oracle)
     solve_cpu = time.process_time()
     cpu_total, rss = [], []  # rank 0's CPU seconds from the solver's start and peak RSS, per iteration

@@ -199,8 +199,9 @@ def build_parser():
     parser.add_argument("--lam-max", type=float, metavar="LAM",
                         help="the first lambda of --lam-path (default: the smallest lambda at which "
                         "w = 0 is optimal for l1 and elastic_net, 1.0 for other regularizers)")
-    parser.add_argument("--solver", help=PluginHelp("solver: {names} (default: proximal for one --lam with a "
-                                                    "quadratic --reg and under 2^20 features, else bmrm)",
+    parser.add_argument("--solver", help=PluginHelp("solver: {names} (default: auto for one --lam with a "
+                                                    "quadratic --reg: tron, proximal or bmrm by the loss and "
+                                                    "the data, bmrm if it stalls; else bmrm)",
                                                     "solver", SOLVERS))
     parser.add_argument("--theta", type=float, help="lsbmrm: next plane at (1 - theta) w_b + theta w_t, "
                         "0 < theta <= 1 (default 0.9)")

@@ -64,7 +64,8 @@ _GATHERED = 7.0  # evaluate a non-decomposable loss on rank 0 from the gathered 
 SERVICES = {}
 """The services a solver may attach, by name: the only code a message from rank 0 can select."""
 
-SERVICE_MODULES = {"pragam": "prbmrm.solvers.pragam", "argsup": "prbmrm.solvers.sublbfgs"}
+SERVICE_MODULES = {"pragam": "prbmrm.solvers.pragam", "argsup": "prbmrm.solvers.sublbfgs",
+                   "tron": "prbmrm.solvers.tron"}
 """The module that enters each service (solvers load on first use: a serving rank imports it on attach)."""
 
 

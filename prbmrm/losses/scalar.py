@@ -6,7 +6,9 @@ where l has a kink) are written once, in Cython, in
 ``compiled`` and inherits ``value`` and ``derivative`` (elementwise, compiled
 loops) from :class:`~prbmrm.losses.base.ScalarLoss`; the compiled risk
 passes use the same functions. The docstrings state the formulas; the
-classes add what is not hot: parameters and their checks, ``kinks``, labels.
+classes add what is not hot: parameters and their checks, ``kinks``, labels, and for
+the differentiable ones ``curvature`` (l'', or a generalized second derivative where l' has a
+kink) for Newton's method (:mod:`prbmrm.solvers.tron`).
 The shared skeleton :meth:`ScalarLoss.loss_gradient` does ``f = X @ w`` and
 ``X.T @ l'(f, y)``.
 
@@ -44,6 +46,10 @@ class SquaredHinge(BinaryLoss):
     name = "squared_hinge"
     compiled = kernels.CySquaredHinge
 
+    def curvature(self, f, y):
+        # The generalized second derivative (Mangasarian 2002), as LIBLINEAR's -s 2 uses.
+        return y * y * (y * f < 1.0)
+
 
 class ZeroHinge(BinaryLoss):
     """Perceptron loss ``max(0, -y f)`` (paper 002's "hinge"); subgradient ``-y`` where ``y f < 0``, else 0.
@@ -66,6 +72,9 @@ class SquaredZeroHinge(BinaryLoss):
     name = "squared_zero_hinge"
     compiled = kernels.CySquaredZeroHinge
 
+    def curvature(self, f, y):
+        return y * y * (y * f < 0.0)
+
 
 class Exponential(BinaryLoss):
     """Exponential loss ``exp(-y f)``; derivative ``-y exp(-y f)``.
@@ -77,12 +86,22 @@ class Exponential(BinaryLoss):
     name = "exponential"
     compiled = kernels.CyExponential
 
+    def curvature(self, f, y):
+        with np.errstate(over="ignore"):
+            return y * y * np.exp(-y * f)
+
 
 class Logistic(BinaryLoss):
     """Logistic loss ``log(1 + exp(-y f))``; derivative ``-y / (1 + exp(y f))``."""
 
     name = "logistic"
     compiled = kernels.CyLogistic
+
+    def curvature(self, f, y):
+        from scipy.special import expit
+
+        z = y * f
+        return y * y * expit(z) * expit(-z)
 
 
 class HuberHinge(BinaryLoss):
@@ -106,6 +125,10 @@ class HuberHinge(BinaryLoss):
 
     def check_params(self):
         self._require("delta", np.isfinite(self.delta) and self.delta > 0, "a finite number > 0")
+
+    def curvature(self, f, y):
+        h = self.delta
+        return y * y * (np.abs(1.0 - y * f) <= h) * (0.5 / h)
 
 
 # --------------------------------------------------------------------------
@@ -144,6 +167,9 @@ class LeastSquares(RegressionLoss):
 
     name = "least_squares"
     compiled = kernels.CyLeastSquares
+
+    def curvature(self, f, y):
+        return np.ones_like(f)
 
 
 class LeastAbsoluteDeviation(RegressionLoss):
@@ -228,6 +254,9 @@ class Huber(RegressionLoss):
     def check_params(self):
         self._require("delta", np.isfinite(self.delta) and self.delta > 0, "a finite number > 0")
 
+    def curvature(self, f, y):
+        return (np.abs(f - y) <= self.delta) * 1.0
+
 
 class Poisson(RegressionLoss):
     """Poisson regression (negative log-likelihood up to a constant) ``exp(f) - y f``; derivative ``exp(f) - y``.
@@ -258,6 +287,10 @@ class Poisson(RegressionLoss):
         from scipy.special import xlogy
 
         self.risk_floor = float(np.min(classes - xlogy(classes, classes)))
+
+    def curvature(self, f, y):
+        with np.errstate(over="ignore"):
+            return np.exp(f)
 
 
 SCALAR_LOSSES = (Hinge, SquaredHinge, ZeroHinge, SquaredZeroHinge, Exponential, Logistic, HuberHinge,

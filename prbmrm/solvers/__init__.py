@@ -4,13 +4,13 @@ Dispatch by name, as scipy.optimize.minimize does::
 
     result = minimize(risk, w0, lam, method="bmrm", reg="l2", rel_epsilon=1e-3)
 
-Solvers that work in the dual (``pragam``, ``pragam_b``) need the examples, not only
+Solvers that work in the dual (``pragam``, ``pragam_b``) or with Hessian products (``tron``) need the examples, not only
 ``risk(w)``: they take the :class:`prbmrm.distributed.oracle.DistributedRisk` itself as `risk` and run
 their per-rank steps through its :meth:`~prbmrm.distributed.oracle.DistributedRisk.attach` service.
 
 Imports: of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.plugins`, :mod:`prbmrm.regularizers`,
 :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.bundle`; the modules of the solvers (bmrm, lbfgs,
-lsbmrm, pragam, proximal, smooth_lbfgs, sublbfgs) by name, when :data:`SOLVERS` first looks one up.
+lsbmrm, pragam, proximal, smooth_lbfgs, sublbfgs, tron, auto) by name, when :data:`SOLVERS` first looks one up.
 """
 
 import inspect
@@ -51,7 +51,8 @@ SOLVERS = _Registry({"bmrm": ("bmrm", "minimize_bmrm"), "lsbmrm": ("lsbmrm", "mi
                      "smooth_lbfgs": ("smooth_lbfgs", "minimize_smooth_lbfgs"),
                      "pragam": ("pragam", "minimize_pragam"), "pragam_b": ("pragam", "minimize_pragam_b"),
                      "sublbfgs": ("sublbfgs", "minimize_sublbfgs"), "owlqn": ("sublbfgs", "minimize_owlqn"),
-                     "owlqn_star": ("sublbfgs", "minimize_owlqn_star")})
+                     "owlqn_star": ("sublbfgs", "minimize_owlqn_star"), "tron": ("tron", "minimize_tron"),
+                     "auto": ("auto", "minimize_auto")})
 """Registry of solvers by name: the values of ``--solver`` (a read-only mapping to the solver functions)."""
 
 COMMON_OPTIONS = ("epsilon", "rel_epsilon", "max_iter", "idle_age", "callback")
@@ -71,22 +72,19 @@ def get_solver(method):
     return solver
 
 
-BMRM_FEATURES = 2 ** 20
-"""From this many features (the model's dimension) on, :func:`default_solver` picks BMRM for one lam too."""
-
-
-def default_solver(lam, reg="l2", reuse_planes=False, n_features=None):
-    """Return the solver a run gets when it names none: ``"proximal"`` or ``"bmrm"``.
+def default_solver(lam, reg="l2", reuse_planes=False, party=False):
+    """Return the solver a run gets when it names none: ``"auto"``, ``"proximal"`` or ``"bmrm"``.
 
     The rule (the same for ``prbmrm.cli.train``, :func:`prbmrm.fit` and the
-    estimators): the proximal bundle method for one lam with a quadratic
-    regularizer (``l2``, ``quadratic``) and fewer than :data:`BMRM_FEATURES`
-    features, where it needed the fewest iterations and least time in every
-    measurement (docs/solvers.md); BMRM where planes carry over from other
-    lambdas (a lambda path, a warm start: BMRM's planes of R_emp hold for
-    every lam), for the other regularizers, and at millions of features,
-    where the proximal method's dense work per iteration outweighs its
-    fewer iterations (BMRM took less CPU and memory to the same gap).
+    estimators): for one lam with a quadratic regularizer (``l2``,
+    ``quadratic``), ``auto`` (:func:`prbmrm.solvers.auto.minimize_auto`),
+    which picks TRON, the proximal bundle method or BMRM from the loss and
+    the data's measured properties and hands over to BMRM if its pick stalls;
+    BMRM where planes carry over from other lambdas (a lambda path, a warm
+    start: BMRM's planes of R_emp hold for every lam) and for the other
+    regularizers. In party mode, where every sum must be a secure aggregation
+    of the risk (which TRON's Hessian products are not), ``proximal`` in
+    place of ``auto``.
 
     Parameters
     ----------
@@ -96,9 +94,8 @@ def default_solver(lam, reg="l2", reuse_planes=False, n_features=None):
         The regularizer or its name.
     reuse_planes : bool
         Whether the run starts from another run's planes.
-    n_features : int, optional
-        The model's dimension (with a bias column); None: not known yet
-        (the rule for fewer than :data:`BMRM_FEATURES`).
+    party : bool
+        Whether the run is in party mode.
 
     Returns
     -------
@@ -106,8 +103,9 @@ def default_solver(lam, reg="l2", reuse_planes=False, n_features=None):
         A key of :data:`SOLVERS`.
     """
     quadratic = getattr(get_regularizer(reg) if isinstance(reg, str) else reg, "quadratic", False)
-    few = n_features is None or n_features < BMRM_FEATURES
-    return "proximal" if quadratic and few and isinstance(lam, numbers.Real) and not reuse_planes else "bmrm"
+    if not quadratic or not isinstance(lam, numbers.Real) or reuse_planes:
+        return "bmrm"
+    return "proximal" if party else "auto"
 
 
 def solver_options(method, params):
@@ -177,5 +175,5 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
     return get_solver(method)(risk, w0, lam, regularizer, **options)
 
 
-__all__ = ["BMRM_FEATURES", "COMMON_OPTIONS", "HISTORY_COLUMNS", "SOLVERS", "Bundle", "CuttingPlaneBound", "Progress",
+__all__ = ["COMMON_OPTIONS", "HISTORY_COLUMNS", "SOLVERS", "Bundle", "CuttingPlaneBound", "Progress",
            "Result", "default_solver", "get_solver", "minimize", "solver_options"]

@@ -287,7 +287,7 @@ print(" ".join(sorted(sys.modules)))
 """
 
 
-@pytest.mark.parametrize("args, solver", [((), "proximal"), (("--solver", "bmrm", "--max-iter", "30"), "bmrm")])
+@pytest.mark.parametrize("args, solver", [((), "auto"), (("--solver", "bmrm", "--max-iter", "30"), "bmrm")])
 def test_a_plain_training_run_does_not_import_what_it_does_not_use(tmp_path, args, solver):
     # The compiled kernels are extension modules built at install: no run loads numba, llvmlite or ctypes.
     import subprocess

@@ -111,66 +111,6 @@ def test_proximal_run_equals_serial_run(comm, mpi_tmp_path, loss):
                              rel_epsilon=1e-4, max_iter=400)
 
 
-def test_default_solver_rule():
-    from prbmrm.regularizers import get_regularizer
-    from prbmrm.solvers import BMRM_FEATURES, default_solver
-
-    assert default_solver(1e-4) == default_solver(1e-4, get_regularizer("quadratic", B=2.0)) == "proximal"
-    # BMRM where planes carry over from other lambdas, and for regularizers the proximal method was not measured on.
-    assert default_solver([1e-2, 1e-3]) == default_solver(1e-4, "l2", reuse_planes=True) == "bmrm"
-    assert default_solver(1e-4, "l1") == default_solver(1e-4, "entropy") == "bmrm"
-    # At millions of features BMRM took less CPU and memory to the same gap (docs/solvers.md).
-    assert default_solver(1e-4, n_features=BMRM_FEATURES - 1) == "proximal"
-    assert default_solver(1e-4, n_features=BMRM_FEATURES) == "bmrm"
-
-
-def test_the_default_picks_bmrm_by_the_data_s_dimension(tmp_path, monkeypatch):
-    import prbmrm
-    import prbmrm.solvers
-    from prbmrm.estimators import BMRMClassifier
-    from prbmrm.model import load_model
-    from prbmrm.cli.train import main
-    from prbmrm.training import load_demo
-
-    X, y = load_demo()
-    # The demo's dimension counts as "many features": each entry point must then run what --solver bmrm runs.
-    monkeypatch.setattr(prbmrm.solvers, "BMRM_FEATURES", X.shape[1])
-    runs = {}
-    for name, args in (("default", []), ("bmrm", ["--solver", "bmrm"])):
-        assert main(["--lam", "1e-3", "--quiet", "--out", str(tmp_path / f"{name}.h5")] + args, SerialComm()) == 0
-        runs[name] = load_model(str(tmp_path / f"{name}.h5"))
-    fitted = prbmrm.fit(None, lam=1e-3)
-    assert runs["default"].attrs["solver"] == fitted.attrs["solver"] == "bmrm"
-    assert runs["default"].attrs["iterations"] == runs["bmrm"].attrs["iterations"] == fitted.attrs["iterations"]
-    np.testing.assert_array_equal(runs["default"].w, runs["bmrm"].w)
-    estimator = BMRMClassifier(lam=1e-3, bias=False).fit(X, y)
-    assert estimator.n_iter_ == runs["bmrm"].attrs["iterations"]
-    # One column fewer than the threshold: the proximal method, as without the rule.
-    monkeypatch.setattr(prbmrm.solvers, "BMRM_FEATURES", X.shape[1] + 1)
-    assert prbmrm.fit(None, lam=1e-3).attrs["solver"] == "proximal"
-
-
-def test_cli_fit_and_estimators_share_the_default(tmp_path):
-    import prbmrm
-    from prbmrm.estimators import BMRMClassifier
-    from prbmrm.model import load_model
-    from prbmrm.cli.train import main
-    from prbmrm.training import load_demo
-
-    out = str(tmp_path / "m.h5")
-    assert main(["--lam", "1e-3", "--quiet", "--out", out], SerialComm()) == 0
-    cli = load_model(out)
-    fitted = prbmrm.fit(None, lam=1e-3)
-    assert cli.attrs["solver"] == fitted.attrs["solver"] == "proximal"
-    assert cli.attrs["iterations"] == fitted.attrs["iterations"]
-    assert prbmrm.fit(None, lam=[1e-2, 1e-3]).attrs["solver"] == "bmrm"
-    X, y = load_demo()
-    # The estimator without a bias trains the CLI's problem: the same iterations and objective.
-    estimator = BMRMClassifier(lam=1e-3, bias=False).fit(X, y)
-    assert estimator.n_iter_ == cli.attrs["iterations"]
-    assert estimator.objective_ == pytest.approx(cli.attrs["objective"], rel=1e-12)
-
-
 @pytest.mark.timeout(600)
 def test_multiclass_dna_reaches_the_gap_where_plain_alg1_stalls():
     # Plain Alg. 1 (null_steps=0) ran over 10 minutes here without reaching the gap (Kiwiel's rule

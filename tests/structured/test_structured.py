@@ -349,7 +349,7 @@ def test_help_lists_the_plugins_but_parsing_never_looks_for_them(monkeypatch):
     assert scans == []  # reading every distribution's entry points is for --help alone
     text = " ".join(parser.format_help().split())
     assert "loss: hinge, squared_hinge," in text and "squared_hinge_example" in text
-    assert "bmrm_example (default: proximal" in text and "l2_example (default l2)" in text
+    assert "bmrm_example (default: auto" in text and "l2_example (default l2)" in text
 
 
 def test_plugin_trains_from_the_command_line_on_two_ranks(tmp_path):

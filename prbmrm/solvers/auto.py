@@ -1,0 +1,235 @@
+"""The default solver (``--solver auto``): one picked from the problem's measured properties, and a hand-over
+to BMRM when it stops making progress.
+
+The pick, made on rank 0 from what every rank count sees alike (the loss, the regularizer, the model's
+dimension d, the number of examples m and the density of the first canonical block, which rank 0 holds
+on any number of ranks), so that 1, 2 or 3 ranks take the same path:
+
+- a loss with a second derivative (logistic, squared hinge, least squares, Huber, ...) on columns of
+  comparable scales: :func:`~prbmrm.solvers.tron.minimize_tron`, Newton's method, which needs a handful
+  of data passes where the bundle methods need tens to hundreds (a9a, logistic, lam 1e-4: 7 against 58);
+  where the columns' root mean squares spread over more than :data:`SCALE_SPREAD` (kddcup99's raw
+  counts: 1.8e5), its conjugate gradients crawl (kddcup99, logistic, lam 1e-4: 117 rows and 1.8x the
+  proximal method's CPU), so the rule below applies;
+- the hinge loss, and any other loss, on data whose nonzeros outnumber the weights by at least
+  :data:`PROXIMAL_RATIO`: the proximal bundle method (fewest iterations, its dense O(d) work per
+  iteration small beside the data pass);
+- otherwise (millions of weights over few nonzeros, e.g. hashed text): BMRM, whose work follows the
+  planes' nonzeros.
+
+The hand-over: the first solver runs under a watch that stops it once its gap has not shrunk by
+:data:`STALL_FACTOR` over the last half of its iterations (from :data:`STALL_MIN_ITER` iterations on);
+BMRM then goes on from the best point found. Both parts' bounds are certified lower bounds of the same
+min J, so the gap of a row is the best objective of the whole run minus the best bound of the whole run.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.tron`; the other solvers
+by name through :func:`prbmrm.solvers.get_solver`.
+"""
+
+import inspect
+
+import numpy as np
+
+from .base import _MESSAGES, HISTORY_COLUMNS, Progress, Result
+from .tron import newton_ready
+
+PROXIMAL_RATIO = 16
+"""The proximal bundle method is picked when the data's nonzeros are at least this many times the weights."""
+
+SCALE_SPREAD = 1e3
+"""TRON is picked only where the largest column root mean square is at most this times the median one."""
+
+STALL_MIN_ITER = 200
+"""The watch lets a solver run at least this many iterations before it may hand over."""
+
+STALL_FACTOR = 0.5
+"""A solver stalls when its gap at iteration t is above this fraction of its gap at iteration t / 2."""
+
+
+def density(risk):
+    """Nonzeros per row of the first canonical block of `risk`'s data (rank 0 holds it on any number of ranks)."""
+    X = risk.blocks[0][0] if len(risk.blocks) else None
+    if X is None or not hasattr(X, "shape") or X.shape[0] == 0:
+        return 0.0
+    nonzeros = X.nnz if hasattr(X, "nnz") else np.count_nonzero(X)
+    return nonzeros / X.shape[0]
+
+
+def scale_spread(risk):
+    """The largest over the median root mean square of the nonzero columns of the first canonical block."""
+    X = risk.blocks[0][0] if len(risk.blocks) else None
+    if X is None or not hasattr(X, "shape") or X.shape[0] == 0:
+        return 1.0
+    squares = np.asarray((X.power(2) if hasattr(X, "power") else np.square(X)).sum(axis=0)).ravel()
+    rms = np.sqrt(squares[squares > 0])
+    return float(rms.max() / np.median(rms)) if len(rms) else 1.0
+
+
+def pick_solver(risk, regularizer):
+    """Return ``(name, why)``: the solver :func:`minimize_auto` starts with for `risk` and a quadratic `regularizer`.
+
+    Parameters
+    ----------
+    risk : callable
+        The risk oracle; a :class:`prbmrm.distributed.oracle.DistributedRisk` is
+        measured (its loss, dimension, examples and first block's density).
+    regularizer : object
+
+    Returns
+    -------
+    name : str
+        ``"tron"``, ``"proximal"`` or ``"bmrm"``.
+    why : str
+        The reason, for the run's report.
+    """
+    if not hasattr(risk, "blocks"):
+        return "proximal", "fewest iterations on a risk of unknown data"
+    if newton_ready(risk, regularizer) is None and getattr(risk.loss, "curvature", None) is not None:
+        spread = scale_spread(risk)
+        if spread <= SCALE_SPREAD:
+            return "tron", f"the loss {risk.loss.name!r} is twice differentiable: Newton's method"
+        why = f"columns scaled {spread:.2g}x apart, too far for Newton's conjugate gradients; "
+    else:
+        why = ""
+    nonzeros = density(risk) * risk.n_total
+    if nonzeros >= PROXIMAL_RATIO * risk.dim:
+        return "proximal", (f"{why}about {nonzeros:.3g} nonzeros for {risk.dim} weights: the proximal bundle "
+                            "method's fewer iterations pay for its dense work")
+    return "bmrm", (f"{why}about {nonzeros:.3g} nonzeros for {risk.dim} weights: BMRM's work follows the planes' "
+                    "nonzeros")
+
+
+class _Watch:
+    """The callback that stops a solver which has stalled (and passes each row on)."""
+
+    def __init__(self, callback, max_iter):
+        self.callback = callback
+        self.gaps = []
+        self.max_iter = max_iter
+        self.stalled = False
+
+    def __call__(self, row):
+        if self.callback is not None:
+            self.callback(row)
+        self.gaps.append(row.gap)
+        t = len(self.gaps)
+        if t >= STALL_MIN_ITER and t < self.max_iter and row.gap > STALL_FACTOR * self.gaps[t // 2 - 1]:
+            self.stalled = True
+            raise StopIteration
+
+
+def _interruptible(callback, checkpoint):
+    """`callback`, then a stop (StopIteration) when `checkpoint`, which writes nothing, says the run must end."""
+    def interruptible(row):
+        if callback is not None:
+            callback(row)
+        if checkpoint(row.iteration, dict):
+            interruptible.interrupted = True
+            raise StopIteration
+    interruptible.interrupted = False
+    return interruptible
+
+
+class _Continuation:
+    """The callback of the second solver: its rows renumbered after the first's, bounds and objectives the
+    run's best, and its stop when the run's gap is reached."""
+
+    def __init__(self, first, epsilon, rel_epsilon, callback):
+        self.offset = first.nit
+        self.seconds = first.history["seconds_total"][-1] if first.nit else 0.0
+        self.best = first.fun
+        self.bound = first.lower_bound
+        self.epsilon, self.rel_epsilon = epsilon, rel_epsilon
+        self.callback = callback
+        self.rows = []
+        self.reached = None
+
+    def __call__(self, row):
+        self.best = min(self.best, row.best_objective)
+        self.bound = max(self.bound, row.lower_bound)
+        gap = self.best - self.bound
+        joined = Progress(self.offset + row.iteration, row.objective, self.best, self.bound, gap, row.planes,
+                          row.seconds_risk, row.seconds_subproblem, row.seconds_comm,
+                          self.seconds + row.seconds_total)
+        self.rows.append(joined)
+        if self.callback is not None:
+            self.callback(joined)
+        if gap <= self.epsilon:
+            self.reached = 0
+        elif gap <= self.rel_epsilon * abs(self.best):
+            self.reached = 1
+        if self.reached is not None:
+            raise StopIteration
+
+
+def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10,
+                  bundle_size=0, bundle_memory=0, callback=None, first="", handover=1, state=None, checkpoint=None):
+    """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with the solver :func:`pick_solver` names, handing over
+    to BMRM if it stalls.
+
+    Parameters
+    ----------
+    risk : callable
+        The risk oracle (a :class:`prbmrm.distributed.oracle.DistributedRisk` for TRON and the measured pick).
+    w0 : ndarray
+    lam : float
+    regularizer : object
+    epsilon, rel_epsilon, max_iter, idle_age, callback
+        As for every solver; `max_iter` counts the iterations of both parts.
+    bundle_size, bundle_memory
+        The limits of the planes kept, for the solvers that keep them (as
+        for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`; TRON keeps none).
+    first : str
+        The solver to start with ("" : :func:`pick_solver`'s choice).
+    handover : int
+        1: watch the first solver and hand over to BMRM when it stalls or
+        stops making progress (status 4); 0: never.
+    state, checkpoint
+        As for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`: a run that writes
+        checkpoints (or resumes) runs one solver, without hand-over; the
+        proximal bundle method if the pick keeps no checkpoints (TRON). A
+        `checkpoint` that writes nothing only stops the run (status 5) when it
+        says so.
+
+    Returns
+    -------
+    Result
+        Its ``message`` names the solvers that ran (and where the second took over).
+    """
+    from . import get_solver
+
+    name, why = (first, "named by the caller") if first else pick_solver(risk, regularizer)
+    options, keeps = {}, "checkpoint" in inspect.signature(get_solver(name)).parameters
+    if state is not None or getattr(checkpoint, "path", None) is not None:
+        if not keeps:
+            name, why = "proximal", f"{name} keeps no checkpoints"
+        options, handover = {"state": state, "checkpoint": checkpoint}, 0
+    elif checkpoint is not None:
+        options = {"checkpoint": checkpoint} if keeps else {}
+        callback = callback if keeps else _interruptible(callback, checkpoint)
+    limits = {"bundle_size": bundle_size, "bundle_memory": bundle_memory}
+    if "bundle_size" in inspect.signature(get_solver(name)).parameters:
+        options.update(limits)
+    watch = _Watch(callback, max_iter) if handover and name != "bmrm" else None
+    result = get_solver(name)(risk, w0, lam, regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
+                              max_iter=max_iter, idle_age=idle_age, callback=watch or callback, **options)
+    if getattr(callback, "interrupted", False):
+        result.status, result.message = 5, _MESSAGES[5]
+    if watch is None or not (watch.stalled or result.status == 4):
+        result.message = f"{result.message} ({name}: {why})"
+        return result
+    stalled_at = result.nit
+    continuation = _Continuation(result, epsilon, rel_epsilon, callback)
+    second = get_solver("bmrm")(risk, result.w, lam, regularizer, epsilon=0.0, rel_epsilon=0.0,
+                                max_iter=max_iter - stalled_at, idle_age=idle_age, callback=continuation,
+                                checkpoint=options.get("checkpoint"), **limits)
+    history = {column: np.concatenate([result.history[column],
+                                       [getattr(row, column) for row in continuation.rows]])
+               for column in HISTORY_COLUMNS}
+    best_w = second.w if second.fun < result.fun else result.w
+    status = continuation.reached if continuation.reached is not None else second.status
+    joined = Result(w=best_w, fun=continuation.best, lower_bound=continuation.bound,
+                    gap=continuation.best - continuation.bound, nit=len(history["iteration"]), status=status,
+                    message="", w_last=second.w_last, history=history)
+    joined.message = f"{_MESSAGES[status]} ({name}: {why}; it stalled at iteration {stalled_at}, then bmrm)"
+    return joined

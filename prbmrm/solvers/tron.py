@@ -1,0 +1,404 @@
+"""TRON: a trust-region Newton method for smooth losses, with distributed Hessian products and a certified gap.
+
+The method of Lin, Weng and Keerthi (JMLR 2008), as LIBLINEAR's ``tron.cpp`` runs it: each iteration
+minimizes the quadratic model ``g^T s + s^T H s / 2`` within ``||s|| <= delta`` by conjugate gradients
+(stopped at ``||r|| <= cg_tol ||g||`` or on the boundary), takes the step if the objective's actual
+reduction is at least ``eta0`` times the predicted one, and updates delta by the paper's rules. For
+``J(w) = lam * Omega(w) + R_emp(w)`` with a quadratic Omega (``w^T B w / 2``) and a scalar loss::
+
+    H v = lam * B v + (1/m) X^T (D * (X v)),   D_i = l''(f_i, y_i)   (generalized where l' has a kink)
+
+Every rank holds D of its own rows; a Hessian product is one broadcast of v and one ordered sum of the
+blocks' ``X_b^T (D_b * (X_b v))`` (as MPI-LIBLINEAR does it with one Allreduce per CG step;
+:meth:`prbmrm.distributed.comm.SerialComm.ordered_sum`, so any number of ranks gives bitwise the same
+products, the same path and the same w). Each evaluated point also gives the value, gradient and
+curvature in one request.
+
+The certified gap: at any w, ``alpha_i = -l'(f_i, y_i)`` is dual feasible, and for a differentiable
+loss Fenchel-Young's equality turns its dual value into::
+
+    D(alpha) = R_emp(w) - <a, w> - lam * Omega^*(-a / lam),   a = grad R_emp(w)
+
+(paper 002, eq. 15 for ``Omega = ||w||^2 / 2``), a lower bound of min J at every point TRON evaluates;
+the gap is the best J minus the best such bound. Near the optimum a -> -lam B w*, so the gap
+closes as fast as the gradient does.
+
+The hinge loss has no second derivative: TRON then steps on Chapelle's Huberized hinge
+(``huber_hinge``, smoothing ``delta``; paper 004's smoothing of the hinge, up to its scale) and certifies
+the hinge problem itself: the rows report the hinge J, and the smoothed loss's ``alpha_i = -y_i l'_delta``
+lie in [0, 1], dual feasible for the hinge, whose conjugate makes their dual value::
+
+    D(alpha) = mean(alpha) - lam * Omega^*(-a / lam),   a = -(1/m) sum_i alpha_i y_i x_i
+
+When the smoothed problem is solved much more closely than the hinge gap (the smoothing dominates the
+gap), delta shrinks in proportion to the gap still to close, and TRON goes on from the same w.
+
+Imports: numpy, scipy (through the losses); of prbmrm: :mod:`prbmrm.distributed.oracle`, :mod:`prbmrm.errors`,
+:mod:`prbmrm.solvers.base`.
+"""
+
+import math
+import time
+
+import numpy as np
+
+from ..distributed.oracle import service
+from ..errors import UsageError
+from .base import Progress, Recorder, check_finite
+
+_POINT, _HESSIAN_NEW, _HESSIAN_OLD, _SMOOTHING = 0, 1, 2, 3
+
+# Lin, Weng and Keerthi (2008), Sec. 2.1, as in LIBLINEAR's tron.cpp.
+_ETA0, _ETA1, _ETA2 = 1e-4, 0.25, 0.75
+_SIGMA1, _SIGMA2, _SIGMA3 = 0.25, 0.5, 4.0
+
+SMOOTHED = {"hinge": "huber_hinge"}
+"""The nonsmooth losses TRON takes, by name: the smooth loss (its parameter ``delta``) it steps on, whose
+``alpha_i = -y_i l'`` lie in [0, 1], dual feasible for the hinge (``-l^*(-alpha) = alpha``)."""
+
+SHRINK_AT = 0.1
+"""Shrink the hinge's smoothing once the smoothed problem's own gap is at most this fraction of the hinge gap."""
+
+MIN_SMOOTHING = 1e-9
+"""The least smoothing delta: below it TRON stops (status 4) when it makes no more progress."""
+
+SPARSE_CURVATURE = 0.5
+"""A block keeps a copy of its rows with nonzero curvature when at most this fraction has one (squared hinge,
+Huber): the Hessian products then read only those rows, as LIBLINEAR's L2-loss SVM does."""
+
+
+def newton_ready(risk, regularizer):
+    """Return None if TRON applies to `risk` and `regularizer`, else why not (a sentence)."""
+    loss = getattr(risk, "loss", None)
+    if not hasattr(risk, "attach") or loss is None:
+        return "TRON needs the distributed risk oracle itself (prbmrm.distributed.oracle.DistributedRisk)"
+    if loss.name in SMOOTHED and not loss.needs_qid:
+        pass
+    elif not hasattr(loss, "curvature") or not loss.decomposable or loss.needs_qid or loss.structured:
+        return (f"TRON needs a twice differentiable scalar loss (logistic, squared_hinge, least_squares, huber, "
+                f"huber_hinge, ...), not {getattr(loss, 'name', loss)!r}")
+    if not getattr(regularizer, "quadratic", False):
+        return f"TRON needs a quadratic regularizer (l2, quadratic), not {regularizer.name!r}"
+    return None
+
+
+@service("tron")
+class NewtonRanks:
+    """Value, gradient, curvature and Hessian products of R_emp on every rank.
+
+    Built on every rank by ``risk.attach(NewtonRanks)``; rank 0 puts a
+    vector in :attr:`buffer` and calls ``risk.request(code)``: every rank
+    receives it (one broadcast), computes its blocks' partial sums, and the
+    blocks are added in their global order (``comm.ordered_sum``).
+    ``_POINT`` takes the vector as w and returns the sums ``(R_emp(w), grad
+    R_emp(w), R_target(w), sum alpha / m)`` of the loss stepped on (the
+    risk's own, or with a `delta` > 0 the smoothed loss of :data:`SMOOTHED`),
+    the risk's own loss and its dual variables, keeping each row's curvature
+    as the trial point's; ``_SMOOTHING`` sets delta to the buffer's first entry; ``_HESSIAN_NEW`` makes
+    the trial point (if any) the current one and ``_HESSIAN_OLD`` drops it (a
+    rejected step), then both return ``(1/m) X^T D X v`` at the current point.
+    """
+
+    def __init__(self, risk, delta=0.0):
+        self.risk = risk
+        self.buffer = np.zeros(risk.dim)
+        # per block: gradient, diagonal of X^T D X, risk, target risk, alphas; for products: X^T D X v
+        self._point_partials = np.empty((len(risk.blocks), 2 * risk.dim + 3))
+        self._product_partials = np.empty((len(risk.blocks), risk.dim + 1))
+        self._smooth(float(delta))
+        self._current = self._trial = None  # per block: (rows, their curvature)
+        self.last_seconds = {"risk": 0.0, "comm": 0.0}
+
+    def _smooth(self, delta):
+        target = self.risk.loss
+        if delta > 0.0:
+            from ..losses import get_loss
+
+            if target.name not in SMOOTHED:
+                raise ValueError(f"no smoothing for the loss {target.name!r}")
+            self.loss = get_loss(SMOOTHED[target.name], delta=delta)
+        else:
+            self.loss = target
+
+    def _point(self, w):
+        loss, target = self.loss, self.risk.loss
+        self._trial = []
+        dim = self.risk.dim
+        for partial, (X, y) in zip(self._point_partials, self.risk.blocks):
+            f = loss.scores(X, w)
+            partial[-3] = np.sum(loss.value(f, y))
+            derivative = loss.derivative(f, y)
+            partial[:dim] = X.T @ derivative
+            if loss is target:
+                partial[-2:] = partial[-3], 0.0
+            else:
+                partial[-2:] = np.sum(target.value(f, y)), -np.dot(y, derivative)
+            d = np.asarray(loss.curvature(f, y), dtype=np.float64)
+            partial[dim:-3] = (X.power(2) if hasattr(X, "power") else np.square(X)).T @ d
+            active = d != 0.0
+            count = int(np.count_nonzero(active))
+            self._trial.append((X[active], d[active]) if count <= SPARSE_CURVATURE * len(d) else (X, d))
+
+    def _hessian(self, v, accepted):
+        if accepted and self._trial is not None:
+            self._current = self._trial
+        self._trial = None
+        for partial, (X, d) in zip(self._product_partials, self._current):
+            partial[:-1] = X.T @ (d * (X @ v)) if X.shape[0] else 0.0
+            partial[-1] = 0.0
+
+    def handle(self, code):
+        """Answer one request (rank 0's buffer is broadcast first); see the class's description."""
+        risk = self.risk
+        started = time.perf_counter()
+        risk.comm.bcast_array(self.buffer)
+        if code == _SMOOTHING:
+            self._smooth(float(self.buffer[0]))
+            return None
+        received = time.perf_counter()
+        error = None
+        partials = self._point_partials if code == _POINT else self._product_partials
+        try:
+            if code == _POINT:
+                self._point(self.buffer)
+            else:
+                self._hessian(self.buffer, code == _HESSIAN_NEW)
+        except Exception as problem:  # NaN sums tell every rank to check, as the risk's evaluations do
+            error = problem
+            partials.fill(np.nan)
+        computed = time.perf_counter()
+        sums = risk.comm.ordered_sum(partials, risk.n_parts) / risk.n_total
+        if not np.isfinite(sums[-1]):
+            risk.comm.check(error)
+        self.last_seconds = {"risk": computed - received,
+                             "comm": received - started + time.perf_counter() - computed}
+        if code != _POINT:
+            return sums[:-1]
+        dim = risk.dim
+        return sums[-3], sums[:dim], sums[dim:-3], sums[-2], sums[-1]
+
+
+class _Newton:
+    """Rank 0's end: J, its gradient and Hessian products through the attached :class:`NewtonRanks`."""
+
+    def __init__(self, risk, lam, regularizer, delta, precondition):
+        self.risk, self.lam, self.regularizer = risk, lam, regularizer
+        self.precondition = precondition
+        omega = regularizer.subgradient(np.ones(risk.dim))  # B's diagonal where B is diagonal
+        self._omega_diagonal = lam * (omega if np.all(omega > 0) else np.ones(risk.dim))
+        self.delta = delta  # the smoothing of the hinge; 0: the loss itself
+        self.ranks = risk.attach(NewtonRanks, delta)
+        self.seconds = {"risk": 0.0, "comm": 0.0}
+        self.products = 0
+        self.accepted = True  # whether the next products are at the last point evaluated
+
+    def _request(self, code, v):
+        self.ranks.buffer[:] = v
+        answer = self.risk.request(code)
+        for key, value in self.ranks.last_seconds.items():
+            self.seconds[key] += value
+        return answer
+
+    def smooth(self, delta):
+        """Step on the hinge smoothed by `delta` from now on (the next :meth:`point` uses it)."""
+        self.delta = delta
+        self.ranks.buffer[0] = delta
+        self.risk.request(_SMOOTHING)
+
+    def point(self, w):
+        """Return ``(J_s(w), grad J_s(w), M, gap_s, J(w), D(w))`` at `w`; later products are at w.
+
+        J_s is the objective stepped on (J itself, or J with the smoothed
+        hinge), M the diagonal preconditioner of its Hessian at w
+        (``(1 - p) + p diag(H)``, p = :attr:`precondition`, as LIBLINEAR's),
+        gap_s its own duality gap at w; J is the problem's objective
+        and D the dual value of the problem's dual point of w (a certified
+        lower bound of min J).
+        """
+        r, a, diagonal, r_target, alphas = self._request(_POINT, w)
+        preconditioner = (1.0 - self.precondition) + self.precondition * (self._omega_diagonal + diagonal)
+        a = a.copy()
+        regularization = self.lam * self.regularizer.value(w)
+        conjugate = self.lam * self.regularizer.conjugate(-a / self.lam)
+        own_dual = r - float(np.dot(a, w)) - conjugate  # Fenchel-Young for the loss stepped on
+        objective = regularization + r
+        dual = own_dual if self.delta == 0.0 else alphas - conjugate
+        return (objective, self.lam * self.regularizer.subgradient(w) + a, preconditioner, objective - own_dual,
+                regularization + r_target, dual)
+
+    def hessian(self, v):
+        """Return ``H v`` at the last :meth:`point` if :attr:`accepted`, else at the one before."""
+        self.products += 1
+        code, self.accepted = (_HESSIAN_NEW if self.accepted else _HESSIAN_OLD), True
+        return self.lam * self.regularizer.subgradient(v) + self._request(code, v)
+
+
+def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
+    """Approximately minimize ``g^T s + s^T H s / 2`` within ``||s||_M <= radius`` by conjugate gradients
+    preconditioned with the diagonal M (tron.cpp's trpcg), stopped when the residual's norm is at most
+    `cg_tol` times the first one's or at most `enough`.
+
+    Returns ``(s, r, on_boundary)`` with the residual ``r = -g - H s``.
+    """
+    s = np.zeros_like(g)
+    r = -g
+    z = r / M
+    d = z.copy()
+    zr = float(np.dot(z, r))
+    tolerance = max(cg_tol * math.sqrt(zr), enough)
+    for _ in range(max_cg):
+        if math.sqrt(zr) <= tolerance:
+            break
+        Hd = newton.hessian(d)
+        dHd = float(np.dot(d, Hd))
+        if not dHd > 0.0:  # numerically flat: the model gives no better direction
+            break
+        alpha = zr / dHd
+        s += alpha * d
+        if float(np.dot(s, M * s)) > radius * radius:
+            s -= alpha * d
+            Md = M * d
+            sMd, sMs, dMd = float(np.dot(s, Md)), float(np.dot(s, M * s)), float(np.dot(d, Md))
+            rsq = radius * radius
+            rad = math.sqrt(max(sMd * sMd + dMd * (rsq - sMs), 0.0))
+            alpha = (rsq - sMs) / (sMd + rad) if sMd >= 0 else (rad - sMd) / dMd
+            s += alpha * d
+            r -= alpha * Hd
+            return s, r, True
+        r -= alpha * Hd
+        z = r / M
+        zr_new = float(np.dot(z, r))
+        d *= zr_new / zr
+        d += z
+        zr = zr_new
+    return s, r, False
+
+
+def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10,
+                  callback=None, cg_tol=0.1, max_cg=1000, smoothing=0.1, precondition=0.0):
+    """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` by trust-region Newton, certifying the gap.
+
+    One row per evaluated point (accepted or not); each reports J there,
+    the best J, the best dual value so far (a certified lower bound, see the
+    module's description) and their gap; the run stops when the gap is at
+    most `epsilon` or `rel_epsilon` times the best J.
+
+    Parameters
+    ----------
+    risk : prbmrm.distributed.oracle.DistributedRisk
+        The oracle itself (on rank 0): TRON attaches its service to it.
+    w0 : ndarray
+    lam : float
+    regularizer : object
+        Quadratic (``l2``, ``quadratic``).
+    epsilon, rel_epsilon : float
+        Stop when the gap is at most `epsilon`, or at most `rel_epsilon`
+        times the best objective (0 disables either).
+    max_iter : int
+        Most rows (evaluated points); the first is w0.
+    idle_age : int
+        Unused (TRON keeps no planes); accepted as every solver does.
+    callback : callable, optional
+        Called with each :class:`Progress`; raising StopIteration stops.
+    cg_tol : float
+        Conjugate gradients stop when the residual is at most this times
+        the gradient's norm (LIBLINEAR's 0.1).
+    max_cg : int
+        Most conjugate gradient steps (Hessian products) per iteration.
+    smoothing : float
+        The hinge loss only: the first smoothing delta (> 0, see
+        :data:`SMOOTHED`), then shrunk as the gap requires.
+    precondition : float
+        The weight p in [0, 1) of the Hessian's diagonal in the conjugate
+        gradients' preconditioner ``(1 - p) I + p diag(H)`` (Hsia, Chiang and
+        Lin 2018; LIBLINEAR uses 0.01); 0 (the default: on a9a it saved no
+        Hessian products): none.
+
+    Returns
+    -------
+    Result
+        Status 4 if the trust region can make no further progress before
+        the gap is reached (the predicted reduction is no longer positive).
+    """
+    problem = newton_ready(risk, regularizer)
+    if problem is not None:
+        raise UsageError(problem + " (use --solver lbfgs or bmrm)")
+    if not (cg_tol > 0 and max_cg >= 1 and smoothing > 0 and 0 <= precondition < 1):
+        raise UsageError(f"TRON's solver parameters need cg_tol > 0, max_cg >= 1, smoothing > 0 and "
+                         f"0 <= precondition < 1, got {cg_tol}, {max_cg}, {smoothing} and {precondition}")
+    recorder = Recorder(epsilon, rel_epsilon, callback)
+    newton = _Newton(risk, lam, regularizer, float(smoothing) if risk.loss.name in SMOOTHED else 0.0, precondition)
+    state = {"iteration": 0, "best": math.inf, "best_w": None, "bound": -math.inf}
+    seconds = {"cg": 0.0}
+
+    def evaluate(w):
+        """One row at `w`; returns ``(stop, J_s, grad J_s, M, gap_s)`` of the objective stepped on."""
+        before = dict(newton.seconds)
+        f_s, g_s, M, gap_s, objective, dual = newton.point(w)
+        check_finite(f_s, g_s, state["iteration"] + 1)
+        state["iteration"] += 1
+        if objective < state["best"]:
+            state["best"], state["best_w"] = objective, w.copy()
+        state["bound"] = max(state["bound"], dual)
+        row = Progress(state["iteration"], objective, state["best"], state["bound"], state["best"] - state["bound"],
+                       1, newton.seconds["risk"] - before["risk"], seconds["cg"],
+                       newton.seconds["comm"] - before["comm"],
+                       time.perf_counter() - recorder.started)
+        seconds["cg"] = 0.0
+        return recorder.record(row) or state["iteration"] >= max_iter, f_s, g_s, M, gap_s
+
+    def smoothing_dominates(gap_s):
+        """Whether the smoothed problem is solved so much more closely than J that delta must shrink."""
+        return newton.delta > 0.0 and gap_s <= SHRINK_AT * (state["best"] - state["bound"])
+
+    w = np.array(w0, dtype=np.float64)
+    stop, f, g, M, gap_s = evaluate(w)
+    radius = math.sqrt(float(np.dot(g, g / M)))
+    first = True
+    while not stop:
+        if smoothing_dominates(gap_s):
+            gap = state["best"] - state["bound"]
+            wanted = max(epsilon, rel_epsilon * abs(state["best"]))
+            newton.smooth(newton.delta * min(max(0.5 * wanted / gap, 0.01), 0.5))
+            stop, f, g, M, gap_s = evaluate(w)
+            continue
+        started = time.perf_counter()
+        # Without smoothing the gap is the Fenchel-Young gap of lam Omega, ||grad J||^2 / (2 lam) for l2:
+        # a residual (the model's next gradient) below sqrt(2 lam gap) / 2 is all the wanted gap needs.
+        wanted = max(epsilon, rel_epsilon * abs(state["best"]))
+        enough = 0.0 if newton.delta > 0.0 else 0.5 * math.sqrt(2.0 * lam * wanted)
+        s, r, on_boundary = _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough)
+        gs = float(np.dot(g, s))
+        predicted = -0.5 * (gs - float(np.dot(s, r)))
+        seconds["cg"] = time.perf_counter() - started  # the CG's own work, beside its products' passes
+        w_new = w + s
+        stop, f_new, g_new, M_new, gap_new = evaluate(w_new)
+        actual = f - f_new
+        snorm = math.sqrt(float(np.dot(s, M * s)))
+        if first:
+            radius, first = min(radius, snorm), False
+        alpha = _SIGMA3 if f_new - f - gs <= 0 else max(_SIGMA1, -0.5 * (gs / (f_new - f - gs)))
+        if actual < _ETA0 * predicted:
+            radius = min(alpha * snorm, _SIGMA2 * radius)
+        elif actual < _ETA1 * predicted:
+            radius = max(_SIGMA1 * radius, min(alpha * snorm, _SIGMA2 * radius))
+        elif actual < _ETA2 * predicted:
+            radius = max(_SIGMA1 * radius, min(alpha * snorm, _SIGMA3 * radius))
+        elif on_boundary:
+            radius = _SIGMA3 * radius
+        else:
+            radius = max(radius, min(alpha * snorm, _SIGMA3 * radius))
+        newton.accepted = actual > _ETA0 * predicted
+        if newton.accepted:
+            w, f, g, M, gap_s = w_new, f_new, g_new, M_new, gap_new
+        if stop:
+            break
+        if not predicted > 0 or (abs(actual) <= 1e-12 * abs(f) and abs(predicted) <= 1e-12 * abs(f)):
+            if newton.delta > 0.0 and newton.delta > MIN_SMOOTHING:
+                gap_s = 0.0  # the smoothed problem is solved: shrink delta
+                continue
+            recorder.status = 4
+            break
+    if state["best_w"] is None:
+        state["best_w"] = w
+    return recorder.result(state["best_w"], state["best"], w)

@@ -1,0 +1,206 @@
+"""prbmrm's default solver against LIBLINEAR: time to the same certified objective, 1 thread, interleaved.
+
+For each data set, loss (hinge, logistic) and lam, one round runs:
+
+- prbmrm's default (no ``--solver``), ``--epsilon 1e-4 --rel-epsilon 0``, as a whole process
+  (``python -m prbmrm.cli.train`` on the data's HDF5 shards, written once before timing): its own clock
+  (the model history's ``seconds_total``) and the whole process's wall seconds;
+- LIBLINEAR (the ``liblinear-official`` package, its ``train()`` call timed; C = 1 / (lam m), no bias):
+  ``-s 3`` (dual coordinate descent) for the hinge, ``-s 0`` (trust-region Newton) and ``-s 7`` (dual)
+  for the logistic loss, each from its default eps tightened tenfold until its primal objective is within
+  1e-4 of a certified lower bound of min J (the best bound of a tight prbmrm run made before the rounds,
+  not timed); the fastest solver that gets there is reported, with its eps. A solver that never gets
+  within 1e-4 (eps down to 1e-6) is reported as such.
+
+Rounds interleave the two programs (prbmrm, then LIBLINEAR, per case); the table shows medians over the
+rounds, the ratio prbmrm own / LIBLINEAR and the 1-minute load average at the case's last round.
+BLAS and OpenMP are held to one thread in both.
+
+Data sets: ``a9a`` and ``kddcup99`` (``$PRBMRM_DATA``); ``planted5m``, a planted sparse set
+(``--planted-rows`` rows, default 5,000,000 with ``--full``, 200,000 otherwise; 1,000 features,
+10 nonzeros per row, values +-[1, 2], labels from a random w plus noise), also on 2 ranks (mpiexec) with
+the ratio 2-rank / 1-rank own time. Fashion-MNIST is not available offline on this machine: left out.
+
+The quick mode (the default; the machine is shared) runs a9a, one round; ``--full`` runs every set and
+three rounds.
+
+Usage (from the repository root)::
+
+    PYTHONPATH=$PWD PRBMRM_DATA=/work/shared/data python scripts/bench_liblinear.py [--full]
+        [--sets a9a kddcup99 planted5m] [--losses hinge logistic] [--lams 1e-4 1e-5 1e-6] [--rounds 3]
+"""
+
+import argparse
+import lzma
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_variable] = "1"
+
+import numpy as np  # noqa: E402
+
+TARGET = 1e-4
+EPS_START = {"3": 0.1, "0": 0.01, "7": 0.1}
+SOLVERS = {"hinge": ["3"], "logistic": ["0", "7"]}
+
+
+def load_set(name, rows):
+    """(X as CSR, y in {-1, +1}) of a data set."""
+    from sklearn.datasets import load_svmlight_file
+
+    if name == "planted5m":
+        return planted(rows)
+    file = {"a9a": "a9a.xz", "kddcup99": "kddcup99_10pct.binary.xz"}[name]
+    with lzma.open(os.path.join(os.environ.get("PRBMRM_DATA", "/work/shared/data"), file)) as f:
+        X, y = load_svmlight_file(f)
+    return X.tocsr(), np.where(y > 0, 1.0, -1.0)
+
+
+def planted(rows, d=1000, per_row=10, seed=0):
+    """A planted sparse set: `per_row` nonzeros +-[1, 2] per row, labels sign(<w, x> + noise)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    indices = rng.integers(0, d, size=(rows, per_row))
+    indices.sort(axis=1)
+    values = rng.choice([-1.0, 1.0], size=(rows, per_row)) * rng.uniform(1.0, 2.0, size=(rows, per_row))
+    X = sp.csr_matrix((values.ravel(), indices.ravel(), np.arange(0, rows * per_row + 1, per_row)), shape=(rows, d))
+    X.sum_duplicates()
+    w = rng.normal(size=d)
+    f = X @ w
+    y = np.where(f + 0.5 * np.std(f) * rng.normal(size=rows) > 0, 1.0, -1.0)
+    return X, y
+
+
+def objective(X, y, w, loss, lam):
+    z = y * (X @ w)
+    risk = np.maximum(0.0, 1.0 - z) if loss == "hinge" else np.logaddexp(0.0, -z)
+    return 0.5 * lam * float(w @ w) + float(np.mean(risk))
+
+
+def run_prbmrm(shards, loss, lam, ranks=1, epsilon=TARGET, solver=None):
+    """One whole prbmrm process; returns (own seconds, process seconds, iterations, objective, lower bound, status,
+    process CPU seconds)."""
+    from prbmrm.model import load_model
+
+    with tempfile.TemporaryDirectory() as out:
+        model = os.path.join(out, "m.h5")
+        command = [sys.executable, "-m", "prbmrm.cli.train", "--data", shards, "--loss", loss, "--lam", repr(lam),
+                   "--epsilon", repr(epsilon), "--rel-epsilon", "0", "--quiet", "--out", model]
+        if solver:
+            command += ["--solver", solver]
+        if ranks > 1:
+            command = [os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n", str(ranks)] + command
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=3600)
+        process = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        if done.returncode != 0:
+            raise RuntimeError(f"prbmrm failed: {done.stderr[-2000:]}")
+        m = load_model(model)
+        return (float(m.history["seconds_total"][-1]), process, int(m.attrs["iterations"]),
+                float(m.attrs["objective"]), float(m.attrs["lower_bound"]), int(m.attrs["status"]), cpu)
+
+
+def run_liblinear(problem, X, y, loss, lam, bound, solver, eps):
+    """One LIBLINEAR train(); returns ((seconds, CPU seconds), objective, within the target)."""
+    from liblinear import liblinearutil
+
+    C = 1.0 / (lam * X.shape[0])
+    started, cpu = time.perf_counter(), time.process_time()
+    model = liblinearutil.train(problem, liblinearutil.parameter(f"-s {solver} -c {C!r} -e {eps!r} -q"))
+    seconds = (time.perf_counter() - started, time.process_time() - cpu)
+    w = np.array([model.w[i] for i in range(X.shape[1])])
+    if model.label[0] != 1:
+        w = -w
+    value = objective(X, y, w, loss, lam)
+    return seconds, value, value - bound <= TARGET
+
+
+def liblinear_settings(problem, X, y, loss, lam, bound):
+    """For each LIBLINEAR solver of `loss`: the largest eps (tenfold steps) within the target, or None."""
+    found = {}
+    for solver in SOLVERS[loss]:
+        eps = EPS_START[solver]
+        found[solver] = None
+        while eps >= 1e-6:
+            if run_liblinear(problem, X, y, loss, lam, bound, solver, eps)[2]:
+                found[solver] = eps
+                break
+            eps /= 10
+    return found
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--full", action="store_true", help="every data set, three rounds")
+    parser.add_argument("--sets", nargs="+")
+    parser.add_argument("--losses", nargs="+", default=["hinge", "logistic"])
+    parser.add_argument("--lams", nargs="+", type=float, default=[1e-4, 1e-5, 1e-6])
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--planted-rows", type=int)
+    args = parser.parse_args(argv)
+    sets = args.sets or (["a9a", "kddcup99", "planted5m"] if args.full else ["a9a"])
+    rounds = args.rounds or (3 if args.full else 1)
+    rows = args.planted_rows or (5_000_000 if args.full else 200_000)
+    from liblinear import liblinearutil
+    from prbmrm.io import write_shards
+
+    print("Fashion-MNIST: not available offline on this machine, left out.")
+    print("| set | loss | lam | prbmrm default: iterations / own s / process s (process CPU s) "
+          "| LIBLINEAR: solver, eps, s (CPU s) | prbmrm own / LIBLINEAR | load |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory() as work:
+        for name in sets:
+            X, y = load_set(name, rows)
+            shards = os.path.join(work, name)
+            write_shards(X, y, shards, 1 if name != "planted5m" else 2)
+            problem = liblinearutil.problem(y, X)
+            for loss in args.losses:
+                for lam in args.lams:
+                    # A certified bound of min J, not timed: a tight prbmrm run.
+                    bound = run_prbmrm(shards, loss, lam, epsilon=1e-7 if loss == "logistic" else 1e-6)[4]
+                    settings = liblinear_settings(problem, X, y, loss, lam, bound)
+                    ours, theirs = [], {solver: [] for solver, eps in settings.items() if eps is not None}
+                    for _ in range(rounds):
+                        ours.append(run_prbmrm(shards, loss, lam))
+                        for solver in theirs:
+                            theirs[solver].append(run_liblinear(problem, X, y, loss, lam, bound, solver,
+                                                                settings[solver])[0])
+                    own = statistics.median(r[0] for r in ours)
+                    process = statistics.median(r[1] for r in ours)
+                    process_cpu = statistics.median(r[6] for r in ours)
+                    iterations = ours[-1][2]
+                    reached = all(r[5] in (0, 1) for r in ours)
+                    if theirs:
+                        solver = min(theirs, key=lambda s: statistics.median(t[0] for t in theirs[s]))
+                        seconds = statistics.median(t[0] for t in theirs[solver])
+                        cpu = statistics.median(t[1] for t in theirs[solver])
+                        peer = f"-s {solver}, eps {settings[solver]:g}: {seconds:.3f} ({cpu:.3f})"
+                        ratio = f"{own / seconds:.2f}x"
+                    else:
+                        peer, ratio = "never within 1e-4 (eps down to 1e-6)", "only prbmrm gets there"
+                    mark = "" if reached else " (gap not reached)"
+                    print(f"| {name} | {loss} | {lam:g} | {iterations} / {own:.3f} / {process:.2f} "
+                          f"({process_cpu:.2f}){mark} "
+                          f"| {peer} "
+                          f"| {ratio} | {os.getloadavg()[0]:.1f} |", flush=True)
+            if name == "planted5m":
+                for loss in args.losses:
+                    lam = args.lams[0]
+                    one = [run_prbmrm(shards, loss, lam, ranks=r)[0] for _ in range(rounds) for r in (1, 2)]
+                    single, double = statistics.median(one[0::2]), statistics.median(one[1::2])
+                    print(f"{name} {loss} lam {lam:g}: own seconds 1 rank {single:.2f}, 2 ranks {double:.2f}, "
+                          f"ratio {double / single:.2f} (load {os.getloadavg()[0]:.1f})", flush=True)
+
+
+if __name__ == "__main__":
+    main()

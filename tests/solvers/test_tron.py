@@ -1,0 +1,202 @@
+"""TRON: the losses' curvature and the Hessian products against finite differences, its certified gap
+against cvxpy, and its run on 1, 2 and 3 ranks bitwise against one process."""
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+from helpers import load_svmlight, shared_shards
+from prbmrm.solvers import minimize  # first: the base commit's prbmrm.regularizers alone imports circularly
+from prbmrm.distributed.comm import SerialComm
+from prbmrm.distributed.oracle import DistributedRisk, run_distributed
+from prbmrm.errors import UsageError
+from prbmrm.io import load_local
+from prbmrm.losses import get_loss
+from prbmrm.regularizers import get_regularizer
+from prbmrm.solvers.tron import NewtonRanks
+
+SMOOTH = ["logistic", "squared_hinge", "least_squares", "huber", "huber_hinge", "exponential",
+          "squared_zero_hinge", "poisson"]
+
+
+def planted(loss, m=300, d=12, seed=0):
+    """Dense rows and labels that suit `loss` (+-1, real targets or counts)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(m, d)) / np.sqrt(d)
+    f = X @ rng.normal(size=d)
+    if loss in ("least_squares", "huber"):
+        y = f + 0.3 * rng.normal(size=m)
+    elif loss == "poisson":
+        y = rng.poisson(np.exp(0.5 * f)).astype(np.float64)
+    else:
+        y = np.where(f + 0.3 * rng.normal(size=m) > 0, 1.0, -1.0)
+    return X, y
+
+
+def oracle_of(loss, X, y):
+    loss = get_loss(loss)
+    kind = "binary" if set(np.unique(y)) <= {-1.0, 1.0} else "integer" if np.all(y == np.round(y)) else "real"
+    loss.prepare(np.unique(y), kind)
+    return DistributedRisk(loss, X, y, len(y), SerialComm())
+
+
+@pytest.mark.parametrize("name", SMOOTH)
+def test_curvature_is_the_derivatives_finite_difference(name):
+    loss = get_loss(name)
+    rng = np.random.default_rng(1)
+    f = rng.normal(size=400) * 2
+    y = (rng.poisson(2.0, size=400).astype(float) if name == "poisson" else
+         rng.normal(size=400) if name in ("least_squares", "huber") else rng.choice([-1.0, 1.0], size=400))
+    h = 1e-6
+    numeric = (loss.derivative(f + h, y) - loss.derivative(f - h, y)) / (2 * h)
+    # Away from the kinks of l' (squared hinge, Huber), where the generalized l'' takes one side.
+    smooth = np.ones_like(f, dtype=bool)
+    for kink in {"squared_hinge": [1.0], "squared_zero_hinge": [0.0], "huber": [],
+                 "huber_hinge": [0.5, 1.5]}.get(name, []):
+        smooth &= np.abs(y * f - kink) > 1e-3
+    if name == "huber":
+        smooth &= np.abs(np.abs(f - y) - loss.delta) > 1e-3
+    np.testing.assert_allclose(loss.curvature(f, y)[smooth], numeric[smooth], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["logistic", "least_squares", "exponential"])
+def test_hessian_product_is_the_gradients_finite_difference(name):
+    X, y = planted(name)
+    oracle = oracle_of(name, X, y)
+    ranks = oracle.attach(NewtonRanks)
+    rng = np.random.default_rng(2)
+    w, v = 0.3 * rng.normal(size=X.shape[1]), rng.normal(size=X.shape[1])
+
+    def gradient(point):
+        ranks.buffer[:] = point
+        return ranks.handle(0)[1].copy()
+
+    h = 1e-6
+    numeric = (gradient(w + h * v) - gradient(w - h * v)) / (2 * h)
+    ranks.buffer[:] = w
+    r, a, diagonal, r_target, _ = ranks.handle(0)
+    assert r == r_target
+    assert r == pytest.approx(np.mean(get_loss(name).value(X @ w, y)), rel=1e-12)
+    ranks.buffer[:] = v
+    np.testing.assert_allclose(ranks.handle(1), numeric, rtol=1e-5, atol=1e-8)
+    # The diagonal of (1/m) X^T D X, column by column.
+    for j in range(X.shape[1]):
+        ranks.buffer[:] = np.eye(X.shape[1])[j]
+        assert diagonal[j] == pytest.approx(ranks.handle(1)[j], rel=1e-10)
+
+
+def cvxpy_optimum(loss, X, y, lam, B=None):
+    w = cp.Variable(X.shape[1])
+    f = X @ w
+    m = len(y)
+    risk = {"logistic": cp.sum(cp.logistic(-cp.multiply(y, f))),
+            "squared_hinge": 0.5 * cp.sum_squares(cp.pos(1 - cp.multiply(y, f))),
+            "least_squares": 0.5 * cp.sum_squares(f - y),
+            "huber": 0.5 * cp.sum(cp.huber(f - y, 1.0))}[loss]
+    omega = 0.5 * (cp.sum_squares(w) if B is None else cp.sum(cp.multiply(B, cp.square(w))))
+    problem = cp.Problem(cp.Minimize(lam * omega + risk / m))
+    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    return problem.value
+
+
+@pytest.mark.parametrize("lam", [1e-1, 1e-3, 1e-5])
+@pytest.mark.parametrize("loss", ["logistic", "squared_hinge", "least_squares", "huber"])
+def test_gap_brackets_the_cvxpy_optimum(loss, lam):
+    X, y = planted(loss)
+    result = minimize(oracle_of(loss, X, y), np.zeros(X.shape[1]), lam, method="tron", epsilon=1e-9,
+                      rel_epsilon=0)
+    optimum = cvxpy_optimum(loss, X, y, lam)
+    assert result.success and result.gap <= 1e-9
+    tolerance = 1e-8 * max(1.0, abs(optimum))
+    assert np.all(result.history["lower_bound"] <= optimum + tolerance)
+    assert result.fun >= optimum - tolerance
+    assert result.fun <= optimum + 1e-9 + tolerance
+
+
+def test_gap_with_a_diagonal_quadratic_regularizer():
+    X, y = planted("logistic", d=8)
+    B = np.linspace(0.5, 3.0, X.shape[1])
+    lam = 1e-2
+    reg = get_regularizer("quadratic", B=B)
+    oracle = oracle_of("logistic", X, y)
+    reg.prepare(oracle.dim, 0.0)
+    result = minimize(oracle, np.zeros(X.shape[1]), lam, method="tron", reg=reg, epsilon=1e-9, rel_epsilon=0)
+    optimum = cvxpy_optimum("logistic", X, y, lam, B)
+    assert result.success
+    assert np.all(result.history["lower_bound"] <= optimum + 1e-8)
+    assert result.fun == pytest.approx(optimum, abs=2e-9)
+
+
+def test_tron_agrees_with_bmrm_on_a9a():
+    X, y = load_svmlight("a9a.xz")
+    X, y = X[:4000], y[:4000]
+    lam = 1e-4
+    tron = minimize(oracle_of("logistic", X, y), np.zeros(X.shape[1]), lam, method="tron", epsilon=1e-7,
+                    rel_epsilon=0)
+    bmrm = minimize(oracle_of("logistic", X, y), np.zeros(X.shape[1]), lam, method="bmrm", epsilon=1e-7,
+                    rel_epsilon=0)
+    assert tron.success and bmrm.success
+    assert tron.lower_bound <= bmrm.fun + 1e-15 and bmrm.lower_bound <= tron.fun + 1e-15
+    assert tron.fun == pytest.approx(bmrm.fun, abs=2e-7)
+
+
+@pytest.mark.parametrize("loss, reg", [("least_absolute_deviation", "l2"), ("logistic", "l1")])
+def test_refuses_what_newton_cannot_do(loss, reg):
+    X, y = planted("least_squares" if loss == "least_absolute_deviation" else "logistic")
+    oracle = oracle_of(loss, X, y)
+    with pytest.raises(UsageError, match="TRON needs"):
+        minimize(oracle, np.zeros(X.shape[1]), 1e-3, method="tron", reg=reg)
+
+
+def test_max_iter_is_reported():
+    X, y = planted("logistic")
+    result = minimize(oracle_of("logistic", X, y), np.zeros(X.shape[1]), 1e-6, method="tron", epsilon=1e-14,
+                      rel_epsilon=0, max_iter=2)
+    assert result.nit == 2 and result.status == 2 and not result.success
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("loss, lam, epsilon", [("logistic", 1e-5, 1e-8), ("squared_hinge", 1e-5, 1e-8),
+                                                ("hinge", 1e-3, 1e-5)])
+def test_ranks_give_bitwise_the_run_of_one_process(comm, mpi_tmp_path, loss, lam, epsilon):
+    X, y = load_svmlight("a9a.xz")
+    X, y = X[:3000], y[:3000]
+    directory = shared_shards(comm, mpi_tmp_path / "tron", X, y, parts=comm.size + 1)
+
+    def run(communicator):
+        local = load_local(directory, communicator, bias=True)
+        oracle = DistributedRisk(get_loss(loss), local.X, local.y, local.n_examples_total, communicator,
+                                 local.blocks)
+        return run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), lam, method="tron",
+                                                             epsilon=epsilon, rel_epsilon=0))
+
+    result = run(comm)
+    if comm.is_root:
+        expected = run(SerialComm())
+        assert result.success and result.nit == expected.nit
+        assert np.array_equal(result.w, expected.w)
+        for column in ("objective", "lower_bound", "gap"):
+            assert np.array_equal(result.history[column], expected.history[column]), column
+
+
+def cvxpy_hinge_optimum(X, y, lam):
+    w = cp.Variable(X.shape[1])
+    risk = cp.sum(cp.pos(1 - cp.multiply(y, X @ w))) / len(y)
+    problem = cp.Problem(cp.Minimize(0.5 * lam * cp.sum_squares(w) + risk))
+    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    return problem.value
+
+
+@pytest.mark.parametrize("lam", [1e-1, 1e-3, 1e-5])
+def test_smoothed_hinge_certifies_the_hinge_problem(lam):
+    X, y = planted("logistic", m=400)
+    oracle = oracle_of("hinge", X, y)
+    result = minimize(oracle, np.zeros(X.shape[1]), lam, method="tron", epsilon=1e-6, rel_epsilon=0)
+    optimum = cvxpy_hinge_optimum(X, y, lam)
+    assert result.success and result.gap <= 1e-6
+    # The rows report the hinge objective itself, and every bound lies below the hinge optimum.
+    hinge = np.mean(np.maximum(0, 1 - y * (X @ result.w))) + 0.5 * lam * result.w @ result.w
+    assert result.fun == pytest.approx(hinge, rel=1e-12)
+    assert np.all(result.history["lower_bound"] <= optimum + 1e-9)
+    assert optimum - 1e-9 <= result.fun <= optimum + 1e-6 + 1e-9

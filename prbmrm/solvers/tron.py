@@ -8,9 +8,9 @@ reduction is at least ``eta0`` times the predicted one, and updates delta by the
 
     H v = lam * B v + (1/m) X^T (D * (X v)),   D_i = l''(f_i, y_i)   (generalized where l' has a kink)
 
-Every rank holds D of its own rows; a Hessian product is one broadcast of v and one ordered sum of the
-blocks' ``X_b^T (D_b * (X_b v))`` (as MPI-LIBLINEAR does it with one Allreduce per CG step;
-:meth:`prbmrm.distributed.comm.SerialComm.ordered_sum`, so any number of ranks gives bitwise the same
+Every rank holds D of its own rows; a Hessian product is one broadcast of v and one Allreduce of the
+blocks' ``X_b^T (D_b * (X_b v))`` (as MPI-LIBLINEAR does it, one per CG step; exact fixed-point sums,
+:meth:`prbmrm.distributed.comm.SerialComm.exact_sum`, so any number of ranks gives bitwise the same
 products, the same path and the same w). Each evaluated point also gives the value, gradient and
 curvature in one request.
 
@@ -42,6 +42,7 @@ import time
 
 import numpy as np
 
+from ..distributed.exact import FixedPointSum
 from ..distributed.oracle import service
 from ..errors import UsageError
 from .base import Progress, Recorder, check_finite
@@ -89,7 +90,7 @@ class NewtonRanks:
     Built on every rank by ``risk.attach(NewtonRanks)``; rank 0 puts a
     vector in :attr:`buffer` and calls ``risk.request(code)``: every rank
     receives it (one broadcast), computes its blocks' partial sums, and the
-    blocks are added in their global order (``comm.ordered_sum``).
+    blocks are added exactly in one Allreduce (``comm.exact_sum``).
     ``_POINT`` takes the vector as w and returns the sums ``(R_emp(w), grad
     R_emp(w), R_target(w), sum alpha / m)`` of the loss stepped on (the
     risk's own, or with a `delta` > 0 the smoothed loss of :data:`SMOOTHED`),
@@ -105,6 +106,9 @@ class NewtonRanks:
         # per block: gradient, diagonal of X^T D X, risk, target risk, alphas; for products: X^T D X v
         self._point_partials = np.empty((len(risk.blocks), 2 * risk.dim + 3))
         self._product_partials = np.empty((len(risk.blocks), risk.dim + 1))
+        # The blocks' sums are added exactly in fixed point (bitwise the same on any number of ranks).
+        self._point_sums = FixedPointSum(2 * risk.dim + 3, risk.n_parts)
+        self._product_sums = FixedPointSum(risk.dim + 1, risk.n_parts)
         self._smooth(float(delta))
         self._current = self._trial = None  # per block: (rows, their curvature)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
@@ -167,7 +171,8 @@ class NewtonRanks:
             error = problem
             partials.fill(np.nan)
         computed = time.perf_counter()
-        sums = risk.comm.ordered_sum(partials, risk.n_parts) / risk.n_total
+        state = self._point_sums if code == _POINT else self._product_sums
+        sums = risk.comm.exact_sum(partials, state, failed=error is not None) / risk.n_total
         if not np.isfinite(sums[-1]):
             risk.comm.check(error)
         self.last_seconds = {"risk": computed - received,

@@ -75,8 +75,10 @@ def test_ctrl_c_in_fit_returns_the_best_iterate_with_a_warning(solver, tmp_path)
             os.kill(os.getpid(), signal.SIGINT)
 
     checkpoint = str(tmp_path / "ck.h5") if solver == "bmrm" else None
+    # A tight gap makes the run long enough to interrupt; 1e-8, not less: the subproblem's own tolerance
+    # (1e-10 on its KKT conditions) lets BMRM stall near 1e-9 of J on the demo data, depending on its path.
     with pytest.warns(RuntimeWarning, match="interrupted .* the best iterate so far"):
-        model = prbmrm.fit(None, lam=1e-4, solver=solver, callback=interrupt, rel_epsilon=1e-9,
+        model = prbmrm.fit(None, lam=1e-4, solver=solver, callback=interrupt, rel_epsilon=1e-8,
                            **({"checkpoint": checkpoint} if checkpoint else {}))
     assert 5 <= model.attrs["iterations"] <= 6 and not model.attrs["converged"]
     X, y = training.load_demo()
@@ -86,7 +88,7 @@ def test_ctrl_c_in_fit_returns_the_best_iterate_with_a_warning(solver, tmp_path)
     if checkpoint:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            resumed = prbmrm.fit(None, lam=1e-4, solver=solver, rel_epsilon=1e-9, resume=checkpoint)
+            resumed = prbmrm.fit(None, lam=1e-4, solver=solver, rel_epsilon=1e-8, resume=checkpoint)
         assert resumed.attrs["iterations"] > model.attrs["iterations"] and resumed.attrs["converged"]
 
 

@@ -41,6 +41,7 @@ from .party.session import load_party
 from .regularizers import get_regularizer
 from .distributed.oracle import DistributedRisk, run_distributed
 from .solvers import SOLVERS, default_solver, get_solver, minimize, solver_options
+from .solvers.auto import pick_solver
 from .solvers.lsbmrm import check_theta
 from .solvers.path import LamPath, PathProgress, PathResult, minimize_path
 from .structured import RaggedExamples
@@ -372,9 +373,12 @@ def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
             options = dict(options, bundle=warm.bundle, alpha=warm.alpha)
     if report is not None and comm.is_root:
         reason = "as given" if chosen is not None else _default_reason(lam, regularizer, warm, oracle.dim)
+        said = f"solver {solver} ({reason})"
+        if solver == "auto":
+            first, why = pick_solver(oracle, regularizer)
+            said += f": {first} first, as {why}; BMRM takes over if it stalls"
         report(describe_run(local, loss_object, regularizer, lam, bias, comm.size, (epsilon, rel_epsilon),
-                            stopping.max_iter) +
-               f"; solver {solver} ({reason})")
+                            stopping.max_iter) + "; " + said)
         if "state" in options:
             report(f"resumed at iteration {options['state']['iteration']} from {checkpointing.resume}")
 

@@ -52,3 +52,8 @@ class CoordinatorError(JointError):
     :meth:`prbmrm.party.secure.SecureComm.report_deviation`), so no rank waits; the
     message is this party's own, and each party that found it prints it.
     """
+
+
+class ConvergenceWarning(UserWarning):
+    """A run stopped at its iteration limit before its gap test held: the model is the best iterate, its
+    gap the certified distance to the optimum (the estimators raise scikit-learn's warning of this name)."""

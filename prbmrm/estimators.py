@@ -39,6 +39,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import (check_consistent_length, check_is_fitted, column_or_1d,
                                       validate_data)
 
+from .errors import ConvergenceWarning as StoppedEarly
 from .errors import PrbmrmError
 from .losses import LOSSES
 from .losses.multivariate import query_rows
@@ -189,7 +190,9 @@ class _BMRMEstimator(BaseEstimator):
         try:
             # One BLAS thread, as the command line runs: threads gain nothing on these small
             # products and lose many-fold on a busy machine.
-            with threadpool_limits(1):
+            # scikit-learn's ConvergenceWarning, with the solver's message, replaces fit's own below.
+            with threadpool_limits(1), warnings.catch_warnings():
+                warnings.simplefilter("ignore", StoppedEarly)
                 model = fit((X, y, options), loss=loss, loss_params=loss_params, lam=self.lam,
                             bias=self.bias, solver=solver, reg=self.reg, epsilon=self.epsilon,
                             rel_epsilon=self.rel_epsilon, max_iter=self.max_iter, idle_age=self.idle_age,

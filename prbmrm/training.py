@@ -32,7 +32,7 @@ import numpy as np
 
 from .checkpoint import SignalFlag, checkpointing, verify_state
 from .io import STRUCTURED, split_local
-from .errors import InputError, UsageError
+from .errors import ConvergenceWarning, InputError, UsageError
 from .io.inputs import describe_mapping, load_input, map_one_vs_rest
 from .losses import get_loss
 from .model import Model
@@ -40,7 +40,7 @@ from .options import BundleOptions, Checkpointing, Stopping, python_names, split
 from .party.session import load_party
 from .regularizers import get_regularizer
 from .distributed.oracle import DistributedRisk, run_distributed
-from .solvers import SOLVERS, default_solver, get_solver, minimize, solver_options
+from .solvers import MAX_ITER_STATUS, SOLVERS, default_solver, get_solver, minimize, solver_options
 from .solvers.auto import pick_solver
 from .solvers.lsbmrm import check_theta
 from .solvers.path import LamPath, PathProgress, PathResult, minimize_path
@@ -176,6 +176,10 @@ def fit(data=None, *, verbose=False, record=None, names="keywords", **options):
             model.attrs.update(given["party"].model_attrs())
     if given["party"] is None:
         model = Model.broadcast(model, comm)
+    if model is not None and model.attrs.get("status") == MAX_ITER_STATUS:
+        warnings.warn(f"stopped at max_iter={model.attrs['iterations']} before the gap test held: gap "
+                      f"{model.attrs['gap']:.3g} (the best iterate is returned; raise max_iter, or resume from a "
+                      "checkpoint)", ConvergenceWarning, stacklevel=2)
     if getattr(interrupt, "signum", None) is not None and model is not None:
         path = options.get("checkpoint") or getattr(options.get("checkpointing"), "checkpoint", None)
         saved = f"; checkpoint written to {path}" if path else ""

@@ -102,3 +102,16 @@ def test_a_warm_start_from_a_model_carries_its_planes_across_lambdas():
     assert warm.attrs["iterations"] < cold.attrs["iterations"]
     assert warm.attrs["objective"] - cold.attrs["objective"] <= 1e-8
     assert warm.attrs["objective"] - warm.attrs["gap"] <= cold.attrs["objective"]  # a valid bound
+
+
+def test_a_run_stopped_at_max_iter_warns_and_says_so_in_the_model():
+    from prbmrm.errors import ConvergenceWarning
+
+    with pytest.warns(ConvergenceWarning, match="stopped at max_iter=5 before the gap test held"):
+        model = prbmrm.fit(None, lam=1e-6, solver="bmrm", max_iter=5)
+    assert model.attrs["iterations"] == 5 and not model.attrs["converged"]
+    assert model.attrs["message"].startswith("maximum number of iterations reached")
+    # The gap it reports is still a certified bound: the objective at the returned w is within it of the optimum.
+    X, y = training.load_demo()
+    optimum = prbmrm.fit(None, lam=1e-6, solver="bmrm", epsilon=1e-9, rel_epsilon=0.0).attrs["objective"]
+    assert hinge_objective(X, y, model.w, 1e-6) - optimum <= model.attrs["gap"] + 1e-12

@@ -19,6 +19,7 @@ import os
 import shlex
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from .config import add_config_options, config_section, parse_configured
 from ..params import parse_params
 from ..checkpoint import SignalFlag
 from ..distributed.watch import DEFAULT_ITERATION_TIMEOUT, DEFAULT_TIMEOUT
-from ..errors import InputError, UsageError
+from ..errors import ConvergenceWarning, InputError, UsageError
 from ..io.files import OutputClaim
 from ..losses import LOSSES
 from ..model import check_writable
@@ -36,7 +37,7 @@ from ..party.session import Party, party_path
 from ..plugins import PluginHelp
 from ..regularizers import REGULARIZERS
 from .shard import add_label_column_option
-from ..solvers import SOLVERS
+from ..solvers import MAX_ITER_STATUS, SOLVERS
 from ..solvers.path import LamPath, PathResult
 from ..options import BundleOptions, Checkpointing, PartySettings, Stopping, add_arguments, from_namespace
 from ..training import ProgressTable, chain, fit
@@ -331,7 +332,9 @@ def _main(argv, comm, held):
     table = ProgressTable(args.print_every, note=_privacy_note(args, party)) if verbose else None
     phases = PhaseSeconds()
     started = time.perf_counter()
-    with SignalFlag(comm) as interrupted:
+    # A run stopped at --max-iter says so in its last line (below), not as a Python warning.
+    with SignalFlag(comm) as interrupted, warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
         model = fit(party_data(args), **fit_options(args), checkpointing=checkpointing, party=party,
                     callback=chain(table, log, phases), comm=comm, stop=interrupted,
                     report=print if verbose else None, names="flags",
@@ -353,6 +356,9 @@ def _main(argv, comm, held):
         print(f"model written to {written}" if writes else "model not written here (--model-to)")
         if party is not None:
             print_audit_summary(party)
+        if model.attrs.get("status") == MAX_ITER_STATUS:
+            print(f"not converged: stopped at --max-iter {model.attrs['iterations']} with gap "
+                  f"{model.attrs['gap']:.3g}, above the requested one (raise --max-iter, or --checkpoint and resume)")
     if interrupted.signum is not None and comm.is_root:
         print(_interrupted(argv, args, interrupted.signum, model, written, out, comm.size), file=sys.stderr, flush=True)
     return status

@@ -21,7 +21,7 @@ from importlib import import_module
 from ..errors import UsageError
 from ..plugins import check_plugin, lookup
 from ..regularizers import get_regularizer
-from .base import HISTORY_COLUMNS, CuttingPlaneBound, Progress, Result
+from .base import HISTORY_COLUMNS, MAX_ITER_STATUS, CuttingPlaneBound, Progress, Result
 from .bundle import Bundle
 
 
@@ -175,5 +175,5 @@ def minimize(risk, w0, lam, method="bmrm", reg="l2", **options):
     return get_solver(method)(risk, w0, lam, regularizer, **options)
 
 
-__all__ = ["COMMON_OPTIONS", "HISTORY_COLUMNS", "SOLVERS", "Bundle", "CuttingPlaneBound", "Progress",
+__all__ = ["COMMON_OPTIONS", "HISTORY_COLUMNS", "MAX_ITER_STATUS", "SOLVERS", "Bundle", "CuttingPlaneBound", "Progress",
            "Result", "default_solver", "get_solver", "minimize", "solver_options"]

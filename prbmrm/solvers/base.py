@@ -114,6 +114,9 @@ def snapshot(recorder, model, **values):
     return dict(recorder.state(), **model.state(), **values)
 
 
+MAX_ITER_STATUS = 2
+"""A Result's status when the run stopped at its iteration limit before its gap test held."""
+
 _MESSAGES = {0: "gap <= epsilon", 1: "gap <= rel_epsilon * objective",
              2: "maximum number of iterations reached", 3: "stopped by the callback",
              4: "no further progress (the line search failed)", 5: "interrupted by a signal"}

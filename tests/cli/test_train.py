@@ -114,3 +114,10 @@ def test_print_config_writes_every_option(capsys):
 def test_did_you_mean_for_every_unknown_name(argv, hint):
     done, _ = run_ranks(1, ["-m", "prbmrm.cli.train", *argv, "--quiet"])
     assert done.returncode == 2 and hint in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_run_stopped_at_max_iter_says_so_in_its_last_line(tmp_path):
+    done, _ = run_ranks(1, ["-m", "prbmrm.train", "--lam", "1e-6", "--max-iter", "5", "--out", str(tmp_path / "m.h5")])
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("not converged: stopped at --max-iter 5 with gap ") and "warning" not in done.stderr

@@ -48,11 +48,11 @@ def test_cli_writes_both_plots(models, tmp_path):
 
 
 def test_runs_are_labelled_by_solver_loss_and_lam(models, tmp_path):
-    # The models were trained without --solver: one lam with l2 runs the proximal default.
+    # The models were trained without --solver: one lam with l2 runs the default, auto.
     labels = [label for label, _ in plot.read_runs(models)]
-    assert labels == ["proximal / hinge / lam=0.01", "proximal / logistic / lam=0.001"]
+    assert labels == ["auto / hinge / lam=0.01", "auto / logistic / lam=0.001"]
     labels = [label for label, _ in plot.read_runs([models[0], models[0]])]
-    assert labels == ["proximal / hinge / lam=0.01 (hinge.h5)"] * 2
+    assert labels == ["auto / hinge / lam=0.01 (hinge.h5)"] * 2
     history = plot.read_runs(models[:1])[0][1]
     np.testing.assert_array_equal(history["gap"], load_model(models[0]).history["gap"])
 

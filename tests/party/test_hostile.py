@@ -66,7 +66,7 @@ CHANNELS = [
                        r"shape \(124,\), got int64 of shape \(124,\)"),
     ("unknown-kind", 0, r"rank 0 \(the coordinator in party mode\) sent the message kind 9.0: not a message"),
     ("unknown-service", 0, r"rank 0 \(the coordinator in party mode\) sent the service .*os.system.* "
-                           r"\(known: argsup, pragam\): not a message of the protocol"),
+                           r"\(known: argsup, pragam, tron\): not a message of the protocol"),
     # party -> coordinator (rank 0 is the first to refuse) and the other parties
     ("pickle-format", 2, r"rank 0 refused the message of rank 2: not a UTF-8 JSON message"),
     ("oversized-format", 2, r"rank 2 sent a message beyond the limit of 65536 bytes"),

@@ -51,12 +51,12 @@ def scene():
 # The multiclass and multilabel lam are large because subLBFGS is slow there at small lam (dna, lam
 # 1e-2: no 1e-3 gap in 5000 iterations; scene, lam 1e-2: stalls at 0.14% above the optimum).
 PROBLEMS = {
-    "hinge-a9a": ("hinge", "l2", 5e-2, a9a, True, ["bmrm", "lsbmrm", "proximal", "sublbfgs", "pragam"]),
+    "hinge-a9a": ("hinge", "l2", 5e-2, a9a, True, ["bmrm", "lsbmrm", "proximal", "sublbfgs", "pragam", "auto"]),
     "hinge-offset-a9a": ("hinge", "l2", 5e-2, a9a, True, ["pragam_b"], a9a_offset_reference),
     "multiclass-dna": ("multiclass_hinge", "l2", 1.0, dna, False, ["bmrm", "lsbmrm", "proximal", "sublbfgs"]),
     "multilabel-scene": ("multilabel_hinge", "l2", 1.0, scene, False,
                          ["bmrm", "lsbmrm", "proximal", "sublbfgs"]),
-    "logistic-a9a": ("logistic", "l2", 1e-2, a9a, True, ["lbfgs"]),
+    "logistic-a9a": ("logistic", "l2", 1e-2, a9a, True, ["lbfgs", "tron", "auto"]),
     "l1-logistic-a9a": ("logistic", "l1", 1e-2, lambda: a9a(300), False, ["owlqn", "owlqn_star"]),
     "roc_area-a9a": ("roc_area", "l2", 1e-2, a9a, False, ["smooth_lbfgs"]),
     "prbep-a9a": ("prbep", "l2", 1e-2, a9a, False, ["smooth_lbfgs"]),

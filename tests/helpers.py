@@ -144,3 +144,28 @@ def least_squares_objective(X, y, w, lam):
 
 OBJECTIVES = {"hinge": hinge_objective, "logistic": logistic_objective,
               "least_squares": least_squares_objective}
+
+
+def load_multilabel(name):
+    from sklearn.datasets import load_svmlight_file
+
+    with lzma.open(data_path(name)) as f:
+        X, labels = load_svmlight_file(f, multilabel=True)
+    classes = np.unique(np.concatenate([np.asarray(s, dtype=float) for s in labels]))
+    Y = np.zeros((len(labels), len(classes)), dtype=np.int8)
+    for i, s in enumerate(labels):
+        Y[i, np.searchsorted(classes, s)] = 1
+    return X.tocsr(), Y, classes
+
+
+def cvxpy_optimum(X, y, loss, lam):
+    import cvxpy as cp
+
+    w = cp.Variable(X.shape[1])
+    f = X @ w
+    risk = {"hinge": cp.sum(cp.pos(1 - cp.multiply(y, f))),
+            "logistic": cp.sum(cp.logistic(-cp.multiply(y, f))),
+            "least_squares": 0.5 * cp.sum_squares(f - y)}[loss]
+    problem = cp.Problem(cp.Minimize(0.5 * lam * cp.sum_squares(w) + risk / len(y)))
+    problem.solve(solver=cp.CLARABEL)
+    return problem.value

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from helpers import REPO, load_svmlight
-from test_bmrm import cvxpy_optimum
+from helpers import cvxpy_optimum
 
 pytestmark = [pytest.mark.slow, pytest.mark.peers]  # the benchmark scripts, BMRM 2.1 built from source
 

@@ -84,6 +84,8 @@ def pick_solver(risk, regularizer):
     """
     if not hasattr(risk, "blocks"):
         return "proximal", "fewest iterations on a risk of unknown data"
+    if getattr(risk.loss, "structured", False):
+        return "proximal", "fewest iterations on structured examples (no matrix of features to measure)"
     if newton_ready(risk, regularizer) is None and getattr(risk.loss, "curvature", None) is not None:
         spread = scale_spread(risk)
         if spread <= SCALE_SPREAD:

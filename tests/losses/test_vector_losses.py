@@ -17,7 +17,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
-from helpers import data_path, load_svmlight, run_ranks
+from helpers import data_path, load_multilabel, load_svmlight, run_ranks
 from prbmrm.distributed.comm import SerialComm
 from prbmrm.io import load_local, write_shards
 from prbmrm.errors import UsageError
@@ -396,18 +396,6 @@ def test_multilabel_ranking_measures_by_brute_force():
 # --------------------------------------------------------------------------
 # (d) BMRM reaches cvxpy's optimum of the full primal on real data
 # --------------------------------------------------------------------------
-
-def load_multilabel(name):
-    from sklearn.datasets import load_svmlight_file
-
-    with lzma.open(data_path(name)) as f:
-        X, labels = load_svmlight_file(f, multilabel=True)
-    classes = np.unique(np.concatenate([np.asarray(s, dtype=float) for s in labels]))
-    Y = np.zeros((len(labels), len(classes)), dtype=np.int8)
-    for i, s in enumerate(labels):
-        Y[i, np.searchsorted(classes, s)] = 1
-    return X.tocsr(), Y, classes
-
 
 def cvxpy_optimum(name, X, y, classes, lam, delta=None, gamma=None, phi=None, M=None):
     """min lam/2 |W|^2 + 1/n sum_i l(W^T x_i, y_i), the loss written out for cvxpy."""

@@ -1,10 +1,9 @@
 """BMRM against independent optima: cvxpy on the full primal, LIBLINEAR, the exact ridge solution."""
 
-import cvxpy as cp
 import numpy as np
 import pytest
 
-from helpers import OBJECTIVES, load_svmlight
+from helpers import OBJECTIVES, cvxpy_optimum, load_svmlight
 from prbmrm.distributed.comm import SerialComm
 from prbmrm.losses import get_loss
 from prbmrm.distributed.oracle import DistributedRisk
@@ -14,17 +13,6 @@ from prbmrm.solvers import Bundle, minimize
 def train(X, y, loss, lam, **options):
     oracle = DistributedRisk(get_loss(loss), X, y, len(y), SerialComm())
     return minimize(oracle, np.zeros(X.shape[1]), lam, **options)
-
-
-def cvxpy_optimum(X, y, loss, lam):
-    w = cp.Variable(X.shape[1])
-    f = X @ w
-    risk = {"hinge": cp.sum(cp.pos(1 - cp.multiply(y, f))),
-            "logistic": cp.sum(cp.logistic(-cp.multiply(y, f))),
-            "least_squares": 0.5 * cp.sum_squares(f - y)}[loss]
-    problem = cp.Problem(cp.Minimize(0.5 * lam * cp.sum_squares(w) + risk / len(y)))
-    problem.solve(solver=cp.CLARABEL)
-    return problem.value
 
 
 def synthetic(loss, m=80, d=6, seed=0):

@@ -11,7 +11,8 @@ from prbmrm.losses import get_loss
 from prbmrm.regularizers.qp import solve_simplex_qp, solve_two_plane_qp
 from prbmrm.distributed.oracle import DistributedRisk
 from prbmrm.solvers import Bundle
-from test_bmrm import cvxpy_optimum, train
+from helpers import cvxpy_optimum
+from test_bmrm import train
 
 
 def random_bundle(rng, t, d, metric=None):

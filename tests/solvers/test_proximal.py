@@ -9,7 +9,8 @@ from prbmrm.distributed.comm import SerialComm
 from prbmrm.errors import UsageError
 from prbmrm.solvers import SOLVERS, Bundle
 from prbmrm.solvers.proximal import ProximityControl, stabilized_step
-from test_bmrm import cvxpy_optimum, synthetic, train
+from helpers import cvxpy_optimum
+from test_bmrm import synthetic, train
 
 
 def test_registered():

@@ -39,7 +39,7 @@ def dna():
 
 
 def scene():
-    from test_vector_losses import load_multilabel
+    from helpers import load_multilabel
 
     X, Y, classes = load_multilabel("scene_train.xz")
     X, Y = X[::12], Y[::12]  # sorted by label: every 12th row has them all

@@ -397,6 +397,14 @@ class BMRMRegressor(RegressorMixin, _BMRMEstimator):
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=True,
                              multi_output=multi_output)
         y = np.asarray(y, dtype=np.float64)
+        if y.ndim == 2 and y.shape[1] == 1 and self.loss is None:
+            # One target as a column: the same objective as 1-D y, trained the same way (the default solver
+            # may differ between the two losses); predictions keep the column.
+            self._fit_linear(X, y.ravel(), self._loss_name(False))
+            self._single_output()
+            self._column = True
+            return self
+        self._column = False
         two_d = y.ndim == 2
         self._fit_linear(X, y, self._loss_name(two_d), **({"label_kind": "multioutput"} if two_d else {}))
         if not two_d:
@@ -406,7 +414,8 @@ class BMRMRegressor(RegressorMixin, _BMRMEstimator):
     def predict(self, X):
         """Return the predicted targets, (n_samples,) or (n_samples, n_targets)."""
         scores = self._scores(X)
-        return np.exp(scores) if self.loss_ == "poisson" else scores
+        scores = np.exp(scores) if self.loss_ == "poisson" else scores
+        return scores[:, None] if getattr(self, "_column", False) else scores
 
 
 class BMRMRanker(_BMRMEstimator):

@@ -75,9 +75,9 @@ def newton_ready(risk, regularizer):
     loss = getattr(risk, "loss", None)
     if not hasattr(risk, "attach") or loss is None:
         return "TRON needs the distributed risk oracle itself (prbmrm.distributed.oracle.DistributedRisk)"
-    if loss.name in SMOOTHED and not loss.needs_qid:
-        pass
-    elif not hasattr(loss, "curvature") or not loss.decomposable or loss.needs_qid or loss.structured:
+    smoothed = loss.name in SMOOTHED and not loss.needs_qid  # Newton steps on its smoothing
+    twice_differentiable = hasattr(loss, "curvature") and loss.decomposable and not (loss.needs_qid or loss.structured)
+    if not (smoothed or twice_differentiable):
         return (f"TRON needs a twice differentiable scalar loss (logistic, squared_hinge, least_squares, huber, "
                 f"huber_hinge, ...), not {getattr(loss, 'name', loss)!r}")
     if not getattr(regularizer, "quadratic", False):

@@ -169,3 +169,17 @@ def cvxpy_optimum(X, y, loss, lam):
     problem = cp.Problem(cp.Minimize(0.5 * lam * cp.sum_squares(w) + risk / len(y)))
     problem.solve(solver=cp.CLARABEL)
     return problem.value
+
+
+def skip_without_network_namespaces():
+    """Skip the calling test unless network-namespace hosts can be made here: iproute2 and util-linux, and
+    (as root) an ``ip netns add`` that works."""
+    if not all(shutil.which(tool) for tool in ("ip", "tc", "unshare")):
+        pytest.skip("network-namespace hosts need iproute2 and util-linux (apt-get install iproute2)")
+    if os.geteuid() == 0:
+        probe = f"prbmrm-probe-{os.getpid()}"
+        made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+        if made.returncode != 0:
+            pytest.skip(f"no network namespaces here: ip netns add: {made.stderr.strip()}")

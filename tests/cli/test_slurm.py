@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers import REPO, load_svmlight
+from helpers import REPO, load_svmlight, skip_without_network_namespaces
 from prbmrm.distributed.comm import LAUNCHER_SIZE_VARIABLES, SLURM_TASKS_VARIABLES
 from prbmrm.model import load_model
 
@@ -63,15 +63,7 @@ def slurm(tmp_path_factory):
 @pytest.fixture(scope="module")
 def slurm_nodes(tmp_path_factory):
     """The environment of a running 4-node Slurm, one network-namespace host per node (2 CPUs each)."""
-    if not all(shutil.which(tool) for tool in ("ip", "tc", "unshare")):
-        pytest.skip("network-namespace hosts need iproute2 and util-linux (apt-get install iproute2)")
-    if os.geteuid() == 0:
-        probe = f"prbmrm-probe-{os.getpid()}"
-        made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30,
-                              stdin=subprocess.DEVNULL)
-        subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
-        if made.returncode != 0:
-            pytest.skip(f"no network namespaces here: ip netns add: {made.stderr.strip()}")
+    skip_without_network_namespaces()
     directory = tmp_path_factory.mktemp("slurm-nodes")
     yield start_slurm(directory, 2, nodes=4)
     subprocess.run(["bash", SCRIPT, "stop", str(directory)], timeout=120, stdin=subprocess.DEVNULL)

@@ -8,13 +8,12 @@ the reason, without root, iproute2/util-linux or network namespaces.
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, skip_without_network_namespaces
 
 CLUSTER = os.path.join(REPO, "cluster", "netns_cluster.sh")
 MULTIHOST = os.path.join(REPO, "cluster", "netns_multihost.sh")
@@ -31,14 +30,7 @@ def netns():
     """Skips unless this process may make network namespaces; the environment the scripts run in."""
     if os.geteuid() != 0:
         pytest.skip("network-namespace hosts need root (ip netns add)")
-    if not all(shutil.which(tool) for tool in ("ip", "tc", "unshare")):
-        pytest.skip("network-namespace hosts need iproute2 and util-linux (apt-get install iproute2)")
-    probe = f"prbmrm-probe-{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30,
-                          stdin=subprocess.DEVNULL)
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
-    if made.returncode != 0:
-        pytest.skip(f"no network namespaces here: ip netns add: {made.stderr.strip()}")
+    skip_without_network_namespaces()
     # The checkout under test on every host (mpiexec passes the environment on).
     return dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]),
                 PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))

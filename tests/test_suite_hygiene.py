@@ -96,7 +96,29 @@ def test_a_fast_selection_a_peers_selection_and_ci_running_the_readme_command():
     assert len(slow) >= 3
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         addopts = tomllib.load(f)["tool"]["pytest"]["ini_options"]["addopts"]
-    assert addopts == "-m 'not peers'"
+    assert addopts == "-m 'not peers' -n auto --dist loadgroup"
     with open(os.path.join(REPO, ".ci", "run")) as f:
         commands = [line.split() for line in f if "pytest" in line]
     assert commands == [["python", "-m", "pytest"]]
+
+
+def test_tests_of_host_wide_resources_share_one_worker():
+    """The suite runs on several pytest-xdist workers at once: tests that make network namespaces or start
+    Slurm daemons use names and ports of the whole host, so their modules carry xdist_group("host"), and
+    every pytest run under mpiexec asks for one process (``-n 0``)."""
+    host_wide = [path for path in sources("tests/**/test_*.py")
+                 if any(word in open(path).read() for word in ("netns_cluster.sh", "slurm_local.sh"))]
+    assert len(host_wide) >= 2
+    ungrouped = [os.path.relpath(path, REPO) for path in host_wide
+                 if 'pytest.mark.xdist_group("host")' not in open(path).read()]
+    assert ungrouped == [], "modules using host-wide names outside the 'host' group: " + ", ".join(ungrouped)
+    launched = []  # the argument lists of pytest runs under mpiexec
+    for path in sources("tests/**/*.py"):
+        with open(path) as f:
+            lists = [node for node in ast.walk(ast.parse(f.read(), path)) if isinstance(node, ast.List)]
+        for node in lists:
+            words = [arg.value if isinstance(arg, ast.Constant) else None for arg in node.elts]
+            if "--with-mpi" in words:
+                launched.append((f"{os.path.relpath(path, REPO)}:{node.lineno}",
+                                 any(list(pair) == ["-n", "0"] for pair in zip(words, words[1:]))))
+    assert len(launched) >= 2 and all(one_process for _, one_process in launched), launched

@@ -27,7 +27,7 @@ from helpers import REPO, load_svmlight, skip_without_network_namespaces
 from prbmrm.distributed.comm import LAUNCHER_SIZE_VARIABLES, SLURM_TASKS_VARIABLES
 from prbmrm.model import load_model
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("host")]  # daemons and namespaces are host-wide
 
 SCRIPT = os.path.join(REPO, "cluster", "slurm_local.sh")
 ROW = re.compile(r"^\s*(\d+)\s+-?\d\.\d+e[+-]\d+ ", re.MULTILINE)

@@ -64,7 +64,7 @@ def test_one_allreduce_and_one_broadcast_per_risk_evaluation(comm, mpi_tmp_path)
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_counts_under_mpiexec(ranks, tmp_path):
-    command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "pytest", "--with-mpi", "-m", "distributed",
+    command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "pytest", "--with-mpi", "-n", "0", "-m", "distributed",
                "-q", "-p", "no:cacheprovider", "-o", "timeout_method=thread", "--timeout", "240",
                f"--basetemp={tmp_path}", "tests/distributed/test_collectives.py"]
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,

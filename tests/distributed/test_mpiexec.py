@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # the rank-agnostic tests again under mpiexec -n 
 def test_distributed_tests_pass_under_mpiexec(ranks, tmp_path):
     import subprocess
 
-    command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "pytest", "--with-mpi", "-m",
+    command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "pytest", "--with-mpi", "-n", "0", "-m",
                "distributed", "-q", "-p", "no:cacheprovider", "-o", "timeout_method=thread",
                "--timeout", "240", f"--basetemp={tmp_path}", "tests"]
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,

@@ -15,6 +15,9 @@ import pytest
 
 from helpers import REPO, skip_without_network_namespaces
 
+# Namespace and host names are host-wide: these tests and the Slurm ones run on one xdist worker.
+pytestmark = pytest.mark.xdist_group("host")
+
 CLUSTER = os.path.join(REPO, "cluster", "netns_cluster.sh")
 MULTIHOST = os.path.join(REPO, "cluster", "netns_multihost.sh")
 

@@ -21,3 +21,9 @@ def pytest_configure(config):
         config.option.basetemp = os.path.join(config.option.basetemp, f"rank{rank}")
     config.addinivalue_line("markers", "distributed: rank-agnostic tests that tests/distributed/test_mpiexec.py "
                             "also runs under mpiexec -n 2 and -n 3")
+
+
+def pytest_collection_modifyitems(config, items):
+    # The slow modules first: on parallel workers (pytest-xdist) a test of several minutes that starts last
+    # would run alone at the end. A stable sort keeps each module's own order.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from helpers import REPO, mpiexec
+from helpers import HANG_SECONDS, REPO, mpiexec
 
 pytestmark = pytest.mark.slow  # the rank-agnostic tests again under mpiexec -n 2 and -n 3
 
@@ -21,8 +21,8 @@ def test_distributed_tests_pass_under_mpiexec(ranks, tmp_path):
 
     command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "pytest", "--with-mpi", "-n", "0", "-m",
                "distributed", "-q", "-p", "no:cacheprovider", "-o", "timeout_method=thread",
-               "--timeout", "240", f"--basetemp={tmp_path}", "tests"]
-    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
+               "--timeout", str(HANG_SECONDS), f"--basetemp={tmp_path}", "tests"]
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=2 * HANG_SECONDS - 100,
                                stdin=subprocess.DEVNULL)
     assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-3000:]
     # Searched in the whole output: the ranks' summary lines may interleave on one line.

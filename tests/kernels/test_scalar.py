@@ -291,7 +291,9 @@ def test_a_loss_registered_from_outside_takes_the_numpy_path_and_trains_as_the_b
     outside, _, trained = run(None, loss=numpy_logistic, **options)
     built_in, _, _ = run(None, loss="logistic", **options)
     assert isinstance(trained, NumpyLogistic) and outside.success and built_in.success
-    assert outside.fun == pytest.approx(built_in.fun, rel=1e-9)
+    # Both runs certify a gap within epsilon of the same optimum; their paths may differ in the last bits
+    # (numpy's exp against libm's), so their objectives agree within epsilon, and their brackets overlap.
+    assert abs(outside.fun - built_in.fun) <= options["epsilon"]
     assert outside.lower_bound <= built_in.fun + 1e-12 and built_in.lower_bound <= outside.fun + 1e-12
     np.testing.assert_allclose(outside.w, built_in.w, atol=1e-4)
 

@@ -202,6 +202,12 @@ class DistributedRisk:
         return [(X, y) for X, y, _ in self._blocks]
 
     @property
+    def rows(self):
+        """(X, y, bounds): this rank's rows and labels whole, and the local row boundaries of its canonical
+        blocks (``[0, n_1, ..., n_local]``)."""
+        return self._X, self._y, self._bounds
+
+    @property
     def n_parts(self):
         """int: the number of canonical blocks over all ranks (see ``comm.reproducible_sum``)."""
         return self._n_parts

@@ -93,6 +93,11 @@ cdef inline double squared_hinge_derivative(double f, double y) noexcept nogil:
     return -y * maximum(0.0, 1.0 - y * f)
 
 
+cdef inline double squared_hinge_curvature(double f, double y) noexcept nogil:
+    # The generalized second derivative (Mangasarian 2002), as LIBLINEAR's -s 2 uses.
+    return (y * y) * mask(y * f < 1.0)
+
+
 cdef inline double zero_hinge_value(double f, double y) noexcept nogil:
     return maximum(0.0, -y * f)
 
@@ -110,6 +115,10 @@ cdef inline double squared_zero_hinge_derivative(double f, double y) noexcept no
     return -y * maximum(0.0, -y * f)
 
 
+cdef inline double squared_zero_hinge_curvature(double f, double y) noexcept nogil:
+    return (y * y) * mask(y * f < 0.0)
+
+
 cdef inline double exponential_value(double f, double y) noexcept nogil:
     return exp(-y * f)
 
@@ -118,12 +127,21 @@ cdef inline double exponential_derivative(double f, double y) noexcept nogil:
     return -y * exp(-y * f)
 
 
+cdef inline double exponential_curvature(double f, double y) noexcept nogil:
+    return (y * y) * exp(-y * f)
+
+
 cdef inline double logistic_value(double f, double y) noexcept nogil:
     return log1pexp(-y * f)
 
 
 cdef inline double logistic_derivative(double f, double y) noexcept nogil:
     return -y * expit(-y * f)
+
+
+cdef inline double logistic_curvature(double f, double y) noexcept nogil:
+    cdef double z = y * f
+    return ((y * y) * expit(z)) * expit(-z)
 
 
 cdef inline double huber_hinge_value(double f, double y, double h) noexcept nogil:
@@ -135,6 +153,10 @@ cdef inline double huber_hinge_value(double f, double y, double h) noexcept nogi
 
 cdef inline double huber_hinge_derivative(double f, double y, double h) noexcept nogil:
     return y * clip((1.0 + h) - y * f, 0.0, 2.0 * h) * (-0.5 / h)
+
+
+cdef inline double huber_hinge_curvature(double f, double y, double h) noexcept nogil:
+    return ((y * y) * mask(fabs(1.0 - y * f) <= h)) * (0.5 / h)
 
 
 cdef inline double novelty_value(double f, double rho) noexcept nogil:
@@ -152,6 +174,10 @@ cdef inline double least_squares_value(double f, double y) noexcept nogil:
 
 cdef inline double least_squares_derivative(double f, double y) noexcept nogil:
     return f - y
+
+
+cdef inline double least_squares_curvature(double f, double y) noexcept nogil:
+    return 1.0
 
 
 cdef inline double least_absolute_deviation_value(double f, double y) noexcept nogil:
@@ -191,12 +217,20 @@ cdef inline double huber_derivative(double f, double y, double delta) noexcept n
     return clip(f - y, -delta, delta)
 
 
+cdef inline double huber_curvature(double f, double y, double delta) noexcept nogil:
+    return mask(fabs(f - y) <= delta)
+
+
 cdef inline double poisson_value(double f, double y) noexcept nogil:
     return exp(f) - y * f
 
 
 cdef inline double poisson_derivative(double f, double y) noexcept nogil:
     return exp(f) - y
+
+
+cdef inline double poisson_curvature(double f, double y) noexcept nogil:
+    return exp(f)
 
 
 cdef inline double dot(const double* x, const double* w, Py_ssize_t n) noexcept nogil:
@@ -221,23 +255,171 @@ def _operands(f, y):
     return np.ascontiguousarray(f).ravel(), np.ascontiguousarray(y).ravel(), f.shape
 
 
-def _check_blocks(const Py_ssize_t[::1] bounds, Py_ssize_t rows, partials, Py_ssize_t cols):
+def _check_blocks(const Py_ssize_t[::1] bounds, Py_ssize_t rows, partials, Py_ssize_t width):
     """Raise ValueError unless `bounds` increase within ``[0, rows]`` and `partials` is one row per block of
-    ``cols + 1`` values."""
+    `width` values."""
     cdef Py_ssize_t b
     for b in range(bounds.shape[0]):
         if bounds[b] < 0 or bounds[b] > rows or (b and bounds[b] < bounds[b - 1]):
             raise ValueError("the block bounds are not increasing row indices")
-    if partials.shape[0] != max(bounds.shape[0] - 1, 0) or partials.shape[1] != cols + 1:
-        raise ValueError("the partial sums do not have one row of (columns + 1) values per block")
+    if partials.shape[0] != max(bounds.shape[0] - 1, 0) or partials.shape[1] != width:
+        raise ValueError(f"the partial sums do not have one row of {width} values per block")
+
+
+# Newton's passes (prbmrm.solvers.tron): every block's sums in one call, from per-row coefficients the loss gives.
+
+cdef void _zero(double* partial, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(n):
+        partial[j] = 0.0
+
+
+cdef void _row_sums(const double[:, ::1] columns, Py_ssize_t start, Py_ssize_t stop, double* out) noexcept nogil:
+    """``out[c] = sum of columns[c, start:stop]``, added in row order from +0.0."""
+    cdef Py_ssize_t c, i
+    for c in range(columns.shape[0]):
+        out[c] = 0.0
+        for i in range(start, stop):
+            out[c] += columns[c, i]
+
+
+def _check_newton(const Py_ssize_t[::1] bounds, Py_ssize_t rows, Py_ssize_t d, partials, columns, *coefficients):
+    """Raise ValueError unless the per-row arrays have `rows` entries and `partials` one row per block of
+    ``2 d`` (with `columns`: ``2 d + len(columns)``; without: ``d + 1``) values."""
+    width = d + 1 if columns is None else 2 * d + columns.shape[0]
+    _check_blocks(bounds, rows, partials, width)
+    if any(a.shape[0] != rows for a in coefficients) or (columns is not None and columns.shape[1] != rows):
+        raise ValueError("the per-row coefficients do not have one entry per row")
+
+
+def dense_matvec(const double[:, ::1] X, const double[::1] w, double[::1] out):
+    """Write ``X @ w`` into `out`, each row's sum in this module's order (a row's score depends on it alone)."""
+    cdef Py_ssize_t i
+    if w.shape[0] != X.shape[1] or out.shape[0] != X.shape[0]:
+        raise ValueError("dense_matvec: the arrays' shapes do not agree")
+    with nogil:
+        for i in range(X.shape[0]):
+            out[i] = dot(&X[i, 0], &w[0], X.shape[1])
+
+
+cdef void _newton_blocks(const index_t* indptr, const index_t* indices, const double* data, Py_ssize_t d,
+                         bint dense, const Py_ssize_t[::1] bounds, const double[::1] slope,
+                         const double[::1] curvature, const double[:, ::1] columns,
+                         double[:, ::1] partials) noexcept nogil:
+    """:func:`csr_newton_sums`, on CSR rows or (`dense`) on the C-contiguous rows of d values at `data`."""
+    cdef Py_ssize_t b, i, j, k, start, stop
+    cdef double c, h, x
+    cdef double* partial
+    for b in range(bounds.shape[0] - 1):
+        partial = &partials[b, 0]
+        _zero(partial, 2 * d)
+        for i in range(bounds[b], bounds[b + 1]):
+            c, h = slope[i], curvature[i]
+            if c == 0.0 and h == 0.0:
+                continue
+            start = i * d if dense else <Py_ssize_t>indptr[i]
+            stop = start + d if dense else <Py_ssize_t>indptr[i + 1]
+            for k in range(start, stop):
+                j = k - start if dense else <Py_ssize_t>indices[k]
+                x = data[k]
+                partial[j] += x * c
+                partial[d + j] += (x * x) * h
+        _row_sums(columns, bounds[b], bounds[b + 1], partial + 2 * d)
+
+
+cdef void _hessian_blocks(const index_t* indptr, const index_t* indices, const double* data, Py_ssize_t d,
+                          bint dense, const Py_ssize_t[::1] bounds, const double[::1] curvature,
+                          const double[::1] v, double[:, ::1] partials) noexcept nogil:
+    """:func:`csr_hessian_sums`, on CSR rows or (`dense`) on the C-contiguous rows of d values at `data`."""
+    cdef Py_ssize_t b, i, k, start, stop
+    cdef double h, s
+    cdef double* partial
+    for b in range(bounds.shape[0] - 1):
+        partial = &partials[b, 0]
+        _zero(partial, d + 1)
+        for i in range(bounds[b], bounds[b + 1]):
+            h = curvature[i]
+            if h == 0.0:
+                continue
+            start = i * d if dense else <Py_ssize_t>indptr[i]
+            stop = start + d if dense else <Py_ssize_t>indptr[i + 1]
+            s = 0.0
+            for k in range(start, stop):
+                s += data[k] * v[k - start if dense else <Py_ssize_t>indices[k]]
+            s = s * h
+            for k in range(start, stop):
+                partial[k - start if dense else <Py_ssize_t>indices[k]] += data[k] * s
+
+
+def _check_csr(const index_t[::1] indptr, const index_t[::1] indices, const double[::1] data, Py_ssize_t rows):
+    if indptr.shape[0] != rows + 1 or indices.shape[0] != data.shape[0] or (rows and (
+            indptr[0] < 0 or indptr[rows] > data.shape[0])):
+        raise ValueError("the CSR arrays do not agree with the rows")
+
+
+def csr_newton_sums(const index_t[::1] indptr, const index_t[::1] indices, const double[::1] data,
+                    const Py_ssize_t[::1] bounds, const double[::1] slope, const double[::1] curvature,
+                    const double[:, ::1] columns, double[:, ::1] partials):
+    """Fill ``partials[b] = [X_b^T slope, (X_b * X_b)^T curvature, columns' sums over b's rows]`` for each block
+    b of the CSR rows between `bounds` (d columns: the partials' width less the columns', halved).
+
+    Rows are added in order from +0.0 (a row whose slope and curvature are zero adds nothing and is
+    skipped), so a block's sums depend on its rows only, whatever rank holds it. The column indices must
+    lie in ``[0, d)`` (the loader checks the shards').
+    """
+    cdef Py_ssize_t d = (partials.shape[1] - columns.shape[0]) // 2
+    _check_csr(indptr, indices, data, slope.shape[0])
+    _check_newton(bounds, slope.shape[0], d, partials, columns, slope, curvature)
+    with nogil:
+        _newton_blocks(&indptr[0], &indices[0], &data[0], d, False, bounds, slope, curvature, columns, partials)
+
+
+def dense_newton_sums(const double[:, ::1] X, const Py_ssize_t[::1] bounds, const double[::1] slope,
+                      const double[::1] curvature, const double[:, ::1] columns, double[:, ::1] partials):
+    """:func:`csr_newton_sums` on dense rows."""
+    _check_newton(bounds, X.shape[0], X.shape[1], partials, columns, slope, curvature)
+    with nogil:
+        _newton_blocks(<const int32_t*>NULL, NULL, &X[0, 0], X.shape[1], True, bounds, slope, curvature, columns,
+                       partials)
+
+
+def csr_hessian_sums(const index_t[::1] indptr, const index_t[::1] indices, const double[::1] data,
+                     const Py_ssize_t[::1] bounds, const double[::1] curvature, const double[::1] v,
+                     double[:, ::1] partials):
+    """Fill ``partials[b] = [X_b^T (D_b (X_b v)), 0]`` (D the diagonal of `curvature`) for each block b of the CSR
+    rows between `bounds`: each row read once, for ``<x, v>`` and then ``+= D_i <x, v> x``, as LIBLINEAR's
+    Hessian products do; rows with zero curvature skipped, the sums in order from +0.0 as in
+    :func:`csr_newton_sums`."""
+    _check_csr(indptr, indices, data, curvature.shape[0])
+    _check_newton(bounds, curvature.shape[0], v.shape[0], partials, None, curvature)
+    with nogil:
+        _hessian_blocks(&indptr[0], &indices[0], &data[0], v.shape[0], False, bounds, curvature, v, partials)
+
+
+def dense_hessian_sums(const double[:, ::1] X, const Py_ssize_t[::1] bounds, const double[::1] curvature,
+                       const double[::1] v, double[:, ::1] partials):
+    """:func:`csr_hessian_sums` on dense rows."""
+    if v.shape[0] != X.shape[1]:
+        raise ValueError("dense_hessian_sums: the arrays' shapes do not agree")
+    _check_newton(bounds, X.shape[0], X.shape[1], partials, None, curvature)
+    with nogil:
+        _hessian_blocks(<const int32_t*>NULL, NULL, &X[0, 0], X.shape[1], True, bounds, curvature, v, partials)
+
+
+cdef enum Formula:
+    VALUE, DERIVATIVE, CURVATURE
 
 
 cdef class CyLoss:
-    """A compiled scalar loss: its value and derivative, elementwise and in the risk passes.
+    """A compiled scalar loss: its value, derivative and curvature, elementwise and in the risk passes.
 
     Subclasses define :meth:`value1` and :meth:`derivative1` from the loss's
-    inline functions; the loops are written here once.
+    inline functions, and a twice differentiable one :meth:`curvature1` (and
+    :attr:`twice_differentiable`); the loops are written here once.
     """
+
+    twice_differentiable = False
+    """Whether :meth:`curvature` is defined (l'' exists, or a generalized one where l' has a kink)."""
 
     cdef double param  # the loss's parameter, if it has one
 
@@ -247,8 +429,18 @@ cdef class CyLoss:
     cdef double derivative1(self, double f, double y) noexcept nogil:
         return 0.0
 
-    def value(self, f, y):
-        """Return the per-example losses ``l(f_i, y_i)`` (arrays broadcast together; `y` may be None)."""
+    cdef double curvature1(self, double f, double y) noexcept nogil:
+        return 0.0
+
+    cdef double formula(self, Formula which, double f, double y) noexcept nogil:
+        if which == VALUE:
+            return self.value1(f, y)
+        if which == DERIVATIVE:
+            return self.derivative1(f, y)
+        return self.curvature1(f, y)
+
+    cdef elementwise(self, Formula which, f, y):
+        """One formula per example (arrays broadcast together; `y` may be None), in the operands' shape."""
         cdef const double[::1] fs, ys
         cdef double[::1] out
         cdef Py_ssize_t i
@@ -257,21 +449,25 @@ cdef class CyLoss:
         out = result
         with nogil:
             for i in range(fs.shape[0]):
-                out[i] = self.value1(fs[i], ys[i])
+                out[i] = self.formula(which, fs[i], ys[i])
         return result.reshape(shape)
+
+    def value(self, f, y):
+        """Return the per-example losses ``l(f_i, y_i)`` (arrays broadcast together; `y` may be None)."""
+        return self.elementwise(VALUE, f, y)
 
     def derivative(self, f, y):
         """Return the per-example derivatives ``l'(f_i, y_i)`` in f (a subgradient at a kink)."""
-        cdef const double[::1] fs, ys
-        cdef double[::1] out
-        cdef Py_ssize_t i
-        fs, ys, shape = _operands(f, y)
-        result = np.empty(fs.shape[0])
-        out = result
-        with nogil:
-            for i in range(fs.shape[0]):
-                out[i] = self.derivative1(fs[i], ys[i])
-        return result.reshape(shape)
+        return self.elementwise(DERIVATIVE, f, y)
+
+    def curvature(self, f, y):
+        """Return the per-example second derivatives ``l''(f_i, y_i)`` in f (at a kink of l', one side's).
+
+        Raises NotImplementedError for a loss that is not :attr:`twice_differentiable`.
+        """
+        if not self.twice_differentiable:
+            raise NotImplementedError(f"{type(self).__name__} has no second derivative")
+        return self.elementwise(CURVATURE, f, y)
 
     def dense_pass(self, const double[:, ::1] X, const double[::1] y, const double[::1] w,
                    const Py_ssize_t[::1] bounds, double[:, ::1] partials):
@@ -289,7 +485,7 @@ cdef class CyLoss:
         cdef const double* x
         if w.shape[0] != d or y.shape[0] != rows:
             raise ValueError("dense_pass: the arrays' shapes do not agree")
-        _check_blocks(bounds, rows, partials, d)
+        _check_blocks(bounds, rows, partials, d + 1)
         with nogil:
             for b in range(bounds.shape[0] - 1):
                 partial = &partials[b, 0]
@@ -325,7 +521,7 @@ cdef class CyLoss:
             raise ValueError("csr_update: the arrays' shapes do not agree")
         if rows and (indptr[0] < 0 or indptr[rows] > data.shape[0]):
             raise ValueError("csr_update: indptr points outside the nonzeros")
-        _check_blocks(bounds, rows, partials, d)
+        _check_blocks(bounds, rows, partials, d + 1)
         with nogil:
             for b in range(bounds.shape[0] - 1):
                 partial = &partials[b, 0]
@@ -354,11 +550,16 @@ cdef class CyHinge(CyLoss):
 cdef class CySquaredHinge(CyLoss):
     """:class:`prbmrm.losses.scalar.SquaredHinge`, compiled."""
 
+    twice_differentiable = True
+
     cdef double value1(self, double f, double y) noexcept nogil:
         return squared_hinge_value(f, y)
 
     cdef double derivative1(self, double f, double y) noexcept nogil:
         return squared_hinge_derivative(f, y)
+
+    cdef double curvature1(self, double f, double y) noexcept nogil:
+        return squared_hinge_curvature(f, y)
 
 
 cdef class CyZeroHinge(CyLoss):
@@ -374,15 +575,22 @@ cdef class CyZeroHinge(CyLoss):
 cdef class CySquaredZeroHinge(CyLoss):
     """:class:`prbmrm.losses.scalar.SquaredZeroHinge`, compiled."""
 
+    twice_differentiable = True
+
     cdef double value1(self, double f, double y) noexcept nogil:
         return squared_zero_hinge_value(f, y)
 
     cdef double derivative1(self, double f, double y) noexcept nogil:
         return squared_zero_hinge_derivative(f, y)
 
+    cdef double curvature1(self, double f, double y) noexcept nogil:
+        return squared_zero_hinge_curvature(f, y)
+
 
 cdef class CyExponential(CyLoss):
     """:class:`prbmrm.losses.scalar.Exponential`, compiled."""
+
+    twice_differentiable = True
 
     cdef double value1(self, double f, double y) noexcept nogil:
         return exponential_value(f, y)
@@ -390,9 +598,14 @@ cdef class CyExponential(CyLoss):
     cdef double derivative1(self, double f, double y) noexcept nogil:
         return exponential_derivative(f, y)
 
+    cdef double curvature1(self, double f, double y) noexcept nogil:
+        return exponential_curvature(f, y)
+
 
 cdef class CyLogistic(CyLoss):
     """:class:`prbmrm.losses.scalar.Logistic`, compiled."""
+
+    twice_differentiable = True
 
     cdef double value1(self, double f, double y) noexcept nogil:
         return logistic_value(f, y)
@@ -400,9 +613,14 @@ cdef class CyLogistic(CyLoss):
     cdef double derivative1(self, double f, double y) noexcept nogil:
         return logistic_derivative(f, y)
 
+    cdef double curvature1(self, double f, double y) noexcept nogil:
+        return logistic_curvature(f, y)
+
 
 cdef class CyHuberHinge(CyLoss):
     """:class:`prbmrm.losses.scalar.HuberHinge` with its `delta`, compiled."""
+
+    twice_differentiable = True
 
     def __init__(self, double delta):
         self.param = delta
@@ -412,6 +630,9 @@ cdef class CyHuberHinge(CyLoss):
 
     cdef double derivative1(self, double f, double y) noexcept nogil:
         return huber_hinge_derivative(f, y, self.param)
+
+    cdef double curvature1(self, double f, double y) noexcept nogil:
+        return huber_hinge_curvature(f, y, self.param)
 
 
 cdef class CyNovelty(CyLoss):
@@ -430,11 +651,16 @@ cdef class CyNovelty(CyLoss):
 cdef class CyLeastSquares(CyLoss):
     """:class:`prbmrm.losses.scalar.LeastSquares`, compiled."""
 
+    twice_differentiable = True
+
     cdef double value1(self, double f, double y) noexcept nogil:
         return least_squares_value(f, y)
 
     cdef double derivative1(self, double f, double y) noexcept nogil:
         return least_squares_derivative(f, y)
+
+    cdef double curvature1(self, double f, double y) noexcept nogil:
+        return least_squares_curvature(f, y)
 
 
 cdef class CyLeastAbsoluteDeviation(CyLoss):
@@ -476,6 +702,8 @@ cdef class CyEpsilonInsensitive(CyLoss):
 cdef class CyHuber(CyLoss):
     """:class:`prbmrm.losses.scalar.Huber` with its `delta`, compiled."""
 
+    twice_differentiable = True
+
     def __init__(self, double delta):
         self.param = delta
 
@@ -485,12 +713,20 @@ cdef class CyHuber(CyLoss):
     cdef double derivative1(self, double f, double y) noexcept nogil:
         return huber_derivative(f, y, self.param)
 
+    cdef double curvature1(self, double f, double y) noexcept nogil:
+        return huber_curvature(f, y, self.param)
+
 
 cdef class CyPoisson(CyLoss):
     """:class:`prbmrm.losses.scalar.Poisson`, compiled."""
+
+    twice_differentiable = True
 
     cdef double value1(self, double f, double y) noexcept nogil:
         return poisson_value(f, y)
 
     cdef double derivative1(self, double f, double y) noexcept nogil:
         return poisson_derivative(f, y)
+
+    cdef double curvature1(self, double f, double y) noexcept nogil:
+        return poisson_curvature(f, y)

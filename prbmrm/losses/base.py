@@ -342,6 +342,21 @@ class ScalarLoss(Loss):
         """Return a per-example subgradient ``l'(f_i, y_i)`` with respect to ``f_i`` (by :attr:`compiled`)."""
         return self._formulas().derivative(f, y)
 
+    def curvature(self, f, y):
+        """Return the per-example second derivatives ``l''(f_i, y_i)`` in f, for Newton's method
+        (:mod:`prbmrm.solvers.tron`); where l' has a kink, one side's (a generalized second derivative).
+
+        A built-in loss that is :attr:`twice_differentiable` computes it by
+        :attr:`compiled`; a loss registered from outside may define it.
+        """
+        return self._formulas().curvature(f, y)
+
+    @property
+    def twice_differentiable(self):
+        """bool: whether :meth:`curvature` is defined (by a subclass, or by the compiled loss)."""
+        return (type(self).curvature is not ScalarLoss.curvature
+                or bool(getattr(self.compiled, "twice_differentiable", False)))
+
     def _formulas(self):
         kernel = self.kernel()
         if kernel is None:

@@ -1,14 +1,15 @@
 """Scalar losses l(f, y) of the score f = <w, x> (paper 000, Table 5; paper 002, Table 1).
 
 Each loss's value l and derivative l' (with respect to f, a subgradient
-where l has a kink) are written once, in Cython, in
+where l has a kink), and for the twice differentiable ones its curvature l''
+(a generalized second derivative where l' has a kink, for Newton's method,
+:mod:`prbmrm.solvers.tron`), are written once, in Cython, in
 :mod:`prbmrm.kernels.scalar`: a class here names its counterpart there in
-``compiled`` and inherits ``value`` and ``derivative`` (elementwise, compiled
-loops) from :class:`~prbmrm.losses.base.ScalarLoss`; the compiled risk
-passes use the same functions. The docstrings state the formulas; the
-classes add what is not hot: parameters and their checks, ``kinks``, labels, and for
-the differentiable ones ``curvature`` (l'', or a generalized second derivative where l' has a
-kink) for Newton's method (:mod:`prbmrm.solvers.tron`).
+``compiled`` and inherits ``value``, ``derivative`` and ``curvature``
+(elementwise, compiled loops) from :class:`~prbmrm.losses.base.ScalarLoss`;
+the compiled risk passes use the same functions. The docstrings state the
+formulas; the classes add what is not hot: parameters and their checks,
+``kinks``, labels.
 The shared skeleton :meth:`ScalarLoss.loss_gradient` does ``f = X @ w`` and
 ``X.T @ l'(f, y)``.
 
@@ -41,14 +42,12 @@ class Hinge(BinaryLoss):
 
 
 class SquaredHinge(BinaryLoss):
-    """Squared hinge ``max(0, 1 - y f)^2 / 2``; derivative ``-y max(0, 1 - y f)`` (= f - y where y f < 1)."""
+    """Squared hinge ``max(0, 1 - y f)^2 / 2``; derivative ``-y max(0, 1 - y f)`` (= f - y where y f < 1);
+    curvature ``y^2`` where ``y f < 1``, else 0 (generalized at the kink, Mangasarian 2002, as LIBLINEAR's -s 2)."""
 
     name = "squared_hinge"
     compiled = kernels.CySquaredHinge
 
-    def curvature(self, f, y):
-        # The generalized second derivative (Mangasarian 2002), as LIBLINEAR's -s 2 uses.
-        return y * y * (y * f < 1.0)
 
 
 class ZeroHinge(BinaryLoss):
@@ -67,17 +66,16 @@ class ZeroHinge(BinaryLoss):
 
 
 class SquaredZeroHinge(BinaryLoss):
-    """Squared perceptron loss ``max(0, -y f)^2 / 2``; derivative ``-y max(0, -y f)`` (= f where y f < 0)."""
+    """Squared perceptron loss ``max(0, -y f)^2 / 2``; derivative ``-y max(0, -y f)`` (= f where y f < 0);
+    curvature ``y^2`` where ``y f < 0``, else 0."""
 
     name = "squared_zero_hinge"
     compiled = kernels.CySquaredZeroHinge
 
-    def curvature(self, f, y):
-        return y * y * (y * f < 0.0)
 
 
 class Exponential(BinaryLoss):
-    """Exponential loss ``exp(-y f)``; derivative ``-y exp(-y f)``.
+    """Exponential loss ``exp(-y f)``; derivative ``-y exp(-y f)``; curvature ``y^2 exp(-y f)``.
 
     Overflows to +inf where ``-y f > 709``; the solver reports the
     non-finite risk.
@@ -86,22 +84,14 @@ class Exponential(BinaryLoss):
     name = "exponential"
     compiled = kernels.CyExponential
 
-    def curvature(self, f, y):
-        with np.errstate(over="ignore"):
-            return y * y * np.exp(-y * f)
 
 
 class Logistic(BinaryLoss):
-    """Logistic loss ``log(1 + exp(-y f))``; derivative ``-y / (1 + exp(y f))``."""
+    """Logistic loss ``log(1 + exp(-y f))``; derivative ``-y / (1 + exp(y f))``;
+    curvature ``y^2 s(y f) s(-y f)``, s the logistic sigmoid."""
 
     name = "logistic"
     compiled = kernels.CyLogistic
-
-    def curvature(self, f, y):
-        from scipy.special import expit
-
-        z = y * f
-        return y * y * expit(z) * expit(-z)
 
 
 class HuberHinge(BinaryLoss):
@@ -114,7 +104,8 @@ class HuberHinge(BinaryLoss):
             1 - z                      if z < 1 - h
 
     and ``l' = -y * clip(1 + h - z, 0, 2 h) / (2 h)``: continuously
-    differentiable, tending to the hinge as h -> 0. (Paper 002's Table 1
+    differentiable, tending to the hinge as h -> 0; curvature ``y^2 / (2 h)``
+    where ``|1 - z| <= h``, else 0. (Paper 002's Table 1
     does not list it; this is the loss of Chapelle's "Training a support
     vector machine in the primal", Section 4, with his h as ``delta``.)
     """
@@ -126,9 +117,6 @@ class HuberHinge(BinaryLoss):
     def check_params(self):
         self._require("delta", np.isfinite(self.delta) and self.delta > 0, "a finite number > 0")
 
-    def curvature(self, f, y):
-        h = self.delta
-        return y * y * (np.abs(1.0 - y * f) <= h) * (0.5 / h)
 
 
 # --------------------------------------------------------------------------
@@ -163,13 +151,11 @@ class Novelty(ScalarLoss):
 # --------------------------------------------------------------------------
 
 class LeastSquares(RegressionLoss):
-    """Least mean squares ``(f - y)^2 / 2``; derivative ``f - y``."""
+    """Least mean squares ``(f - y)^2 / 2``; derivative ``f - y``; curvature 1."""
 
     name = "least_squares"
     compiled = kernels.CyLeastSquares
 
-    def curvature(self, f, y):
-        return np.ones_like(f)
 
 
 class LeastAbsoluteDeviation(RegressionLoss):
@@ -244,7 +230,7 @@ class Huber(RegressionLoss):
     """Huber's robust loss, delta > 0 (default 1, paper 000's Table 5); r = f - y.
 
     ``l = r^2 / 2`` if ``|r| <= delta``, else ``delta (|r| - delta / 2)``;
-    derivative ``clip(r, -delta, delta)``.
+    derivative ``clip(r, -delta, delta)``; curvature 1 where ``|r| <= delta``, else 0.
     """
 
     name = "huber"
@@ -254,12 +240,10 @@ class Huber(RegressionLoss):
     def check_params(self):
         self._require("delta", np.isfinite(self.delta) and self.delta > 0, "a finite number > 0")
 
-    def curvature(self, f, y):
-        return (np.abs(f - y) <= self.delta) * 1.0
 
 
 class Poisson(RegressionLoss):
-    """Poisson regression (negative log-likelihood up to a constant) ``exp(f) - y f``; derivative ``exp(f) - y``.
+    """Poisson regression (negative log-likelihood up to a constant) ``exp(f) - y f``; derivative ``exp(f) - y``; curvature ``exp(f)``.
 
     f is the log of the mean count. The targets must be counts: integers
     >= 0 (for negative targets the loss is unbounded below). Overflows to
@@ -287,10 +271,6 @@ class Poisson(RegressionLoss):
         from scipy.special import xlogy
 
         self.risk_floor = float(np.min(classes - xlogy(classes, classes)))
-
-    def curvature(self, f, y):
-        with np.errstate(over="ignore"):
-            return np.exp(f)
 
 
 SCALAR_LOSSES = (Hinge, SquaredHinge, ZeroHinge, SquaredZeroHinge, Exponential, Logistic, HuberHinge,

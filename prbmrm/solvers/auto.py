@@ -86,7 +86,7 @@ def pick_solver(risk, regularizer):
         return "proximal", "fewest iterations on a risk of unknown data"
     if getattr(risk.loss, "structured", False):
         return "proximal", "fewest iterations on structured examples (no matrix of features to measure)"
-    if newton_ready(risk, regularizer) is None and getattr(risk.loss, "curvature", None) is not None:
+    if newton_ready(risk, regularizer) is None and getattr(risk.loss, "twice_differentiable", False):
         spread = scale_spread(risk)
         if spread <= SCALE_SPREAD:
             return "tron", f"the loss {risk.loss.name!r} is twice differentiable: Newton's method"

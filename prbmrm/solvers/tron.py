@@ -33,7 +33,8 @@ lie in [0, 1], dual feasible for the hinge, whose conjugate makes their dual val
 When the smoothed problem is solved much more closely than the hinge gap (the smoothing dominates the
 gap), delta shrinks in proportion to the gap still to close, and TRON goes on from the same w.
 
-Imports: numpy, scipy (through the losses); of prbmrm: :mod:`prbmrm.distributed.oracle`, :mod:`prbmrm.errors`,
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.distributed.exact`, :mod:`prbmrm.distributed.oracle`, :mod:`prbmrm.errors`,
+:mod:`prbmrm.kernels.blocks`, :mod:`prbmrm.kernels.scalar`, :mod:`prbmrm.kernels.sparse`,
 :mod:`prbmrm.solvers.base`.
 """
 
@@ -46,7 +47,10 @@ import scipy.sparse as sp
 from ..distributed.exact import FixedPointSum
 from ..distributed.oracle import service
 from ..errors import UsageError
-from ..kernels.sparse import csr_matvec, csr_rmatvec
+from ..kernels.blocks import same_index_dtype
+from ..kernels.scalar import (csr_hessian_sums, csr_newton_sums, dense_hessian_sums, dense_matvec,
+                              dense_newton_sums)
+from ..kernels.sparse import csr_matvec
 from .base import Progress, Recorder, check_finite
 
 _POINT, _HESSIAN_NEW, _HESSIAN_OLD, _SMOOTHING = 0, 1, 2, 3
@@ -65,24 +69,28 @@ SHRINK_AT = 0.1
 MIN_SMOOTHING = 1e-9
 """The least smoothing delta: below it TRON stops (status 4) when it makes no more progress."""
 
-SPARSE_CURVATURE = 0.5
-"""A block keeps a copy of its rows with nonzero curvature when at most this fraction has one (squared hinge,
-Huber): the Hessian products then read only those rows, as LIBLINEAR's L2-loss SVM does."""
-
-
 def newton_ready(risk, regularizer):
     """Return None if TRON applies to `risk` and `regularizer`, else why not (a sentence)."""
     loss = getattr(risk, "loss", None)
     if not hasattr(risk, "attach") or loss is None:
         return "TRON needs the distributed risk oracle itself (prbmrm.distributed.oracle.DistributedRisk)"
     smoothed = loss.name in SMOOTHED and not loss.needs_qid  # Newton steps on its smoothing
-    twice_differentiable = hasattr(loss, "curvature") and loss.decomposable and not (loss.needs_qid or loss.structured)
+    twice_differentiable = (getattr(loss, "twice_differentiable", False) and loss.decomposable
+                            and not (loss.needs_qid or loss.structured))
     if not (smoothed or twice_differentiable):
         return (f"TRON needs a twice differentiable scalar loss (logistic, squared_hinge, least_squares, huber, "
                 f"huber_hinge, ...), not {getattr(loss, 'name', loss)!r}")
     if not getattr(regularizer, "quadratic", False):
         return f"TRON needs a quadratic regularizer (l2, quadratic), not {regularizer.name!r}"
     return None
+
+
+def _compiled_rows(X):
+    """`X` as the compiled Newton passes read it: CSR of float64 values with one index type, or a C-contiguous
+    float64 array (a copy only where `X` is not already so)."""
+    if sp.issparse(X):
+        return same_index_dtype(X if X.format == "csr" and X.dtype == np.float64 else sp.csr_matrix(X, dtype=np.float64))
+    return np.ascontiguousarray(X, dtype=np.float64)
 
 
 @service("tron")
@@ -100,19 +108,28 @@ class NewtonRanks:
     as the trial point's; ``_SMOOTHING`` sets delta to the buffer's first entry; ``_HESSIAN_NEW`` makes
     the trial point (if any) the current one and ``_HESSIAN_OLD`` drops it (a
     rejected step), then both return ``(1/m) X^T D X v`` at the current point.
+
+    Each pass is one compiled call over all of this rank's rows (:mod:`prbmrm.kernels.scalar`'s Newton
+    passes: with 256 canonical blocks a shard, a call per block cost more than the products), which still
+    forms each canonical block's partial sums apart, from its own rows in order.
     """
 
     def __init__(self, risk, delta=0.0):
         self.risk = risk
         self.buffer = np.zeros(risk.dim)
-        # per block: gradient, diagonal of X^T D X, risk, target risk, alphas; for products: X^T D X v
-        self._point_partials = np.empty((len(risk.blocks), 2 * risk.dim + 3))
-        self._product_partials = np.empty((len(risk.blocks), risk.dim + 1))
+        X, y, bounds = risk.rows
+        self._X, self._y = _compiled_rows(X), np.ascontiguousarray(y, dtype=np.float64)
+        self._csr = sp.issparse(self._X)
+        self._bounds = np.ascontiguousarray(bounds, dtype=np.intp)
+        self._scores = np.empty(self._X.shape[0])
+        # per block: gradient, diagonal of X^T D X, risk, target risk, alphas; for products: X^T D X v, 0
+        self._point_partials = np.empty((len(self._bounds) - 1, 2 * risk.dim + 3))
+        self._product_partials = np.empty((len(self._bounds) - 1, risk.dim + 1))
         # The blocks' sums are added exactly in fixed point (bitwise the same on any number of ranks).
         self._point_sums = FixedPointSum(2 * risk.dim + 3, risk.n_parts)
         self._product_sums = FixedPointSum(risk.dim + 1, risk.n_parts)
         self._smooth(float(delta))
-        self._current = self._trial = None  # per block: (rows, their curvature)
+        self._current = self._trial = None  # each row's curvature
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
 
     def _smooth(self, delta):
@@ -127,40 +144,32 @@ class NewtonRanks:
             self.loss = target
 
     def _point(self, w):
-        loss, target = self.loss, self.risk.loss
-        self._trial = []
-        dim = self.risk.dim
-        for partial, (X, y) in zip(self._point_partials, self.risk.blocks):
-            f = loss.scores(X, w)
-            partial[-3] = np.sum(loss.value(f, y))
-            derivative = loss.derivative(f, y)
-            partial[:dim] = X.T @ derivative
-            if loss is target:
-                partial[-2:] = partial[-3], 0.0
-            else:
-                partial[-2:] = np.sum(target.value(f, y)), -np.dot(y, derivative)
-            d = np.asarray(loss.curvature(f, y), dtype=np.float64)
-            partial[dim:-3] = (X.power(2) if hasattr(X, "power") else np.square(X)).T @ d
-            active = d != 0.0
-            count = int(np.count_nonzero(active))
-            self._trial.append((X[active], d[active]) if count <= SPARSE_CURVATURE * len(d) else (X, d))
+        loss, target, X, y, f = self.loss, self.risk.loss, self._X, self._y, self._scores
+        if self._csr:
+            csr_matvec(X.indptr, X.indices, X.data, w, f)
+        else:
+            dense_matvec(X, w, f)
+        values = loss.value(f, y)
+        slope = np.ascontiguousarray(loss.derivative(f, y), dtype=np.float64)
+        rows = ([values, values, np.zeros_like(values)] if loss is target else
+                [values, target.value(f, y), -y * slope])
+        columns = np.ascontiguousarray(np.stack(rows), dtype=np.float64)
+        self._trial = np.ascontiguousarray(loss.curvature(f, y), dtype=np.float64)
+        if self._csr:
+            csr_newton_sums(X.indptr, X.indices, X.data, self._bounds, slope, self._trial, columns,
+                            self._point_partials)
+        else:
+            dense_newton_sums(X, self._bounds, slope, self._trial, columns, self._point_partials)
 
     def _hessian(self, v, accepted):
         if accepted and self._trial is not None:
             self._current = self._trial
         self._trial = None
-        for partial, (X, d) in zip(self._product_partials, self._current):
-            partial[:] = 0.0
-            if not X.shape[0]:
-                continue
-            if sp.issparse(X):
-                # The compiled products (scipy's order, bitwise): a shard holds up to 256 canonical blocks,
-                # and scipy's per-call set-up of four products a block was most of a CG step's time.
-                scores = np.empty(X.shape[0])
-                csr_matvec(X.indptr, X.indices, X.data, v, scores)
-                csr_rmatvec(X.indptr, X.indices, X.data, d * scores, partial[:-1])
-            else:
-                partial[:-1] = X.T @ (d * (X @ v))
+        X = self._X
+        if self._csr:
+            csr_hessian_sums(X.indptr, X.indices, X.data, self._bounds, self._current, v, self._product_partials)
+        else:
+            dense_hessian_sums(X, self._bounds, self._current, v, self._product_partials)
 
     def handle(self, code):
         """Answer one request (rank 0's buffer is broadcast first); see the class's description."""

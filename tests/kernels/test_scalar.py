@@ -13,6 +13,7 @@ import pytest
 import scipy.sparse as sp
 
 import prbmrm.kernels.blocks
+from prbmrm.kernels import scalar as kernels
 from helpers import shared_shards
 from prbmrm.distributed.comm import SerialComm
 from prbmrm.distributed.oracle import DistributedRisk, run_distributed
@@ -165,6 +166,90 @@ def check_sums(loss, X, y, w, partials, bounds):
         risk, gradient = reference_sums(loss, X, y, w, a, b)
         assert partial[-1] == pytest.approx(risk, rel=1e-12, abs=1e-13)
         np.testing.assert_allclose(partial[:-1], gradient, rtol=1e-12, atol=1e-12 * max(1.0, np.abs(gradient).max()))
+
+
+TWICE_DIFFERENTIABLE = {"squared_hinge", "squared_zero_hinge", "exponential", "logistic", "huber_hinge",
+                        "least_squares", "huber", "poisson"}
+
+
+def test_the_curvature_is_inherited_from_the_compiled_loss():
+    assert {cls.name for cls in SCALAR_LOSSES if make(cls).twice_differentiable} == TWICE_DIFFERENTIABLE
+    for cls in SCALAR_LOSSES:
+        assert "curvature" not in vars(cls)
+        if cls.name not in TWICE_DIFFERENTIABLE:
+            with pytest.raises(NotImplementedError):
+                make(cls).curvature(np.zeros(2), np.ones(2))
+    # A loss registered from outside is twice differentiable when it defines its curvature.
+    assert type("Curved", (BinaryLoss,), {"name": "curved", "curvature": lambda self, f, y: 0 * f})().twice_differentiable
+
+
+def newton_data(layout, rows=700, features=41):
+    X, y, w = (data_for if layout == "dense" else sparse_data_for)(SCALAR_LOSSES[0](), rows, features)
+    rng = np.random.default_rng(3)
+    slope, curvature = rng.standard_normal(rows), rng.random(rows)
+    curvature[rng.random(rows) < 0.3] = 0.0  # rows without curvature (squared hinge) are skipped
+    slope[curvature == 0.0] = np.where(rng.random(int(np.sum(curvature == 0.0))) < 0.5, 0.0, 1.5)
+    columns = rng.standard_normal((3, rows))
+    return X, slope, curvature, columns, rng.standard_normal(features)
+
+
+def newton_sums(X, bounds, slope, curvature, columns, v):
+    """The compiled Newton point sums and Hessian products of every block (one call each)."""
+    bounds = np.asarray(bounds, dtype=np.intp)
+    d = X.shape[1]
+    point, product = np.empty((len(bounds) - 1, 2 * d + len(columns))), np.empty((len(bounds) - 1, d + 1))
+    if sp.issparse(X):
+        kernels.csr_newton_sums(X.indptr, X.indices, X.data, bounds, slope, curvature, columns, point)
+        kernels.csr_hessian_sums(X.indptr, X.indices, X.data, bounds, curvature, v, product)
+    else:
+        kernels.dense_newton_sums(X, bounds, slope, curvature, columns, point)
+        kernels.dense_hessian_sums(X, bounds, curvature, v, product)
+    return point, product
+
+
+@pytest.mark.parametrize("layout", ["dense", "csr"])
+def test_newton_passes_equal_the_numpy_sums_per_block(layout):
+    X, slope, curvature, columns, v = newton_data(layout)
+    bounds = [0, 1, 1, 250, 700]
+    point, product = newton_sums(X, bounds, slope, curvature, columns, v)
+    A = X.toarray() if sp.issparse(X) else X
+    d = A.shape[1]
+    for b, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+        rows = A[start:stop]
+        expected = np.concatenate([rows.T @ slope[start:stop], (rows ** 2).T @ curvature[start:stop],
+                                   columns[:, start:stop].sum(axis=1)])
+        np.testing.assert_allclose(point[b], expected, rtol=1e-12, atol=1e-12)
+        hv = rows.T @ (curvature[start:stop] * (rows @ v))
+        np.testing.assert_allclose(product[b, :d], hv, rtol=1e-12, atol=1e-12)
+        assert product[b, d] == 0.0
+    dense_scores = np.empty(A.shape[0])
+    kernels.dense_matvec(np.ascontiguousarray(A), v, dense_scores)
+    np.testing.assert_allclose(dense_scores, A @ v, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("layout", ["dense", "csr"])
+def test_newton_sums_of_a_block_do_not_depend_on_the_blocks_held_with_it(layout):
+    X, slope, curvature, columns, v = newton_data(layout, rows=900)
+    whole = newton_sums(X, [0, 300, 650, 900], slope, curvature, columns, v)
+    part = slice(300, 650)
+    alone = newton_sums(X[part], [0, 350], slope[part], curvature[part], np.ascontiguousarray(columns[:, part]), v)
+    for together, by_itself in zip(whole, alone):
+        assert together[1].tobytes() == by_itself[0].tobytes()
+
+
+def test_the_newton_passes_refuse_arrays_they_cannot_read():
+    X, slope, curvature, columns, v = newton_data("csr", rows=10)
+    bounds = np.array([0, 10], dtype=np.intp)
+    with pytest.raises(ValueError):
+        kernels.csr_newton_sums(X.indptr, X.indices, X.data, bounds, slope[:9], curvature, columns,
+                                np.empty((1, 2 * X.shape[1] + 3)))
+    with pytest.raises(ValueError):
+        kernels.csr_newton_sums(X.indptr, X.indices, X.data, bounds, slope, curvature, columns,
+                                np.empty((1, 2 * X.shape[1] + 2)))
+    with pytest.raises(ValueError):
+        kernels.csr_hessian_sums(X.indptr[:-1], X.indices, X.data, bounds, curvature, v, np.empty((1, X.shape[1] + 1)))
+    with pytest.raises(ValueError):
+        kernels.dense_hessian_sums(X.toarray(), bounds, curvature, v[:-1], np.empty((1, X.shape[1] + 1)))
 
 
 @pytest.fixture

@@ -53,9 +53,9 @@ import numpy as np
 from .comm import SupportRows
 from .exact import FixedPointSum
 from ..errors import CollectiveError, JointError, PrbmrmError
-from ..kernels.blocks import (block_groups, chunk_bounds, compiled_passes, csr_compact_pass, csr_compiled_pass,
-                      csr_groups, csr_scalar, csr_scalar_pass, dense_scalar_pass, row_block, row_range,
-                      same_index_dtype)
+from ..kernels.blocks import (block_gradients, block_groups, block_scores, chunk_bounds, compiled_passes,
+                      csr_compact_pass, csr_compiled_pass, csr_groups, csr_scalar, csr_scalar_pass, dense_scalar_pass,
+                      row_block, row_range, same_index_dtype)
 from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
@@ -308,7 +308,7 @@ class DistributedRisk:
         otherwise scores go to rank 0 and per-example coefficients come back.
         Each rank forms ``X.T @ c`` of its blocks: only scalars cross ranks.
         """
-        scores = np.concatenate([X @ w for X, _, _ in self._blocks])
+        scores = block_scores(self._X, self._blocks, w)
         if not gathered:
             return 0.0, self._spread_partials(scores)
         started = time.perf_counter()
@@ -330,12 +330,8 @@ class DistributedRisk:
         started = time.perf_counter()
         local = self.comm.scatter_scalars(coefficients, self._counts)
         exchange += time.perf_counter() - started
-        start = 0
-        for partial, (X, _, _) in zip(self._partials, self._blocks):
-            stop = start + X.shape[0]
-            partial[:-1] = X.T @ local[start:stop]
-            partial[-1] = 0.0
-            start = stop
+        block_gradients(self._X, self._blocks, self._bounds, local, self._partials)
+        self._partials[:, -1] = 0.0
         # The risk is known on rank 0 alone: it enters the sum once.
         self._partials[0, -1] = risk_sum
         return exchange, None
@@ -351,10 +347,8 @@ class DistributedRisk:
         except Exception as error:
             self._partials.fill(np.nan)
             return error
-        for partial, risk, X, a, b in zip(self._partials, risks, (X for X, _, _ in self._blocks),
-                                          self._bounds[:-1], self._bounds[1:]):
-            partial[:-1] = X.T @ local[a:b]
-            partial[-1] = risk
+        block_gradients(self._X, self._blocks, self._bounds, local, self._partials)
+        self._partials[:, -1] = risks
         return None
 
     def line(self, w, d):

@@ -193,6 +193,43 @@ def dense_scalar_pass(dense, X, y, bounds, w, partials):
     dense.dense_pass(X, y, np.ascontiguousarray(w, dtype=np.float64), bounds, partials)
 
 
+def compiled_rows(X):
+    """Whether the compiled CSR products (:mod:`prbmrm.kernels.sparse`) take `X` as it is: a CSR matrix of
+    float64 values whose indptr and indices share one type."""
+    return (sp.issparse(X) and X.format == "csr" and X.dtype == np.float64
+            and X.indptr.dtype == X.indices.dtype and X.indices.dtype in (np.int32, np.int64))
+
+
+def block_scores(X, blocks, w):
+    """The scores ``X @ w`` of this rank's rows, as the blocks (`blocks`: their ``(X, y, qid)`` views) give them.
+
+    CSR rows (:func:`compiled_rows`) in one compiled pass: a row's sum is
+    scipy's, whichever block holds it.
+    """
+    if compiled_rows(X):
+        scores = np.empty(X.shape[0])
+        csr_matvec(X.indptr, X.indices, X.data, np.ascontiguousarray(w, dtype=np.float64), scores)
+        return scores
+    return np.concatenate([block @ w for block, _, _ in blocks])
+
+
+def block_gradients(X, blocks, bounds, v, partials):
+    """Write ``X_b.T @ v_b`` of each block b (rows between `bounds`) into the gradient part of ``partials[b]``.
+
+    CSR rows (:func:`compiled_rows`) through the compiled loop, which adds
+    in the order of scipy's ``X_b.T @ v_b`` (bitwise its result) without
+    its checks and temporaries of length d.
+    """
+    if compiled_rows(X):
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        for partial, a, b in zip(partials, bounds[:-1], bounds[1:]):
+            partial[:-1] = 0.0
+            csr_rmatvec(X.indptr[a:b + 1], X.indices, X.data, v[a:b], partial[:-1])
+        return
+    for partial, (block, _, _), a, b in zip(partials, blocks, bounds[:-1], bounds[1:]):
+        partial[:-1] = block.T @ v[a:b]
+
+
 def same_index_dtype(X):
     """`X`, or once a copy whose indptr has the dtype of its indices (the CSR loops take one type)."""
     if X.indptr.dtype == X.indices.dtype:

@@ -47,6 +47,7 @@ import math
 import numpy as np
 
 from ..errors import InputError
+from ..kernels.order import order_keys, order_values, roc_weights, sorted_order, split_ranges
 from .base import Loss, MultivariateLoss, _format_labels
 
 
@@ -222,10 +223,6 @@ SORT_SAMPLES = 64
 """Samples of its sorted keys each rank gathers to every rank, per rank of the job, to choose the splitters of a
 :class:`ScoreOrder`: the ranges then hold about m/P keys each, within a few percent."""
 
-SPLITTER_COMPARISONS = 16
-"""Up to this many ranks a key finds its range by comparisons with each splitter (about 1 ns per key and
-splitter), beyond by a binary search (about 25 ns per key)."""
-
 
 def _rank_counts(comm, counts):
     """Every rank's small integer `counts`, one row per rank (collective; None: this process's only)."""
@@ -252,14 +249,17 @@ class ScoreOrder:
 
     Collective. The order is by key, then by tag: by default the global
     position of the key (its rank, then its place in the rank's array), else
-    the given int64 tags (distinct over all ranks). Every rank picks the same
-    P - 1 splitters from samples of all ranks (:data:`SORT_SAMPLES` per rank
-    and rank of the job), sends each key, with its payload (and tag), to the
-    rank owning its range ("owner", one Alltoallv per array), and the owner
-    sorts what it received. Only keys, tags and a small integer payload
-    travel (8 bytes each), never features; every rank holds and sorts about
-    m / P of them, whatever the ties. The owner computes a value per owned key
-    and :meth:`back` returns each key's value to the rank it came from.
+    the given int64 tags (distinct over all ranks). Keys travel as order
+    keys (:func:`prbmrm.kernels.order.order_keys`: -0.0 equals 0.0, NaN
+    comes last). Every rank picks the same P - 1 splitters from samples of
+    all ranks (:data:`SORT_SAMPLES` per rank and rank of the job), sends each
+    key, with its payload (and tag), to the rank owning its range ("owner",
+    one Alltoallv of int64 rows), and the owner sorts what it received
+    (:func:`prbmrm.kernels.order.sorted_order`). Only keys, tags and a
+    payload travel (8 bytes each), never features; every rank holds and
+    sorts about m / P of them, whatever the ties. The owner computes a value
+    per owned key and :meth:`back` returns each key's value to the rank it
+    came from.
 
     Parameters
     ----------
@@ -273,121 +273,105 @@ class ScoreOrder:
     counts : ndarray of int64, shape (P,), optional
         The number of keys of every rank, if known (else gathered).
 
-    Payloads and tags must lie within +-2^53 (they travel in float64 rows).
-
     Attributes
     ----------
-    owned_keys, owned_payload : ndarray
-        The keys of this rank's range and their payloads, in global order.
+    arrived_payload : ndarray of int64
+        The payloads of this rank's range, in the order they arrived.
+    order : ndarray of intp
+        The arrived keys in global order: ``arrived_payload[order]`` is :attr:`owned_payload`.
     owned_before : int
         The number of keys in the ranges of the lower ranks: the global position of the first owned key.
     """
 
     def __init__(self, comm, keys, payload, tags=None, counts=None):
         self._comm = comm if comm is not None and comm.size > 1 else None
-        keys = np.ascontiguousarray(keys, dtype=np.float64)
+        values = np.ascontiguousarray(keys, dtype=np.float64)
+        keys = np.empty(values.size, dtype=np.uint64)
+        order_keys(values, keys)
         payload = np.ascontiguousarray(payload, dtype=np.int64)
+        tags = None if tags is None else np.ascontiguousarray(tags, dtype=np.int64)
         self.owned_before = 0
         if self._comm is not None:
             counts = comm.gather_counts(keys.size) if counts is None else np.asarray(counts, dtype=np.int64)
-            total = int(counts.sum())
-            if tags is None:
-                position = np.arange(keys.size, dtype=np.int64) + int(counts[:comm.rank].sum())
-            bucket = self._buckets(keys, position if tags is None else tags, counts)
-            # A radix sort of the (16-bit) range numbers: each range's keys in their order here.
-            self._local = np.argsort(bucket.astype(np.int16 if comm.size < 2**15 else np.int64), kind="stable")
-            self._send = np.bincount(bucket, minlength=comm.size).astype(np.int64)
-            # One exchange of rows (key, payload[, tag]): integers below 2^53 are exact in float64.
-            rows = np.column_stack([keys, payload] + ([] if tags is None else [tags]))[self._local]
-            rows, matrix = comm.alltoallv_array(rows, self._send, total)
+            first = int(counts[:comm.rank].sum())
+            split_keys, split_tags = self._splitters(keys, tags, first, counts)
+            # One exchange of rows (key, payload[, tag]), range by range, each range's keys in their order here.
+            rows = np.empty((keys.size, 2 if tags is None else 3), dtype=np.int64)
+            self._local = np.empty(keys.size, dtype=np.intp)
+            self._send = np.empty(comm.size, dtype=np.int64)
+            split_ranges(keys, payload, tags, first, split_keys, split_tags, rows, self._local, self._send)
+            rows, matrix = comm.alltoallv_array(rows, self._send, int(counts.sum()))
             self._received = matrix[:, comm.rank]
             self.owned_before = int(matrix[:, :comm.rank].sum())
-            keys, payload = rows[:, 0].copy(), rows[:, 1].astype(np.int64)
-            tags = None if tags is None else rows[:, 2].astype(np.int64)
+            keys, payload = rows[:, 0].view(np.uint64), rows[:, 1]
+            tags = None if tags is None else rows[:, 2]
         # What arrived from the ranks in order, each part in its own order: ties by arrival are
         # ties by global position.
-        self._owned = _sorted_with_ties(keys, tags)
-        self.owned_keys, self.owned_payload = keys[self._owned], payload[self._owned]
+        self.order = sorted_order(keys, tags)
+        self.arrived_payload = payload
+        self._keys = keys
 
-    def _buckets(self, keys, tags, counts):
-        """The range (0..P-1) of each key, from splitters alike on every rank."""
+    def _splitters(self, keys, tags, first, counts):
+        """The P - 1 splitters (order keys and tags, ascending), alike on every rank."""
         comm = self._comm
         limit = SORT_SAMPLES * comm.size
         samples = np.minimum(counts, limit)
         positions = (np.arange(samples[comm.rank]) * keys.size) // max(samples[comm.rank], 1)
-        # One gather: each rank's sampled keys, then their tags (exact in float64).
-        gathered = comm.allgatherv_array(np.concatenate([keys[positions], tags[positions].astype(np.float64)]),
+        # One gather: each rank's sampled keys (their bits), then their tags.
+        gathered = comm.allgatherv_array(np.concatenate([keys[positions].view(np.int64),
+                                                         first + positions if tags is None else tags[positions]]),
                                          2 * limit * comm.size)
         first = 2 * np.repeat(np.cumsum(samples) - samples, samples)
         within = np.arange(samples.sum()) - np.repeat(np.cumsum(samples) - samples, samples)
-        sample_keys = gathered[first + within]
-        sample_tags = gathered[first + samples.repeat(samples) + within].astype(np.int64)
+        sample_keys = gathered[first + within].view(np.uint64)
+        sample_tags = gathered[first + samples.repeat(samples) + within]
         if sample_keys.size == 0:
-            return np.zeros(keys.size, dtype=np.int64)
+            # No key anywhere: splitters above every key.
+            return np.full(comm.size - 1, np.iinfo(np.uint64).max), np.full(comm.size - 1, np.iinfo(np.int64).max)
         # Each sample stands for counts / samples keys of its rank.
         weights = np.repeat(counts / np.maximum(samples, 1), samples)
         by_key = np.lexsort((sample_tags, sample_keys))
         reach = np.cumsum(weights[by_key])
         chosen = by_key[np.minimum(np.searchsorted(reach, reach[-1] * np.arange(1, comm.size) / comm.size),
                                    by_key.size - 1)]
-        split_keys, split_tags = sample_keys[chosen], sample_tags[chosen]
-        # The splitters below (key, tag): smaller keys, and equal keys with a tag not above.
-        if comm.size <= SPLITTER_COMPARISONS:
-            bucket = np.zeros(keys.size, dtype=np.int64)
-            for split_key, split_tag in zip(split_keys, split_tags):
-                above = keys > split_key
-                equal = np.flatnonzero(keys == split_key)
-                above[equal] = tags[equal] >= split_tag
-                bucket += above
-            return bucket
-        bucket = np.searchsorted(split_keys, keys, "left")
-        tied = np.flatnonzero(np.searchsorted(split_keys, keys, "right") > bucket)
-        for split_key, split_tag in zip(split_keys, split_tags):
-            bucket[tied] += (keys[tied] == split_key) & (tags[tied] >= split_tag)
-        return bucket
+        return np.ascontiguousarray(sample_keys[chosen]), np.ascontiguousarray(sample_tags[chosen])
+
+    @property
+    def owned_keys(self):
+        """ndarray of float64: the keys of this rank's range, in global order (-0.0 as 0.0)."""
+        values = np.empty(self.order.size)
+        order_values(np.ascontiguousarray(self._keys[self.order]), values)
+        return values
+
+    @property
+    def owned_payload(self):
+        """ndarray of int64: the payloads of this rank's range, in global order."""
+        return self.arrived_payload[self.order]
 
     def exclusive(self, count):
         """The sum of the integer `count` over the lower ranks (every rank passes its own)."""
         return _lower_ranks_sum(self._comm, count)
 
-    def back(self, values):
+    def back(self, values, arrived=False):
         """Return, in this rank's local order, the values the owners computed for its keys.
 
         Parameters
         ----------
-        values : ndarray of float64 or int64, shape (len(owned_keys),)
-            One value per owned key, in global order.
+        values : ndarray of float64 or int64, shape (len(order),) (rows of 2-D arrays travel whole)
+            One value per owned key, in global order (in the order of arrival if `arrived`).
+        arrived : bool
+            Whether `values` are in the order the keys arrived (as :attr:`arrived_payload`).
         """
         values = np.asarray(values)
-        arrived = np.empty_like(values)
-        arrived[self._owned] = values
+        if not arrived:
+            values, ordered = np.empty_like(values), values
+            values[self.order] = ordered
         if self._comm is None:
-            return arrived
-        returned, _ = self._comm.alltoallv_array(arrived, self._received, 0, received_counts=self._send)
+            return values
+        returned, _ = self._comm.alltoallv_array(values, self._received, 0, received_counts=self._send)
         out = np.empty_like(returned)
         out[self._local] = returned
         return out
-
-
-def _sorted_with_ties(keys, tags=None):
-    """The permutation sorting `keys`, equal keys by `tags` (default: by position), like a stable sort.
-
-    An unstable sort (numpy's vectorised quicksort: 4x a stable one) and a
-    lexicographic sort of the tied keys alone.
-    """
-    order = np.argsort(keys)
-    ordered = keys[order]
-    tie = ordered[1:] == ordered[:-1]
-    if tie.any():
-        # The runs of equal keys: each in tag (position) order.
-        tied = np.zeros(keys.size, dtype=bool)
-        tied[1:] |= tie
-        tied[:-1] |= tie
-        where = np.flatnonzero(tied)
-        run = np.cumsum(np.r_[True, ~tie][where])
-        members = order[where]
-        order[where] = members[np.lexsort((members if tags is None else tags[members], run))]
-    return order
 
 # --------------------------------------------------------------------------
 # ROC area (Alg. 7) and ordinal regression (Alg. 8)
@@ -423,11 +407,12 @@ class RocArea(MultivariateLoss):
             raise InputError(f"loss {self.name!r}: needs both positive and negative examples, "
                              f"got {m_pos} positive and {m_neg} negative")
         c = f - 0.5 * np.where(positive, 1.0, -1.0)
-        order = ScoreOrder(comm, c, positive.astype(np.int64), counts=counts[:, 0])
-        is_pos = order.owned_payload
-        positives_before = order.exclusive(np.count_nonzero(is_pos)) + np.cumsum(is_pos) - is_pos
-        negatives_before = order.owned_before + np.arange(is_pos.size) - positives_before
-        l = order.back(np.where(is_pos == 1, negatives_before - m_neg, positives_before)).astype(np.float64)
+        order = ScoreOrder(comm, c, positive, counts=counts[:, 0])
+        is_pos = order.arrived_payload
+        l = np.empty(is_pos.size)
+        roc_weights(is_pos, order.order, order.exclusive(int(np.count_nonzero(is_pos))), order.owned_before,
+                    m_neg, l)
+        l = order.back(l, arrived=True)
         scale = m / (float(m_pos) * m_neg)
         return _block_risks(l, c, bounds, scale), l * scale
 

@@ -13,7 +13,6 @@ from prbmrm.distributed.comm import SerialComm
 from prbmrm.distributed.oracle import DistributedRisk, run_distributed
 from prbmrm.io import load_local, write_shards
 from prbmrm.losses import get_loss
-from prbmrm.losses import multivariate
 from prbmrm.losses.multivariate import ScoreOrder
 
 pytestmark = pytest.mark.distributed
@@ -34,10 +33,7 @@ def gathered(comm, values):
 
 @pytest.mark.parametrize("distinct", [1, 5, 10 ** 6])
 @pytest.mark.parametrize("interleaved", [False, True])
-@pytest.mark.parametrize("search", [False, True])
-def test_the_sample_sort_orders_every_key_by_key_then_tag(comm, distinct, interleaved, search, monkeypatch):
-    if search:  # the binary search of the splitters many ranks use
-        monkeypatch.setattr(multivariate, "SPLITTER_COMPARISONS", 0)
+def test_the_sample_sort_orders_every_key_by_key_then_tag(comm, distinct, interleaved):
     m = 3000
     rng = np.random.default_rng(distinct)
     keys = rng.integers(0, distinct, size=2 * m).astype(np.float64)

@@ -1,27 +1,22 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""The global order of float64 scores over ranks: integer order keys, a stable radix sort, the split of keys
-into the ranges of a sample sort, and the ROC area's counting pass over the sorted keys.
+"""The global order of float64 scores over ranks: integer order keys, their sort, the split of keys into the
+ranges of a sample sort, and the ROC area's passes before and after the sort.
 
 A float64 value maps to an unsigned 64-bit key in the same order (-0.0 as
-0.0, every NaN last, as numpy sorts): keys compare as integers, travel as
-int64 and sort by digits. :func:`radix_order` is a least-significant-digit
-radix sort of the keys (11-bit digits, a digit all keys share is skipped):
-stable, so equal keys keep their order (or the order of their tags), in
-O(n) per digit with no comparison. numpy's sorts of float64 either lose
-that order (the default, vectorised) or take 4-8x longer (``kind="stable"``);
-``np.sort`` of the keys alone is fast but does not give the permutation.
+0.0, every NaN last, as numpy sorts): keys compare as integers and travel as
+int64. :func:`sorted_order` sorts them with numpy's vectorised sort of
+uint64, each key carrying its index in its low bits, and sorts again the few
+runs that leaves out of order. Measured on 2.5M keys (2 cores, loaded): 37 ns
+per key, against 151 for ``np.argsort`` of the float64 values (which then
+needs its ties put in order), about 110 for a least-significant-digit radix
+sort of (key, index) pairs (six passes through memory) and 790 for
+``np.argsort(kind="stable")``.
 """
 
 from libc.stdint cimport int32_t, int64_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 
 import numpy as np
-
-cdef enum:
-    _BITS = 11          # bits per digit: 2,048 counters of a digit stay in the L1 cache
-    _RADIX = 2048
-    _MASK = 2047
-    _DIGITS = 6         # ceil(64 / 11)
 
 cdef uint64_t _SIGN = (<uint64_t>1) << 63
 cdef uint64_t _ALL = ~(<uint64_t>0)
@@ -216,6 +211,29 @@ def split_ranges(const uint64_t[::1] keys, const int64_t[::1] payload, const int
             if has_tags:
                 rows[p, 2] = tags[i]
             local[p] = i
+
+
+def roc_keys(const double[::1] f, const double[::1] y, double[::1] c, uint64_t[::1] keys, int64_t[::1] positive):
+    """The values the ROC area sorts (paper 000, Alg. 7), in one pass.
+
+    Writes ``c = f - y'/2`` (y' = +1 where ``y > 0``, else -1), the order
+    key of each c (:func:`order_keys`) and the class (1 positive, 0 negative).
+    Returns the number of positive examples.
+    """
+    cdef Py_ssize_t n = f.shape[0], i, positives = 0
+    if y.shape[0] != n or c.shape[0] != n or keys.shape[0] != n or positive.shape[0] != n:
+        raise ValueError("one label, value, key and class per score")
+    with nogil:
+        for i in range(n):
+            if y[i] > 0:
+                c[i] = f[i] - 0.5
+                positive[i] = 1
+                positives += 1
+            else:
+                c[i] = f[i] - -0.5
+                positive[i] = 0
+            keys[i] = _key(c[i])
+    return positives
 
 
 def roc_weights(const int64_t[:] positive, const Py_ssize_t[::1] order, int64_t positives_before,

@@ -47,7 +47,7 @@ import math
 import numpy as np
 
 from ..errors import InputError
-from ..kernels.order import order_keys, order_values, roc_weights, sorted_order, split_ranges
+from ..kernels.order import order_keys, order_values, roc_keys, roc_weights, sorted_order, split_ranges
 from .base import Loss, MultivariateLoss, _format_labels
 
 
@@ -266,6 +266,7 @@ class ScoreOrder:
     comm : prbmrm.distributed.comm.SerialComm or MPIComm, or None
         None: every key is here (one process, no communicator).
     keys : ndarray of float64, shape (n,)
+        The keys, or their order keys (uint64, :func:`prbmrm.kernels.order.order_keys`).
     payload : ndarray of int64, shape (n,)
         Carried with each key (e.g. its class).
     tags : ndarray of int64, shape (n,), optional
@@ -285,9 +286,10 @@ class ScoreOrder:
 
     def __init__(self, comm, keys, payload, tags=None, counts=None):
         self._comm = comm if comm is not None and comm.size > 1 else None
-        values = np.ascontiguousarray(keys, dtype=np.float64)
-        keys = np.empty(values.size, dtype=np.uint64)
-        order_keys(values, keys)
+        if np.asarray(keys).dtype != np.uint64:
+            values = np.ascontiguousarray(keys, dtype=np.float64).ravel()
+            keys = np.empty(values.size, dtype=np.uint64)
+            order_keys(values, keys)
         payload = np.ascontiguousarray(payload, dtype=np.int64)
         tags = None if tags is None else np.ascontiguousarray(tags, dtype=np.int64)
         self.owned_before = 0
@@ -399,15 +401,16 @@ class RocArea(MultivariateLoss):
         return _check_plus_minus(self.name, classes, label_kind)
 
     def local_coefficients(self, f, y, comm, bounds, qid=None):
-        positive = np.asarray(y).ravel() > 0
-        counts = _rank_counts(comm, [positive.size, np.count_nonzero(positive)])
+        f = np.ascontiguousarray(f, dtype=np.float64).ravel()
+        c, keys, positive = np.empty(f.size), np.empty(f.size, dtype=np.uint64), np.empty(f.size, dtype=np.int64)
+        positives = roc_keys(f, np.ascontiguousarray(y, dtype=np.float64).ravel(), c, keys, positive)
+        counts = _rank_counts(comm, [f.size, positives])
         m, m_pos = (int(v) for v in counts.sum(axis=0))
         m_neg = m - m_pos
         if m_pos == 0 or m_neg == 0:
             raise InputError(f"loss {self.name!r}: needs both positive and negative examples, "
                              f"got {m_pos} positive and {m_neg} negative")
-        c = f - 0.5 * np.where(positive, 1.0, -1.0)
-        order = ScoreOrder(comm, c, positive, counts=counts[:, 0])
+        order = ScoreOrder(comm, keys, positive, counts=counts[:, 0])
         is_pos = order.arrived_payload
         l = np.empty(is_pos.size)
         roc_weights(is_pos, order.order, order.exclusive(int(np.count_nonzero(is_pos))), order.owned_before,

@@ -9,7 +9,9 @@ canonical block stay bitwise the same on any number of ranks.
 pass of the loss (:meth:`prbmrm.kernels.scalar.CyLoss.dense_pass`), and
 :func:`csr_compiled_pass` on large CSR data of few columns with the product
 ``X @ w`` and the compiled rest (:meth:`prbmrm.kernels.scalar.CyLoss.csr_update`).
-The products with CSR rows are :mod:`prbmrm.kernels.sparse`'s.
+:func:`block_scores` and :func:`block_gradients` are the products of the
+non-decomposable losses (scores out, coefficients in). The products with CSR
+rows are :mod:`prbmrm.kernels.sparse`'s.
 
 Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.losses.base`, :mod:`prbmrm.kernels.sparse`.
 """

@@ -236,7 +236,7 @@ def roc_keys(const double[::1] f, const double[::1] y, double[::1] c, uint64_t[:
     return positives
 
 
-def roc_weights(const int64_t[:] positive, const Py_ssize_t[::1] order, int64_t positives_before,
+def roc_weights(const signed char[::1] positive, const Py_ssize_t[::1] order, int64_t positives_before,
                 int64_t before, int64_t negatives, double[::1] out):
     """The ROC area's weights (paper 000, Alg. 7) of a range of the global order, in one pass.
 
@@ -245,8 +245,9 @@ def roc_weights(const int64_t[:] positive, const Py_ssize_t[::1] order, int64_t 
 
     Parameters
     ----------
-    positive : int64 array of n
-        1 for a positive example, 0 for a negative one.
+    positive : int8 array of n
+        1 for a positive example, 0 for a negative one (one byte each: read in the random order of `order`,
+        they stay in cache).
     order : intp array of n
         The examples in global order (:func:`radix_order`).
     positives_before, before : int

@@ -38,8 +38,8 @@ prefix sums, with no Python loop over examples; F-beta and PRBEP in
 O(m log m) (better than the O(m^2) of Alg. 11: the inner maximization over
 tables is concave in the number of false positives and found by bisection).
 
-Imports: numpy, scipy, sklearn; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses.base` (and a
-communicator handed in, never imported).
+Imports: numpy, scipy, sklearn; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses.base`,
+:mod:`prbmrm.kernels.order` (and a communicator handed in, never imported).
 """
 
 import math
@@ -411,7 +411,7 @@ class RocArea(MultivariateLoss):
             raise InputError(f"loss {self.name!r}: needs both positive and negative examples, "
                              f"got {m_pos} positive and {m_neg} negative")
         order = ScoreOrder(comm, keys, positive, counts=counts[:, 0])
-        is_pos = order.arrived_payload
+        is_pos = order.arrived_payload.astype(np.int8)
         l = np.empty(is_pos.size)
         roc_weights(is_pos, order.order, order.exclusive(int(np.count_nonzero(is_pos))), order.owned_before,
                     m_neg, l)

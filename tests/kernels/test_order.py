@@ -86,7 +86,7 @@ def test_split_ranges_compares_with_every_splitter(splits, with_tags):
 def test_roc_weights_count_the_pairs(seed):
     rng = np.random.default_rng(seed)
     n = 60
-    positive = (rng.random(n) < 0.4).astype(np.int64)
+    positive = (rng.random(n) < 0.4).astype(np.int8)
     values = rng.integers(0, 6, size=n).astype(np.float64)
     order = sorted_order(keys_of(values))
     rank = np.empty(n, dtype=np.int64)

@@ -71,8 +71,9 @@ class _BMRMEstimator(BaseEstimator):
     solver : str or None, default None
         A key of :data:`prbmrm.solvers.SOLVERS`; None: that of
         :func:`prbmrm.solvers.default_solver` (``bmrm`` with `warm_start`,
-        whose planes carry over, else ``proximal`` for a quadratic `reg`
-        below :data:`prbmrm.solvers.BMRM_FEATURES` features).
+        whose planes carry over, else ``auto`` for a quadratic `reg`: the
+        solver :func:`prbmrm.solvers.auto.pick_solver` picks from the
+        measured data, on the columns some example has).
     reg : str, default "l2"
         A key of :data:`prbmrm.regularizers.REGULARIZERS`.
     epsilon, rel_epsilon : float or None, default None
@@ -182,10 +183,8 @@ class _BMRMEstimator(BaseEstimator):
         solver = self.solver or (default_solver(self.lam, self.reg, True) if self.warm_start else None)
         key = _fit_key(X, y, options, (loss, loss_params, self.bias, solver, self.reg))
         n_features = X.shape[1]
+        # With solver None, fit's default (auto) measures the columns trained on, as any data.
         X, used = _used_columns(X, self.reg)
-        if used is not None and solver is None:  # the solver the whole width would get
-            outputs = y.shape[1] if y.ndim == 2 else len(np.unique(y)) if issubclass(LOSSES[loss], MulticlassLoss) else 1
-            solver = default_solver(self.lam, self.reg, False, (n_features + self.bias) * outputs)
         warm = _WARM_STARTS.get(key) if self.warm_start and comm.is_root else None
         try:
             # One BLAS thread, as the command line runs: threads gain nothing on these small

@@ -321,3 +321,23 @@ def test_features_no_example_has_get_weight_zero_and_the_run_the_same_optimum():
     assert hinge_objective(with_bias(wide), y, w, 1e-3) == pytest.approx(model.objective_, rel=1e-12)
     assert abs(model.objective_ - result.fun) <= 1e-8
     assert model.objective_ - model.gap_ <= result.fun and result.lower_bound <= model.objective_
+
+
+def test_the_default_solver_is_picked_on_the_columns_trained_on():
+    # Hashed-text-like data (a few percent of 2^18 columns used, few nonzeros per used column): the
+    # estimator trains on the used columns with the default solver, auto, whose pick measures them,
+    # bitwise as fit does on the same compacted data (BMRM here; the full width's would be too).
+    from prbmrm.estimators import _used_columns
+
+    rng = np.random.default_rng(3)
+    X = sp.random(600, 2**18, density=2e-4, format="csr", random_state=rng, data_rvs=rng.random)
+    y = np.where(X @ rng.standard_normal(2**18) > 0, 1.0, -1.0)
+    model = BMRMClassifier(lam=1e-3).fit(X, y)
+    compact, used = _used_columns(X, "l2")
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):  # as the estimators run
+        result, _, _ = run((compact, y), loss="hinge", lam=1e-3, bias=True, comm=SerialComm())
+    assert "(bmrm: " in result.message
+    np.testing.assert_array_equal(model.coef_[0, used], result.w[:-1])
+    assert model.n_iter_ == result.nit

@@ -71,8 +71,9 @@ class _BMRMEstimator(BaseEstimator):
     solver : str or None, default None
         A key of :data:`prbmrm.solvers.SOLVERS`; None: that of
         :func:`prbmrm.solvers.default_solver` (``bmrm`` with `warm_start`,
-        whose planes carry over, else ``proximal`` for a quadratic `reg`
-        below :data:`prbmrm.solvers.BMRM_FEATURES` features).
+        whose planes carry over, else ``auto`` for a quadratic `reg`: the
+        solver :func:`prbmrm.solvers.auto.pick_solver` picks from the
+        measured data, on the columns some example has).
     reg : str, default "l2"
         A key of :data:`prbmrm.regularizers.REGULARIZERS`.
     epsilon, rel_epsilon : float or None, default None
@@ -95,8 +96,11 @@ class _BMRMEstimator(BaseEstimator):
         fits share it): from its w and, for BMRM, its cutting planes, which
         bound the empirical risk for every lam (as on a lambda path). The
         optimum is certified as always, but the w returned within the gap
-        then depends on the fits made before. The data are recognised by a
-        cheap key (shapes, nonzeros and a sample of their values).
+        then depends on the fits made before. The data are found by a cheap
+        key (shapes, nonzeros and a sample of their values) and the earlier
+        fit is used only if its data, kept as a copy, equal these exactly:
+        planes of other data do not bound this data's risk. Data of more
+        than 256 MiB are not kept (their fits start cold).
     verbose : bool, default False
         Print the line that names the solver and the progress table (rank 0).
 
@@ -182,11 +186,9 @@ class _BMRMEstimator(BaseEstimator):
         solver = self.solver or (default_solver(self.lam, self.reg, True) if self.warm_start else None)
         key = _fit_key(X, y, options, (loss, loss_params, self.bias, solver, self.reg))
         n_features = X.shape[1]
+        # With solver None, fit's default (auto) measures the columns trained on, as any data.
         X, used = _used_columns(X, self.reg)
-        if used is not None and solver is None:  # the solver the whole width would get
-            outputs = y.shape[1] if y.ndim == 2 else len(np.unique(y)) if issubclass(LOSSES[loss], MulticlassLoss) else 1
-            solver = default_solver(self.lam, self.reg, False, (n_features + self.bias) * outputs)
-        warm = _WARM_STARTS.get(key) if self.warm_start and comm.is_root else None
+        warm = _warm_start(key, X, y, options) if self.warm_start and comm.is_root else None
         try:
             # One BLAS thread, as the command line runs: threads gain nothing on these small
             # products and lose many-fold on a busy machine.
@@ -200,10 +202,7 @@ class _BMRMEstimator(BaseEstimator):
         except PrbmrmError as error:  # raised on every rank alike, naming the keywords
             raise ValueError(str(error)) from error
         if self.warm_start and comm.is_root:
-            _WARM_STARTS[key] = model.result
-            _WARM_STARTS.move_to_end(key)
-            while len(_WARM_STARTS) > _WARM_LIMIT:
-                _WARM_STARTS.popitem(last=False)
+            _keep_warm_start(key, X, y, options, model.result)
         a = model.attrs
         self.n_iter_, self.objective_, self.gap_, self.history_ = a["iterations"], a["objective"], a["gap"], model.history
         if not a["converged"]:
@@ -635,18 +634,24 @@ def _used_columns(X, reg):
     """
     if not (sp.issparse(X) and reg in _SEPARABLE):
         return X, None
-    present = np.bincount(X.indices, minlength=X.shape[1]) > 0
-    if 2 * np.count_nonzero(present) > X.shape[1]:
-        return X, None
+    # Marks and a position per column of the indices' type: no count or cumulative sum of int64 over
+    # all 2^20 columns of hashed text (a third of the time).
+    present = np.zeros(X.shape[1], dtype=bool)
+    present[X.indices] = True
     used = np.flatnonzero(present)
-    position = np.cumsum(present) - 1
+    if 2 * used.size > X.shape[1]:
+        return X, None
+    position = np.empty(X.shape[1], dtype=X.indices.dtype)  # read only at the used columns
+    position[used] = np.arange(used.size, dtype=X.indices.dtype)
     compact = sp.csr_matrix((X.data, position[X.indices], X.indptr), shape=(X.shape[0], used.size))
     return compact, used
 
 
-# warm_start: the last result (rank 0) per training set and settings, most recent last.
+# warm_start: per key of a training set and settings, the last result (rank 0) and a copy of that data,
+# most recent last; at most _WARM_LIMIT entries holding at most _WARM_BYTES of copies.
 _WARM_STARTS = OrderedDict()
 _WARM_LIMIT = 8
+_WARM_BYTES = 2**28
 _SAMPLES = 64  # values sampled from each array of the training data for its key
 
 
@@ -657,13 +662,11 @@ def _fit_key(X, y, options, settings):
     at fixed spread positions and a position-weighted sum of each (one
     vectorised pass, no hash of the data): the folds GridSearchCV cuts
     differ in these, while the same fold cloned for another lam gives the
-    same key. Data that agree in all of them share warm starts, which stay
-    correct (every result is certified as always), only slower.
+    same key. Data that agree in all of them find the same entry, which
+    :func:`_warm_start` uses only for data equal to its copy.
     """
     digest = hashlib.blake2b(repr(settings).encode(), digest_size=16)
-    arrays = [X.data, X.indices, X.indptr] if sp.issparse(X) else [np.asarray(X)]
-    arrays += [np.asarray(y)] + [options[k] for k in sorted(options) if isinstance(options[k], np.ndarray)]
-    for a in arrays:
+    for a in _training_arrays(X, y, options):
         flat = a.reshape(-1)
         picked = flat[np.linspace(0, flat.size - 1, min(_SAMPLES, flat.size)).astype(np.intp)]
         weighted = float(np.dot(np.arange(1.0, flat.size + 1.0) % 1021.0, flat)) if flat.dtype.kind in "biuf" else 0.0
@@ -672,6 +675,41 @@ def _fit_key(X, y, options, settings):
     digest.update(repr(sorted((k, v) for k, v in options.items()
                               if not isinstance(v, np.ndarray))).encode())
     return digest.hexdigest()
+
+
+def _training_arrays(X, y, options):
+    """The arrays that make up the training data: X's (CSR: data, indices, indptr), y, the array options."""
+    arrays = [X.data, X.indices, X.indptr] if sp.issparse(X) else [np.asarray(X)]
+    return arrays + [np.asarray(y)] + [options[k] for k in sorted(options) if isinstance(options[k], np.ndarray)]
+
+
+def _warm_start(key, X, y, options):
+    """The result kept under `key` if the data it was trained on equal (X, y, options) exactly, else None.
+
+    A key is cheap and may collide (:func:`_fit_key`); the planes of other
+    data are no lower bounds of this data's risk, so the kept copy decides.
+    """
+    entry = _WARM_STARTS.get(key)
+    if entry is None:
+        return None
+    result, kept = entry
+    arrays = _training_arrays(X, y, options)
+    same = len(kept) == len(arrays) and all(
+        a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b) for a, b in zip(kept, arrays))
+    return result if same else None
+
+
+def _keep_warm_start(key, X, y, options, result):
+    """Keep `result` under `key` with a copy of its data (not the caller's arrays, which may change);
+    the oldest entries go beyond :data:`_WARM_LIMIT` entries or :data:`_WARM_BYTES` of copies."""
+    _WARM_STARTS.pop(key, None)
+    arrays = _training_arrays(X, y, options)
+    if sum(a.nbytes for a in arrays) > _WARM_BYTES:
+        return
+    _WARM_STARTS[key] = (result, [np.array(a, copy=True) for a in arrays])
+    while len(_WARM_STARTS) > _WARM_LIMIT or sum(
+            a.nbytes for _, kept in _WARM_STARTS.values() for a in kept) > _WARM_BYTES:
+        _WARM_STARTS.popitem(last=False)
 
 
 def query_pairs(y, qid=None):

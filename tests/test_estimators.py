@@ -321,3 +321,52 @@ def test_features_no_example_has_get_weight_zero_and_the_run_the_same_optimum():
     assert hinge_objective(with_bias(wide), y, w, 1e-3) == pytest.approx(model.objective_, rel=1e-12)
     assert abs(model.objective_ - result.fun) <= 1e-8
     assert model.objective_ - model.gap_ <= result.fun and result.lower_bound <= model.objective_
+
+
+def test_the_default_solver_is_picked_on_the_columns_trained_on():
+    # Hashed-text-like data (a few percent of 2^18 columns used, few nonzeros per used column): the
+    # estimator trains on the used columns with the default solver, auto, whose pick measures them,
+    # bitwise as fit does on the same compacted data (BMRM here; the full width's would be too).
+    from prbmrm.estimators import _used_columns
+
+    rng = np.random.default_rng(3)
+    X = sp.random(600, 2**18, density=2e-4, format="csr", random_state=rng, data_rvs=rng.random)
+    y = np.where(X @ rng.standard_normal(2**18) > 0, 1.0, -1.0)
+    model = BMRMClassifier(lam=1e-3).fit(X, y)
+    compact, used = _used_columns(X, "l2")
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):  # as the estimators run
+        result, _, _ = run((compact, y), loss="hinge", lam=1e-3, bias=True, comm=SerialComm())
+    assert "(bmrm: " in result.message
+    np.testing.assert_array_equal(model.coef_[0, used], result.w[:-1])
+    assert model.n_iter_ == result.nit
+
+
+def test_a_warm_start_of_other_data_under_the_same_key_is_not_used(monkeypatch):
+    # The key is cheap and may collide: planes of other data are no lower bounds of this data's risk, so an
+    # entry is used only for data equal to the copy kept with it. Every key the same here, as a collision.
+    from prbmrm import estimators
+
+    monkeypatch.setattr(estimators, "_fit_key", lambda *args: "collision")
+    monkeypatch.setattr(estimators, "_WARM_STARTS", type(estimators._WARM_STARTS)())
+    X, y = a9a(1500)
+    options = dict(lam=1e-3, warm_start=True, rel_epsilon=0, epsilon=1e-6)
+    other = X.copy()
+    other.data = other.data * 3.0  # the same shapes and nonzeros, another risk
+    BMRMClassifier(**options).fit(other, y)
+    model = BMRMClassifier(**options).fit(X, y)
+    cold = BMRMClassifier(lam=1e-3, solver="bmrm", rel_epsilon=0, epsilon=1e-6).fit(X, y)
+    np.testing.assert_array_equal(model.coef_, cold.coef_)
+    assert model.n_iter_ == cold.n_iter_
+    # The caller's arrays changed in place after a fit: the kept copy tells, the fit starts cold.
+    X.data[7] = 2.0
+    cold = BMRMClassifier(lam=1e-3, solver="bmrm", rel_epsilon=0, epsilon=1e-6).fit(X, y)
+    np.testing.assert_array_equal(BMRMClassifier(**options).fit(X, y).coef_, cold.coef_)
+    # The same data again (a clone of the fold): the entry is used, fewer iterations, the same optimum.
+    again = BMRMClassifier(**dict(options, lam=3e-3)).fit(X.copy(), y.copy())
+    cold = BMRMClassifier(lam=3e-3, solver="bmrm", rel_epsilon=0, epsilon=1e-6).fit(X, y)
+    assert again.n_iter_ < cold.n_iter_
+    assert hinge_objective(with_bias(X), y, np.r_[again.coef_.ravel(), again.intercept_], 3e-3) == pytest.approx(
+        again.objective_, rel=1e-12)
+    assert again.objective_ - again.gap_ <= cold.objective_ and cold.objective_ - cold.gap_ <= again.objective_

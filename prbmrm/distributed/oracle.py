@@ -99,10 +99,16 @@ def _partials_storage(csr, blocks, dim):
     """Return the per-block partial sums' storage and, for :class:`~prbmrm.distributed.comm.SupportRows`, the one
     dense row the blocks are computed into (else None)."""
     if csr and len(blocks) > 1:
-        supports = [np.unique(X.indices) for X, _, _ in blocks]
+        # The supports' sizes from one mark per column, set and cleared block by block (no sort of each
+        # block's indices unless the supports are kept).
+        mark, entries = np.zeros(dim + 1, dtype=bool), 0
+        for X, _, _ in blocks:
+            mark[X.indices] = True
+            entries += np.count_nonzero(mark) + 1
+            mark[X.indices] = False
         # 16 bytes per kept entry (int64 index, float64 value) against 8 per entry of a dense row.
-        if 16 * sum(len(support) + 1 for support in supports) <= COMPACT_PARTIALS * 8 * len(blocks) * (dim + 1):
-            return SupportRows(supports, dim + 1), np.zeros(dim + 1)
+        if 16 * entries <= COMPACT_PARTIALS * 8 * len(blocks) * (dim + 1):
+            return SupportRows([np.unique(X.indices) for X, _, _ in blocks], dim + 1), np.zeros(dim + 1)
     return np.empty((len(blocks), dim + 1)), None  # per block: gradient, risk
 
 

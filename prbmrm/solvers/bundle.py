@@ -337,13 +337,18 @@ class Bundle:
         self._point = None
 
     def _select(self, index, start):
-        """Move the planes `index` (increasing) to rows ``start, start + 1, ...``; keep only those."""
+        """Move the planes `index` (increasing, ``index[k] >= start + k``) to rows ``start, start + 1, ...``;
+        keep only those."""
         n = len(index)
         rows = slice(start, start + n)
         if self.sparse:
             self._planes = self._planes[:start] + [self._planes[i] for i in index]
         else:
-            self._A[rows] = self._A[index]
+            # In place, row by row in order (a row moves only towards the front, onto one already moved
+            # or dropped); rows already in place stay: no copy of all the kept planes.
+            for k, i in enumerate(index):
+                if i != start + k:
+                    self._A[start + k] = self._A[i]
         self._b[rows] = self._b[index]
         self._gram[rows, rows] = self._gram[np.ix_(index, index)]
         self._idle[rows] = self._idle[index]

@@ -224,3 +224,21 @@ def test_compact_rows_clear_only_their_supports_and_recover_from_a_failed_pass(m
     r0, a0 = fresh(w2)
     assert r == r0
     np.testing.assert_array_equal(a, a0)
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.05, 0.125, 0.5])
+def test_partials_are_kept_on_supports_exactly_when_numpys_support_sizes_say(monkeypatch, fraction):
+    # The choice counts each block's distinct columns with a mark per column; np.unique is the reference.
+    from prbmrm.kernels.blocks import row_block
+
+    monkeypatch.setattr(risk_module, "COMPACT_PARTIALS", fraction)
+    X = sp.random(600, 5000, density=0.004, format="csr", random_state=4)
+    bounds = [0, 7, 100, 101, 350, 600]
+    blocks = [(row_block(X, a, b), None, None) for a, b in zip(bounds[:-1], bounds[1:])]
+    supports = [np.unique(block.indices) for block, _, _ in blocks]
+    want = 16 * sum(len(s) + 1 for s in supports) <= fraction * 8 * len(blocks) * (X.shape[1] + 1)
+    partials, scratch = risk_module._partials_storage(True, blocks, X.shape[1])
+    assert isinstance(partials, SupportRows) == want and (scratch is not None) == want
+    if want:
+        for index, support in zip(partials.index, supports):
+            np.testing.assert_array_equal(index, np.append(support, X.shape[1]))

@@ -359,3 +359,35 @@ def test_a_plane_with_the_last_planes_support_shares_its_indices():
     assert index[1] is index[0] and index[2] is not index[1] and index[3] is index[2]
     np.testing.assert_array_equal(bundle.A[:, [1, 5, 7, 8]], [[1, 2, 3, 0], [1, 2, 3, 0], [1, 2, 0, 3], [1, 2, 0, 3]])
     assert bundle.nbytes == 4 * 3 * 12  # counted per plane
+
+
+def test_pruning_and_aggregating_in_place_keep_exactly_the_chosen_planes():
+    # Dense planes move in place (only those whose row changes): the bundle left is bitwise the planes kept,
+    # as numpy's selection of the rows gives them, through prunes of any pattern and aggregations.
+    rng = np.random.default_rng(5)
+    d = 60
+    bundle = Bundle(d, sparse=False)
+    planes = []
+    alpha = np.zeros(0)
+    for step, (a, b) in enumerate(random_planes(rng, d, 40)):
+        bundle.add(a, b)
+        planes.append((a, b))
+        alpha = np.append(alpha, 0.0)
+        alpha[rng.random(len(alpha)) < 0.5] = 0.0
+        alpha[-1] = 1.0
+        bundle.update_idle(alpha)
+        A, B, gram, idle = bundle.A.copy(), bundle.b.copy(), bundle.gram.copy(), bundle._idle[:bundle.size].copy()
+        if step % 7 == 6:
+            kept = bundle.aggregate_oldest(alpha / alpha.sum(), 3)
+            rows = np.arange(len(B) - 3, len(B))
+            first = int(alpha[:len(B) - 3].sum() > 0)  # the aggregate, unless the oldest planes were all idle
+            np.testing.assert_array_equal(bundle.A[first:], A[rows])
+            np.testing.assert_array_equal(bundle.gram[first:, first:], gram[np.ix_(rows, rows)])
+            alpha = kept
+            continue
+        alpha = bundle.prune(2, alpha)
+        rows = np.flatnonzero(idle < 2)
+        np.testing.assert_array_equal(bundle.A, A[rows])
+        np.testing.assert_array_equal(bundle.b, B[rows])
+        np.testing.assert_array_equal(bundle.gram, gram[np.ix_(rows, rows)])
+        assert len(alpha) == bundle.size

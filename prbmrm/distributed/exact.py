@@ -35,12 +35,14 @@ rounding of the block partials themselves, and the planes ``R(w_t) + <a_t, w - w
 bound rests on are as valid as the float64 risk and subgradient make them (they were formed from a
 float64 sum before).
 
-Imports: numpy; of prbmrm: nothing.
+Imports: numpy; of prbmrm: :mod:`prbmrm.kernels.fixed`.
 """
 
 import math
 
 import numpy as np
+
+from ..kernels.fixed import column_max_abs, fixed_point_limbs
 
 MARGIN_BITS = 4
 """A new bound is this many bits above the largest partial, so that growing sums rarely overflow it."""
@@ -101,7 +103,6 @@ class FixedPointSum:
         self.exponent = None
         self.retries = 0
         self._largest = np.zeros(self.n)
-        self._work = None
 
     @property
     def status(self):
@@ -130,7 +131,7 @@ class FixedPointSum:
             overflow = (self.exponent is None or not np.all(np.isfinite(self._largest))
                         or bool(np.any(self._largest >= np.ldexp(1.0, self.exponent))))
             if not overflow and dense:
-                limbs[0], limbs[1] = self._split(np.atleast_2d(partials), self.exponent)
+                limbs[0], limbs[1] = self._split(partials, self.exponent)
             elif not overflow:
                 for index, row in _rows(partials):
                     high, low = self._split(row, self.exponent[index])
@@ -145,9 +146,8 @@ class FixedPointSum:
     def measure(self, partials):
         """Set :attr:`largest` to this rank's largest |partial| per component."""
         self._largest[:] = 0.0
-        if not hasattr(partials, "index"):  # all blocks in one call each
-            np.maximum(np.max(partials, axis=0, initial=0.0), -np.min(partials, axis=0, initial=0.0),
-                       out=self._largest)
+        if not hasattr(partials, "index"):  # all blocks in one compiled pass
+            column_max_abs(np.ascontiguousarray(np.atleast_2d(partials), dtype=np.float64), self._largest)
         else:
             for index, row in _rows(partials):
                 np.maximum.at(self._largest, index, np.abs(row))
@@ -159,25 +159,17 @@ class FixedPointSum:
                 return signum
         return None
 
-    def _split(self, row, exponent):
-        """The two limbs of `row` on the grid 2^(exponent - 2 bits): |high| <= 2^bits, 0 <= low <= 2^bits.
+    def _split(self, partials, exponent):
+        """The sums over rows of the two limbs of `partials` (one row, or rows of blocks) on the grid
+        2^(exponent - 2 bits): per row and component |high| <= 2^bits, 0 <= low <= 2^bits.
 
         Each step is exact or a deterministic rounding (a product by a power of two, floor, the
         difference of two floats that share their leading bits, rint): the same bits on every rank.
-        The work arrays are kept between calls (fresh ones of this size cost page faults each time)."""
-        if self._work is None or self._work[0].shape != row.shape:
-            self._work = (np.empty(row.shape), np.empty(row.shape), np.empty(row.shape, dtype=np.int64))
-        scaled, high, integer = self._work
-        np.multiply(row, np.ldexp(1.0, 2 * self.bits - exponent), out=scaled)
-        np.multiply(scaled, 2.0 ** -self.bits, out=high)
-        np.floor(high, out=high)
-        scaled -= high * 2.0 ** self.bits
-        np.rint(scaled, out=scaled)
-        np.copyto(integer, high, casting="unsafe")
-        high_sum = integer.sum(axis=0) if integer.ndim == 2 else integer.copy()
-        np.copyto(integer, scaled, casting="unsafe")
-        low_sum = integer.sum(axis=0) if integer.ndim == 2 else integer.copy()
-        return high_sum, low_sum
+        One compiled pass over all rows (:func:`prbmrm.kernels.fixed.fixed_point_limbs`)."""
+        rows = np.ascontiguousarray(np.atleast_2d(partials), dtype=np.float64)
+        high, low = np.empty(rows.shape[1], dtype=np.int64), np.empty(rows.shape[1], dtype=np.int64)
+        fixed_point_limbs(rows, np.ldexp(1.0, 2 * self.bits - exponent), self.bits, high, low)
+        return high, low
 
     def rescale(self, largest):
         """Raise the bounds to cover `largest` (the Allreduce-max of every rank's :attr:`largest`).

@@ -171,19 +171,20 @@ class DistributedRisk:
         self._blocks = [(row_block(X, a, b), row_range(y, a, b), row_range(qid, a, b))
                         for a, b in zip(bounds[:-1], bounds[1:])]
         self._partials, self._scratch = _partials_storage(self._csr, self._blocks, self.dim)
+        self._n_parts, self._dense, self._csr_compiled = compiled_passes(
+            loss, X, y, qid, self._bounds, self._partials, self._scratch is not None, comm)
+        # Only the pass chosen is planned (a compiled pass needs neither groups nor chunks).
         if self._scratch is not None:
             # Compact rows are computed a block at a time; a block's sums do not depend on its group.
             self._groups = [csr_groups(X, y, [0, X.shape[0]]) for X, y, _ in self._blocks]
-        elif self._csr:
+        elif self._csr and self._csr_compiled is None:
             self._groups = csr_groups(X, y, bounds)
-        else:
+        elif not self._csr and self._dense is None:
             # Chunks never cross a block, so sums stay the same on any number of ranks;
             # a query must stay whole, so losses with query ids keep their blocks whole.
             self._chunks = [[(row_block(X, a + s, a + t), row_range(y, a + s, a + t), None)
                              for s, t in chunk_bounds(X, a, b)] if qid is None else [block]
                             for block, a, b in zip(self._blocks, bounds[:-1], bounds[1:])]
-        self._n_parts, self._dense, self._csr_compiled = compiled_passes(
-            loss, X, y, qid, self._bounds, self._partials, self._scratch is not None, comm)
         # For a loss evaluated on rank 0 (not spread): labels and query ids travel to rank 0 once, at
         # the first such evaluation; per iteration only scores do.
         self._qid, self._counts = qid, None

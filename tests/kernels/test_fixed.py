@@ -1,0 +1,60 @@
+"""The fixed-point limbs of prbmrm.kernels.fixed against the numpy steps they replace, entry by entry.
+
+The reference rounds each entry with numpy's ufuncs (a product by a power of
+two, floor, a difference, rint, a cast) and sums the limbs as int64 arrays:
+the compiled pass must give the same integers, and the same column maxima.
+"""
+
+import numpy as np
+import pytest
+
+from prbmrm.kernels.fixed import column_max_abs, fixed_point_limbs
+
+
+def numpy_limbs(partials, exponent, bits):
+    scaled = partials * np.ldexp(1.0, 2 * bits - exponent)
+    high = np.floor(scaled * 2.0 ** -bits)
+    low = np.rint(scaled - high * 2.0 ** bits)
+    return high.astype(np.int64).sum(axis=0), low.astype(np.int64).sum(axis=0)
+
+
+def partials_of(seed, k, n):
+    rng = np.random.default_rng(seed)
+    partials = rng.normal(size=(k, n)) * 10.0 ** rng.integers(-12, 12, size=(k, n))
+    partials[rng.random((k, n)) < 0.2] = 0.0
+    partials[0, : n // 2] = -0.0
+    # Entries on the grid's half points: rint rounds them to even.
+    partials[-1, :] = np.ldexp(rng.integers(-8, 8, size=n) + 0.5, -20)
+    return partials
+
+
+@pytest.mark.parametrize("k, n, bits", [(1, 7, 52), (256, 124, 52), (3, 300, 60), (40, 1, 40)])
+def test_limbs_are_the_numpy_steps_bitwise(k, n, bits):
+    partials = partials_of(k * n, k, n)
+    # Bounds as FixedPointSum sets them (some components far above their entries).
+    exponent = np.frexp(np.abs(partials).max(axis=0))[1] + 4
+    exponent = np.maximum(exponent, exponent.max() - 40)
+    high, low = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    fixed_point_limbs(partials, np.ldexp(1.0, 2 * bits - exponent), bits, high, low)
+    expected_high, expected_low = numpy_limbs(partials, exponent, bits)
+    np.testing.assert_array_equal(high, expected_high)
+    np.testing.assert_array_equal(low, expected_low)
+    assert (low >= 0).all()
+
+
+def test_column_maxima_are_numpys_and_keep_nan():
+    partials = partials_of(5, 30, 20)
+    partials[4, 3], partials[7, 5], partials[9, 5] = np.nan, np.inf, np.nan
+    partials[:, 6] = 0.0
+    out = np.full(20, -1.0)
+    column_max_abs(partials, out)
+    expected = np.maximum(np.max(partials, axis=0, initial=0.0), -np.min(partials, axis=0, initial=0.0))
+    np.testing.assert_array_equal(out, expected)  # NaN where numpy has NaN; +0.0 and -0.0 compare equal
+    assert np.isnan(out[3]) and np.isnan(out[5]) and out[6] == 0.0
+
+
+def test_shapes_that_do_not_agree_are_refused():
+    with pytest.raises(ValueError):
+        fixed_point_limbs(np.zeros((2, 3)), np.ones(2), 52, np.empty(3, np.int64), np.empty(3, np.int64))
+    with pytest.raises(ValueError):
+        column_max_abs(np.zeros((2, 3)), np.empty(2))

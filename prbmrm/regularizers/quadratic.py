@@ -89,7 +89,7 @@ class Quadratic(Regularizer):
     def solve_subproblem(self, bundle, lam, alpha0=None):
         Q = bundle.gram / (lam * self._scale)  # two planes: a closed form (paper 000, Alg. 4, eq. 14)
         qp = solve_two_plane_qp(Q, bundle.b) if bundle.size == 2 else solve_simplex_qp(Q, bundle.b, x0=alpha0)
-        return self._primal(bundle.combine(qp.x), lam), qp.value, qp.x
+        return self.primal(bundle.combine(qp.x), lam), qp.value, qp.x
 
     def solve_loosely(self, bundle, lam, alpha0, tol, floor=None, out=None):
         """Like :meth:`solve_subproblem`, to BMRM 2.1's loose tolerance `tol` (:func:`prbmrm.regularizers.qp.solve_simplex_pg`),
@@ -103,10 +103,22 @@ class Quadratic(Regularizer):
                               scale=1.0 / (lam * self._scale))
         if not qp.converged:
             return None
-        return self._primal(bundle.combine(qp.x, out), lam), qp.value, qp.x
+        return self.primal(bundle.combine(qp.x, out), lam), qp.value, qp.x
 
-    def _primal(self, combined, lam):
-        """``B^-1 (-combined / lam)``, overwriting `combined` (bitwise ``-combined / lam`` first)."""
+    def primal(self, combined, lam):
+        """Return w of the dual multipliers alpha from ``combined = A^T alpha`` (``Bundle.combine``):
+        ``B^-1 (-combined / lam)``, overwriting `combined` (bitwise ``-combined / lam`` first).
+
+        Parameters
+        ----------
+        combined : ndarray of shape (d,)
+        lam : float
+
+        Returns
+        -------
+        ndarray of shape (d,)
+            `combined` itself for B = I.
+        """
         mu = np.divide(combined, -lam, out=combined)
         return mu if self._identity else self.conjugate_gradient(mu)
 

@@ -69,12 +69,7 @@ class CuttingPlaneModel:
         written into `out`, an array of length d that nothing else holds.
         """
         started = time.perf_counter()
-        if self.bundle.room() is not None:
-            # Aggregates keep the bound whatever the multipliers, but the method's convergence
-            # (paper 000, Sec. 3.1) aggregates optimal ones: exact QPs from the first aggregation on.
-            self.loose = False
-        self.alpha = self.bundle.make_room(self.alpha)
-        self.bundle.add(a, r - float(np.dot(a, w)))
+        self.add_plane(w, r, a)
         alpha0 = np.append(self.alpha, 0.0)
         solved = None
         if gap > 0.0 and self.loose and hasattr(self.regularizer, "solve_loosely"):
@@ -85,6 +80,19 @@ class CuttingPlaneModel:
             solved = self.regularizer.solve_subproblem(self.bundle, self.lam, alpha0)
         w_t, lower_bound, self.alpha = solved
         return w_t, lower_bound, time.perf_counter() - started
+
+    def add_plane(self, w, r, a):
+        """Add the plane ``(a, r - <a, w>)`` of R_emp at `w`, aggregating first if the bundle is full.
+
+        The first step of :meth:`minimize`; alone, what a copy of the planes on another rank does
+        (:class:`prbmrm.solvers.mirror.PlaneMirror`).
+        """
+        if self.bundle.room() is not None:
+            # Aggregates keep the bound whatever the multipliers, but the method's convergence
+            # (paper 000, Sec. 3.1) aggregates optimal ones: exact QPs from the first aggregation on.
+            self.loose = False
+        self.alpha = self.bundle.make_room(self.alpha)
+        self.bundle.add(a, r - float(np.dot(a, w)))
 
     def prune(self):
         """Drop the idle planes (their multipliers are zero: J_t's minimum is unchanged)."""

@@ -1,6 +1,9 @@
 """BMRM, the bundle method for regularized risk minimization (paper 000, Alg. 2 and 5).
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.solvers.base`.
+On several ranks, every rank keeps a copy of the planes (:mod:`prbmrm.solvers.mirror`) where it can: an
+iteration then sends the subproblem's multipliers, not w.
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.mirror`.
 """
 
 import functools
@@ -10,6 +13,7 @@ import time
 import numpy as np
 
 from .base import CuttingPlaneModel, Progress, Recorder, check_finite, snapshot
+from .mirror import PlaneMirror
 
 
 class InexactSchedule:
@@ -165,14 +169,22 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     # `spare`, an earlier iterate that is neither w nor best_w, where the next w_t may be written.
     gradient = np.empty(len(w)) if _takes_out(risk) else None
     spare = None
+    # The other ranks' copy of the planes (None: w travels whole); `alpha` the multipliers of w (None: w0).
+    # After an error it stays: the stop message travels short (a JointError left no rank to detach).
+    mirror = PlaneMirror.start(risk, model, regularizer) if state is None and bundle is None else None
+    alpha = None
     for t in range(start, max_iter + 1):
-        r, a = risk(w) if gradient is None else risk(w, out=gradient)
+        if alpha is not None and mirror is not None:
+            r, a = mirror.evaluate(w, alpha, out=gradient)
+        else:
+            r, a = risk(w) if gradient is None else risk(w, out=gradient)
         check_finite(r, a, t)
         objective = lam * regularizer.value(w) + r
         if objective < best_objective:
             best_objective, best_w = objective, w
         w_next, lower_bound, solve_seconds = model.minimize(w, r, a, schedule.next(best_objective) if inexact else 0.0,
                                                             out=spare)
+        alpha = model.alpha  # w_next's multipliers, before pruning (which the copies repeat)
         spare = None if w is best_w else w
         seconds = getattr(risk, "last_seconds", {"risk": 0.0, "comm": 0.0})
         row = Progress(t, objective, best_objective, lower_bound, best_objective - lower_bound,
@@ -187,6 +199,8 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
                 snapshot, recorder, model, **schedule.state(), w=w, best_w=best_w, best_objective=best_objective,
             iteration=t)):
             break
+    if mirror is not None:
+        mirror.close()
     result = recorder.result(best_w, best_objective, w)
     result.bundle, result.alpha = model.bundle, model.alpha
     return result

@@ -5,10 +5,18 @@ Rank 0 runs the solver and calls the oracle; every other rank sits in
 
     rank 0:   [w, flag]  --Bcast-->  every rank
     every rank: (risk_sum, grad_sum) of each of its canonical blocks of rows
-              <--ONE Allreduce: int64 fixed-point limbs of the blocks' sums (2 (d + 1) words) and every
-                 rank's status (failure, signals caught)-->   R = risk_sum / m,  a = grad_sum / m
+              <--ONE Allreduce: int64 fixed-point limbs of the blocks' sums (2 (d + 1) words; (d + 1) after
+                 set_limbs(1)) and every rank's status (failure, signals caught)-->   R = risk_sum / m,  a = grad_sum / m
 
-The flag rides with ``w``: no extra message stops the workers. Sums are formed per canonical block of rows (which do
+The flag rides with ``w``: no extra message stops the workers. A service may make the points instead (BMRM's copy
+of its planes on every rank, :mod:`prbmrm.solvers.mirror`): then every serving rank waits for a short message,
+and an evaluation is::
+
+    rank 0:   [payload (t + 1 words: BMRM's multipliers and a checksum of w), its length, POINT]  --Bcast-->
+    every rank: w = service.point(payload), the blocks' sums at w, the same ONE Allreduce, service.evaluated(w)
+
+while any other message is announced by a short one (LONG) and follows whole; the short message grows by
+doubling when a payload needs it (RESIZE), and the service's end (DETACH) brings back long messages. Sums are formed per canonical block of rows (which do
 not depend on the rank count, :func:`prbmrm.io.load_local`) and added exactly
 (:meth:`prbmrm.distributed.comm.SerialComm.exact_sum`): any number of ranks computes bitwise the same R and a, and
 BMRM takes the same path. A failure on any rank at any point of its evaluation rides in the same Allreduce, so every
@@ -63,6 +71,7 @@ _GATHERED = 7.0  # evaluate a non-decomposable loss on rank 0 from the gathered 
 # The short message of a service that makes the points (:meth:`DistributedRisk.evaluate_point`): evaluate at the
 # service's point; a long message follows; the short message grows to the capacity in word 0; the service ends.
 _POINT, _LONG, _RESIZE, _DETACH = 8.0, 9.0, 10.0, 11.0
+_LIMBS = 12.0  # the exact sums take the limbs in word 0 from now on
 
 SHORT_WORDS = 64
 """The first capacity of the short message (it doubles when a payload needs more, one message more each time)."""
@@ -277,6 +286,35 @@ class DistributedRisk:
         self.comm.bcast_array(self._short)
         self._evaluate(time.perf_counter() - started, w, False)
         return self._answer(out)
+
+    def set_limbs(self, limbs):
+        """Sum with `limbs` (2 or 1) integer words per component from the next evaluation on, on every rank
+        (rank 0 only; :meth:`prbmrm.distributed.exact.FixedPointSum.set_limbs`): one limb halves the bytes of
+        each Allreduce, and :meth:`error_bound` then bounds what it adds to the error."""
+        if limbs not in (1, 2):
+            raise ValueError(f"a fixed-point sum has 1 or 2 limbs, not {limbs!r}")
+        if self.comm.size > 1:
+            self._message[0] = limbs
+            self._send(_LIMBS)
+        self.fixed_point.set_limbs(limbs)
+
+    def error_bound(self):
+        """Bounds on the error of the last ``(R_emp, a)`` against the exact sums of the blocks' partials over m.
+
+        Returns
+        -------
+        (float, ndarray of shape (dim,)) or None
+            Per component of R_emp and of a (the same on every rank); None with two limbs, whose
+            error is far below the partials' own rounding (:mod:`prbmrm.distributed.exact`). With one
+            limb: the sum's :meth:`~prbmrm.distributed.exact.FixedPointSum.error_bound` over m, plus the
+            rounding of that division (at most ``2^-53 |value|``), rounded up.
+        """
+        bound = self.fixed_point.error_bound(self._sums)
+        if bound is None:
+            return None
+        r, a = self.result()
+        bound = (bound / self.n_total + np.ldexp(np.abs(np.append(a, r)), -53) + 2.0 ** -1074) * (1.0 + 2.0 ** -40)
+        return float(bound[-1]), bound[:-1]
 
     def _answer(self, out):
         """``(R_emp, a)`` of the last sums, `a` in `out` if given; rank 0's deferred error first."""
@@ -583,6 +621,9 @@ class DistributedRisk:
                 self._evaluate(time.perf_counter() - started, w, flag == _GATHERED, error)
                 if self._short is not None:
                     self._service.evaluated(w)
+                continue
+            if flag == _LIMBS and self._message[0] in (1.0, 2.0):
+                self.fixed_point.set_limbs(int(self._message[0]))
                 continue
             if flag == _DETACH and self._short is not None:
                 self._service = self._short = None

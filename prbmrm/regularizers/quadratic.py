@@ -1,5 +1,6 @@
 """Quadratic regularizers ``Omega(w) = 1/2 w^T M w`` (``l2``: M = I): the bundle subproblem is the simplex QP."""
 
+import math
 from functools import partial
 
 import numpy as np
@@ -104,6 +105,17 @@ class Quadratic(Regularizer):
         if not qp.converged:
             return None
         return self.primal(bundle.combine(qp.x, out), lam), qp.value, qp.x
+
+    def radius(self, excess, lam):
+        """Return a bound on ``||w||_2`` over every w with ``lam Omega(w) <= excess``, for B = c I (else None).
+
+        ``lam c ||w||^2 / 2 <= excess`` gives ``sqrt(2 excess / (lam c))``, rounded up (by far more than
+        its few float64 roundings). With ``excess = J(v) - floor`` for any v and a floor of R_emp, it bounds
+        the minimizer of J: ``lam Omega(w*) = J(w*) - R_emp(w*) <= J(v) - floor``.
+        """
+        if self.metric is not None:
+            return None
+        return math.sqrt(2.0 * max(excess, 0.0) / (lam * self._scale)) * (1.0 + 2.0 ** -30)
 
     def primal(self, combined, lam):
         """Return w of the dual multipliers alpha from ``combined = A^T alpha`` (``Bundle.combine``):

@@ -1,7 +1,10 @@
 """BMRM, the bundle method for regularized risk minimization (paper 000, Alg. 2 and 5).
 
 On several ranks, every rank keeps a copy of the planes (:mod:`prbmrm.solvers.mirror`) where it can: an
-iteration then sends the subproblem's multipliers, not w.
+iteration then sends the subproblem's multipliers, not w. Where the regularizer bounds the minimizer's norm
+(:func:`single_limb`), the risk's exact sums use one integer limb per component, half the bytes, and each
+plane's offset is lowered by what that rounding may add (:func:`prbmrm.solvers.base.rounding_margin`): every
+plane stays below R_emp at the minimizer, so every lower bound stays valid; on any number of ranks alike.
 
 Imports: numpy; of prbmrm: :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.mirror`.
 """
@@ -12,7 +15,7 @@ import time
 
 import numpy as np
 
-from .base import CuttingPlaneModel, Progress, Recorder, check_finite, snapshot
+from .base import CuttingPlaneModel, Progress, Recorder, check_finite, rounding_margin, snapshot
 from .mirror import PlaneMirror
 
 
@@ -59,6 +62,21 @@ def _takes_out(risk):
         return "out" in inspect.signature(risk).parameters
     except (TypeError, ValueError):
         return False
+
+
+def single_limb(risk, regularizer, bundle):
+    """Whether BMRM sums the risk with one integer limb per component (:meth:`DistributedRisk.set_limbs`).
+
+    Where it pays and can be accounted for: a risk oracle that sums exactly
+    and says its error (:meth:`~prbmrm.distributed.oracle.DistributedRisk.error_bound`; not party mode's
+    secure sums), a sparse bundle (d of 2^16 and more, where the bytes count), and a regularizer that
+    bounds ``||w*||_2`` (``radius``: ``B = c I``) with a finite floor of R_emp. Never the rank count or a
+    resumed state: a run takes the same path on any number of ranks and after a resume.
+    """
+    floor = getattr(regularizer, "risk_floor", None)
+    return (getattr(risk, "service_points", False) and hasattr(risk, "set_limbs") and bundle.sparse
+            and getattr(regularizer, "metric", True) is None and hasattr(regularizer, "radius")
+            and floor is not None and np.isfinite(floor))
 
 
 def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
@@ -171,6 +189,9 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     spare = None
     # The other ranks' copy of the planes (None: w travels whole); `alpha` the multipliers of w (None: w0).
     # After an error it stays: the stop message travels short (a JointError left no rank to detach).
+    single = single_limb(risk, regularizer, model.bundle)
+    if single:
+        risk.set_limbs(1)
     mirror = PlaneMirror.start(risk, model, regularizer) if state is None and bundle is None else None
     alpha = None
     for t in range(start, max_iter + 1):
@@ -182,8 +203,14 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         objective = lam * regularizer.value(w) + r
         if objective < best_objective:
             best_objective, best_w = objective, w
+        margin = 0.0
+        if single:
+            # ||w*|| <= radius: lam Omega(w*) <= J(w) - floor, J(w) at most objective + the risk's error.
+            error_r, error_a = risk.error_bound()
+            radius = regularizer.radius((objective + error_r - regularizer.risk_floor) * 1.0001, lam)
+            margin = rounding_margin(error_r, error_a, w, radius)
         w_next, lower_bound, solve_seconds = model.minimize(w, r, a, schedule.next(best_objective) if inexact else 0.0,
-                                                            out=spare)
+                                                            out=spare, margin=margin)
         alpha = model.alpha  # w_next's multipliers, before pruning (which the copies repeat)
         spare = None if w is best_w else w
         seconds = getattr(risk, "last_seconds", {"risk": 0.0, "comm": 0.0})
@@ -201,6 +228,8 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
             break
     if mirror is not None:
         mirror.close()
+    if single:
+        risk.set_limbs(2)
     result = recorder.result(best_w, best_objective, w)
     result.bundle, result.alpha = model.bundle, model.alpha
     return result

@@ -36,6 +36,7 @@ class Counting:
         self._comm = comm
         self.calls = collections.Counter()
         self.sizes = []  # words of each Ibcast
+        self.reduced = []  # words of each Iallreduce
 
     def __getattr__(self, name):
         attribute = getattr(self._comm, name)
@@ -46,6 +47,8 @@ class Counting:
             self.calls[name] += 1
             if name == "Ibcast":
                 self.sizes.append(len(args[0][0]))
+            if name == "Iallreduce":
+                self.reduced.append(len(args[1]))
             return attribute(*args, **kwargs)
 
         return counted
@@ -105,12 +108,15 @@ def test_bmrm_broadcasts_its_multipliers_not_w(comm, mpi_tmp_path):
     retries = oracle.fixed_point.retries
     n = 12
     result = run_distributed(oracle, lambda risk: bmrm(risk, n))
-    # Long: the attach message, w0 and the stop; short: w0's herald, n - 1 multipliers, the detach;
-    # the attach's JSON (its length, then its bytes: 2) and its check (an Allreduce).
+    # Long: one limb, the attach message, w0, two limbs and the stop; short: w0's herald, n - 1
+    # multipliers, the detach; the attach's JSON (its length, then its bytes: 2) and its check (an Allreduce).
     long = [size for size in counted.sizes if size == oracle.dim + 1]
-    assert len(long) == 3 and counted.calls["Ibcast"] == n + 6
+    assert len(long) == 5 and counted.calls["Ibcast"] == n + 8
     assert counted.sizes.count(SHORT_WORDS + 2) == n + 1
     assert counted.calls["Iallreduce"] == 1 + n + 2 * (oracle.fixed_point.retries - retries)
+    # Each evaluation's sums travel as one int64 limb per component (solvers/bmrm.py: single_limb).
+    sums = [size for size in counted.reduced if size > 1]
+    assert sums.count(oracle.dim + 1 + len(oracle.fixed_point.status)) == n
     if comm.is_root:
         expected = bmrm(sparse_oracle(SerialComm(), mpi_tmp_path / "serial"), n)
         assert result.nit == n

@@ -58,7 +58,7 @@ class CuttingPlaneModel:
         self.floor = None
         self.loose = True
 
-    def minimize(self, w, r, a, gap=0.0, out=None, margin=0.0):
+    def minimize(self, w, r, a, gap=0.0, out=None, rounding=None):
         """Add the plane ``(a, r - <a, w>)`` of R_emp at `w`; return ``(w_t, lower_bound, seconds)``.
 
         ``w_t`` minimizes J_t and ``lower_bound``, the dual value, is a
@@ -66,11 +66,11 @@ class CuttingPlaneModel:
         solved only to that tolerance: ``w_t`` is then the primal map of the
         multipliers returned and ``lower_bound`` their dual value, still a
         lower bound of min J (weak duality: they are feasible). ``w_t`` may be
-        written into `out`, an array of length d that nothing else holds. The
-        plane's offset is lowered by `margin` (:func:`rounding_margin`).
+        written into `out`, an array of length d that nothing else holds. For
+        `rounding`, see :meth:`add_plane`.
         """
         started = time.perf_counter()
-        self.add_plane(w, r, a, margin)
+        self.add_plane(w, r, a, rounding)
         alpha0 = np.append(self.alpha, 0.0)
         solved = None
         if gap > 0.0 and self.loose and hasattr(self.regularizer, "solve_loosely"):
@@ -82,12 +82,21 @@ class CuttingPlaneModel:
         w_t, lower_bound, self.alpha = solved
         return w_t, lower_bound, time.perf_counter() - started
 
-    def add_plane(self, w, r, a, margin=0.0):
-        """Add the plane ``(a, r - <a, w> - margin)`` of R_emp at `w`, aggregating first if the bundle is full.
+    def add_plane(self, w, r, a, rounding=None):
+        """Add the plane ``(a, r - <a, w>)`` of R_emp at `w`, aggregating first if the bundle is full.
 
         The first step of :meth:`minimize`; alone, what a copy of the planes on another rank does
-        (:class:`prbmrm.solvers.mirror.PlaneMirror`).
+        (:class:`prbmrm.solvers.mirror.PlaneMirror`). With `rounding`, ``(error_r, error_a, radius)``
+        (bounds on the errors of r and a, and on the norm of the minimizer), the offset is lowered by
+        :func:`rounding_margin` and the bundle's :attr:`~prbmrm.solvers.bundle.Bundle.radius` and
+        :attr:`~prbmrm.solvers.bundle.Bundle.slack` say where its planes hold.
         """
+        margin = 0.0
+        if rounding is not None:
+            error_r, error_a, radius = rounding
+            margin = rounding_margin(error_r, error_a, w, radius)
+            self.bundle.radius = min(self.bundle.radius, radius)
+            self.bundle.slack = max(self.bundle.slack, float(np.linalg.norm(error_a)))
         if self.bundle.room() is not None:
             # Aggregates keep the bound whatever the multipliers, but the method's convergence
             # (paper 000, Sec. 3.1) aggregates optimal ones: exact QPs from the first aggregation on.

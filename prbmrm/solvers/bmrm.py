@@ -5,6 +5,8 @@ iteration then sends the subproblem's multipliers, not w. Where the regularizer 
 (:func:`single_limb`), the risk's exact sums use one integer limb per component, half the bytes, and each
 plane's offset is lowered by what that rounding may add (:func:`prbmrm.solvers.base.rounding_margin`): every
 plane stays below R_emp at the minimizer, so every lower bound stays valid; on any number of ranks alike.
+Planes handed over from another run (a lambda path, a warm start) are lowered further where this problem's
+minimizer may lie farther out (:meth:`prbmrm.solvers.bundle.Bundle.widen`).
 
 Imports: numpy; of prbmrm: :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.mirror`.
 """
@@ -15,7 +17,7 @@ import time
 
 import numpy as np
 
-from .base import CuttingPlaneModel, Progress, Recorder, check_finite, rounding_margin, snapshot
+from .base import CuttingPlaneModel, Progress, Recorder, check_finite, snapshot
 from .mirror import PlaneMirror
 
 
@@ -169,6 +171,10 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     # R_emp >= floor is a plane too (BMRM 2.1's xi >= 0): it keeps the first
     # iterates near w0, where one plane alone would send them far.
     model.floor = getattr(regularizer, "risk_floor", None)
+    single = single_limb(risk, regularizer, model.bundle if bundle is None else bundle)
+    if bundle is not None and bundle.slack > 0.0 and not single:
+        bundle = None  # planes of rounded sums hold within a radius that this run cannot bound: not reused
+    widen = bundle is not None  # given planes may be of another problem: widened to this one's radius
     if bundle is not None:
         model.bundle = bundle
         model.alpha = np.zeros(bundle.size) if alpha is None else np.array(alpha, dtype=np.float64)
@@ -189,7 +195,6 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     spare = None
     # The other ranks' copy of the planes (None: w travels whole); `alpha` the multipliers of w (None: w0).
     # After an error it stays: the stop message travels short (a JointError left no rank to detach).
-    single = single_limb(risk, regularizer, model.bundle)
     if single:
         risk.set_limbs(1)
     mirror = PlaneMirror.start(risk, model, regularizer) if state is None and bundle is None else None
@@ -203,14 +208,17 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         objective = lam * regularizer.value(w) + r
         if objective < best_objective:
             best_objective, best_w = objective, w
-        margin = 0.0
+        rounding = None
         if single:
             # ||w*|| <= radius: lam Omega(w*) <= J(w) - floor, J(w) at most objective + the risk's error.
             error_r, error_a = risk.error_bound()
             radius = regularizer.radius((objective + error_r - regularizer.risk_floor) * 1.0001, lam)
-            margin = rounding_margin(error_r, error_a, w, radius)
+            if widen:
+                model.bundle.widen(radius)
+                widen = False
+            rounding = (error_r, error_a, radius)
         w_next, lower_bound, solve_seconds = model.minimize(w, r, a, schedule.next(best_objective) if inexact else 0.0,
-                                                            out=spare, margin=margin)
+                                                            out=spare, rounding=rounding)
         alpha = model.alpha  # w_next's multipliers, before pruning (which the copies repeat)
         spare = None if w is best_w else w
         seconds = getattr(risk, "last_seconds", {"risk": 0.0, "comm": 0.0})

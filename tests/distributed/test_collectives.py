@@ -143,4 +143,4 @@ def test_counts_under_mpiexec(ranks, tmp_path):
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
                                stdin=subprocess.DEVNULL)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
-    assert completed.stdout.count("1 passed") == ranks, completed.stdout[-4000:]
+    assert completed.stdout.count("3 passed") == ranks, completed.stdout[-4000:]

@@ -276,3 +276,37 @@ def test_one_limb_lower_bounds_stay_below_the_cvxpy_optimum():
     reference = cvxpy_optimum(X[:, used].toarray(), y, "hinge", lam)
     assert result.success and np.all(result.history["lower_bound"] <= reference)
     assert reference - 1e-7 <= result.fun <= reference + 1e-7
+
+
+def test_one_limb_planes_handed_to_a_smaller_lam_are_widened_and_stay_below_its_optimum():
+    # A lambda path's planes: made for lam 1e-2 (valid within its minimizer's radius), reused at 1e-3,
+    # whose minimizer may lie farther out: lowered by slack x the extra radius (Bundle.widen).
+    from prbmrm.regularizers import get_regularizer
+    from prbmrm.solvers.bmrm import minimize_bmrm
+
+    X, y = sparse_text()
+    reg = get_regularizer("l2")
+    reg.prepare(X.shape[1], get_loss("hinge").risk_floor)
+    oracle = DistributedRisk(get_loss("hinge"), X, y, len(y), SerialComm())
+    first = minimize_bmrm(oracle, np.zeros(X.shape[1]), 1e-2, reg, epsilon=1e-6, rel_epsilon=0, max_iter=3000)
+    bundle = first.bundle
+    assert 0 < bundle.slack < 1e-12 and np.isfinite(bundle.radius)
+    radius, offsets = bundle.radius, bundle.b.copy()
+    state = bundle.state()
+    copy = Bundle(X.shape[1])
+    copy.restore(state)
+    assert (copy.radius, copy.slack) == (bundle.radius, bundle.slack)
+    second = minimize_bmrm(oracle, first.w, 1e-3, reg, epsilon=1e-7, rel_epsilon=0, max_iter=5000,
+                           bundle=bundle, alpha=first.alpha)
+    assert bundle.radius > radius  # widened at the first iteration, the old planes lowered
+    used = np.unique(X.indices)
+    reference = cvxpy_optimum(X[:, used].toarray(), y, "hinge", 1e-3)
+    assert second.success and np.all(second.history["lower_bound"] <= reference)
+    widened = Bundle(X.shape[1])
+    widened.restore(state)
+    widened.widen(2 * radius)
+    lowered = offsets - widened.b  # by slack x radius, up to the rounding of the offsets themselves
+    assert np.all(np.abs(lowered - widened.slack * radius * 1.0001) <= np.spacing(np.abs(offsets)))
+    exact = Bundle(X.shape[1])
+    exact.widen(10.0)  # exact planes hold everywhere: nothing to lower
+    assert exact.radius == np.inf and exact.slack == 0.0

@@ -83,6 +83,10 @@ SERVICE_MODULES = {"pragam": "prbmrm.solvers.pragam", "argsup": "prbmrm.solvers.
                    "tron": "prbmrm.solvers.tron", "planes": "prbmrm.solvers.mirror"}
 """The module that enters each service (solvers load on first use: a serving rank imports it on attach)."""
 
+POINT_SERVICES = ("planes",)
+"""The services that make the points (``points = True``, :meth:`DistributedRisk.evaluate_point`): refused where
+:attr:`DistributedRisk.service_points` is False (party mode, whose parties check every w)."""
+
 
 def service(name):
     """Class decorator: enter a service class in :data:`SERVICES` under `name`."""
@@ -164,6 +168,9 @@ class DistributedRisk:
         The bounds of the exact sums, agreed by all ranks (a checkpoint keeps them).
     line_searches : bool
         False makes :meth:`line` decline (party mode: a line search's breakpoints travel as a maximum, in the clear).
+    service_points : bool
+        False tells solvers not to send the multipliers of their points (:meth:`evaluate_point`) nor to sum with
+        one limb (:meth:`set_limbs`): party mode, whose parties check the coordinator's w and sum securely.
     """
 
     def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
@@ -649,7 +656,9 @@ class DistributedRisk:
 
     def _build_service(self, message):
         """The service of the attach message ``[name, args]`` (every rank but 0)."""
-        known = sorted({*SERVICES, *SERVICE_MODULES})  # a list: `in` takes any JSON value
+        # A list (`in` takes any JSON value); without service points (party mode) none that makes the points.
+        known = sorted(name for name in {*SERVICES, *SERVICE_MODULES}
+                       if self.service_points or name not in POINT_SERVICES)
         if not (isinstance(message, list) and len(message) == 2 and isinstance(message[1], list) and message[0] in known):
             raise _unexpected(f"the service {str(message)[:100]!r} (known: {', '.join(known)})")
         if message[0] not in SERVICES:

@@ -242,7 +242,8 @@ class SerialComm:
         is bitwise the same for any number of ranks and any reduction order,
         and no rank can wait in another collective than the others. Over MPI
         it is ONE ``Allreduce`` (``MPI.SUM`` on int64, upper-case: no
-        pickle) of ``2 n + STATUS_WORDS`` words per rank; MPICH's allreduce
+        pickle) of ``limbs n + STATUS_WORDS`` words per rank (2 limbs, or 1:
+        :meth:`prbmrm.distributed.exact.FixedPointSum.set_limbs`); MPICH's allreduce
         (recursive doubling for short buffers, Rabenseifner's reduce-scatter
         then allgather for long ones) takes O(log P) messages on the
         critical path and moves O(n) bytes per rank. Only when a partial

@@ -35,6 +35,17 @@ rounding of the block partials themselves, and the planes ``R(w_t) + <a_t, w - w
 bound rests on are as valid as the float64 risk and subgradient make them (they were formed from a
 float64 sum before).
 
+One limb (:meth:`FixedPointSum.set_limbs`, half the bytes; BMRM asks for it where it can account for the
+rounding, :mod:`prbmrm.solvers.bmrm`): component j is rounded to the grid ``u_j = 2^(e_j - W)``, each
+partial to the nearest multiple (error at most ``u_j / 2``), the integers are summed exactly and the sum
+``Q_j u_j`` converted to float64 once (``Q_j`` below 2^62: one rounding, at most ``2^-53 |sum|``, or
+``2^-1075`` where the result is subnormal). So, per component,
+``|sum - exact sum of the partials| <= n_parts u_j / 2 + 2^-53 |sum| + 2^-1075``, which
+:meth:`FixedPointSum.error_bound` returns (rounded up) and ``tests/distributed/test_exact.py`` checks against
+``math.fsum``; ``u_j <= 2^(MARGIN_BITS + 1 - W) max(M_j, 2^-SPAN_BITS M)``, i.e. for 256 blocks about 2^-47 of
+the largest partial, a few float64 roundings of it. The sum is still a function of the partials and the
+bounds alone: bitwise the same on any number of ranks.
+
 Imports: numpy; of prbmrm: :mod:`prbmrm.kernels.fixed`.
 """
 
@@ -79,13 +90,15 @@ class FixedPointSum:
         Keep the bounds from sum to sum (one Allreduce per sum, the bounds a
         state that a checkpoint must keep); False agrees on them afresh for
         every sum (an Allreduce-max first: two per sum, no state).
+    limbs : {2, 1}
+        Integer words per component (:meth:`set_limbs`).
 
     Attributes
     ----------
-    n, n_parts : int
+    n, n_parts, limbs : int
         As given.
-    buffer : ndarray of int64, shape (2 n + STATUS_WORDS,)
-        What travels: the high limbs, the low limbs, the status words.
+    buffer : ndarray of int64, shape (limbs n + STATUS_WORDS,)
+        What travels: the high limbs, the low limbs (two limbs), the status words.
     exponent : ndarray of int64, shape (n,)
         log2 of the agreed bound per component (None before the first sum).
     retries : int
@@ -95,19 +108,42 @@ class FixedPointSum:
     EXPONENT_LIMIT = 1100
     """No bound is beyond 2^+-1100 (float64 spans 2^-1074 to 2^1024): what a stored bound may be."""
 
-    def __init__(self, n, n_parts, remember=True):
+    def __init__(self, n, n_parts, remember=True, limbs=2):
         self.n, self.n_parts = int(n), int(n_parts)
         self.remember = bool(remember)
         self.bits = 62 - math.ceil(math.log2(int(n_parts) + 1)) - 1
-        self.buffer = np.zeros(2 * self.n + STATUS_WORDS, dtype=np.int64)
         self.exponent = None
         self.retries = 0
         self._largest = np.zeros(self.n)
+        self.set_limbs(limbs)
+
+    def set_limbs(self, limbs):
+        """Sum with `limbs` (2 or 1) int64 words per component from the next sum on; the bounds stay.
+
+        Two limbs add nothing to the partials' own rounding (module docstring); one limb moves half the
+        bytes and errs by at most :meth:`error_bound`.
+        """
+        if limbs not in (1, 2):
+            raise ValueError(f"a fixed-point sum has 1 or 2 limbs, not {limbs!r}")
+        self.limbs = int(limbs)
+        self.buffer = np.zeros(self.limbs * self.n + STATUS_WORDS, dtype=np.int64)
 
     @property
     def status(self):
         """ndarray of int64: the status words (a view into :attr:`buffer`)."""
-        return self.buffer[2 * self.n:]
+        return self.buffer[self.limbs * self.n:]
+
+    def error_bound(self, sums):
+        """Return, per component, a bound on ``|sums - exact sum of the partials|`` for the `sums` just decoded.
+
+        One limb: ``n_parts u_j / 2 + 2^-53 |sums_j| + 2^-1075`` (module docstring), rounded up (each term
+        computed with at most a few float64 roundings, covered by the factor ``1 + 2^-40``). Two limbs: zero
+        beyond the partials' own rounding is claimed (module docstring); returns None.
+        """
+        if self.limbs == 2:
+            return None
+        grid = np.ldexp(0.5 * self.n_parts, self.exponent - self.bits)
+        return (grid + np.ldexp(np.abs(sums), -53) + 2.0 ** -1074) * (1.0 + 2.0 ** -40)
 
     def encode(self, partials, failed=False, signal=None):
         """Fill :attr:`buffer` with this rank's limbs of `partials` and its status.
@@ -121,7 +157,7 @@ class FixedPointSum:
         signal : int or None
             A signal this rank caught (one of :data:`STOP_SIGNALS` is counted).
         """
-        limbs = self.buffer[:2 * self.n].reshape(2, self.n)
+        limbs = self.buffer[:self.limbs * self.n].reshape(self.limbs, self.n)
         limbs[:] = 0
         overflow = False
         if not failed:
@@ -131,12 +167,10 @@ class FixedPointSum:
             overflow = (self.exponent is None or not np.all(np.isfinite(self._largest))
                         or bool(np.any(self._largest >= np.ldexp(1.0, self.exponent))))
             if not overflow and dense:
-                limbs[0], limbs[1] = self._split(partials, self.exponent)
+                limbs[:] = self._split(partials, self.exponent)
             elif not overflow:
                 for index, row in _rows(partials):
-                    high, low = self._split(row, self.exponent[index])
-                    limbs[0, index] += high
-                    limbs[1, index] += low
+                    limbs[:, index] += self._split(row, self.exponent[index])
         status = self.status
         status[:] = 0
         status[FAILED], status[OVERFLOW] = int(bool(failed)), int(overflow)
@@ -160,13 +194,16 @@ class FixedPointSum:
         return None
 
     def _split(self, partials, exponent):
-        """The sums over rows of the two limbs of `partials` (one row, or rows of blocks) on the grid
-        2^(exponent - 2 bits): per row and component |high| <= 2^bits, 0 <= low <= 2^bits.
+        """The sums over rows of the limbs of `partials` (one row, or rows of blocks): two on the grid
+        2^(exponent - 2 bits), per row and component |high| <= 2^bits, 0 <= low <= 2^bits; one on the grid
+        2^(exponent - bits), |limb| <= 2^bits.
 
         Each step is exact or a deterministic rounding (a product by a power of two, floor, the
         difference of two floats that share their leading bits, rint): the same bits on every rank.
-        One compiled pass over all rows (:func:`prbmrm.kernels.fixed.fixed_point_limbs`)."""
+        Two limbs in one compiled pass over all rows (:func:`prbmrm.kernels.fixed.fixed_point_limbs`)."""
         rows = np.ascontiguousarray(np.atleast_2d(partials), dtype=np.float64)
+        if self.limbs == 1:  # each partial rounded once to the nearest multiple of the grid
+            return (np.rint(rows * np.ldexp(1.0, self.bits - exponent)).astype(np.int64).sum(axis=0),)
         high, low = np.empty(rows.shape[1], dtype=np.int64), np.empty(rows.shape[1], dtype=np.int64)
         fixed_point_limbs(rows, np.ldexp(1.0, 2 * self.bits - exponent), self.bits, high, low)
         return high, low
@@ -199,10 +236,12 @@ class FixedPointSum:
         -------
         ndarray of shape (n,)
         """
+        out = np.empty(self.n) if out is None else out
+        if self.limbs == 1:
+            return np.ldexp(self.buffer[:self.n].astype(np.float64), self.exponent - self.bits, out=out)
         high, low = self.buffer[:self.n], self.buffer[self.n:2 * self.n]
         high = high + (low >> self.bits)  # the carry of the low sums, which are >= 0
         low = low & ((1 << self.bits) - 1)
-        out = np.empty(self.n) if out is None else out
         np.add(np.ldexp(high.astype(np.float64), self.exponent - self.bits),
                np.ldexp(low.astype(np.float64), self.exponent - 2 * self.bits), out=out)
         return out

@@ -5,10 +5,18 @@ Rank 0 runs the solver and calls the oracle; every other rank sits in
 
     rank 0:   [w, flag]  --Bcast-->  every rank
     every rank: (risk_sum, grad_sum) of each of its canonical blocks of rows
-              <--ONE Allreduce: int64 fixed-point limbs of the blocks' sums (2 (d + 1) words) and every
-                 rank's status (failure, signals caught)-->   R = risk_sum / m,  a = grad_sum / m
+              <--ONE Allreduce: int64 fixed-point limbs of the blocks' sums (2 (d + 1) words; (d + 1) after
+                 set_limbs(1)) and every rank's status (failure, signals caught)-->   R = risk_sum / m,  a = grad_sum / m
 
-The flag rides with ``w``: no extra message stops the workers. Sums are formed per canonical block of rows (which do
+The flag rides with ``w``: no extra message stops the workers. A service may make the points instead (BMRM's copy
+of its planes on every rank, :mod:`prbmrm.solvers.mirror`): then every serving rank waits for a short message,
+and an evaluation is::
+
+    rank 0:   [payload (t + 1 words: BMRM's multipliers and a checksum of w), its length, POINT]  --Bcast-->
+    every rank: w = service.point(payload), the blocks' sums at w, the same ONE Allreduce, service.evaluated(w)
+
+while any other message is announced by a short one (LONG) and follows whole; the short message grows by
+doubling when a payload needs it (RESIZE), and the service's end (DETACH) brings back long messages. Sums are formed per canonical block of rows (which do
 not depend on the rank count, :func:`prbmrm.io.load_local`) and added exactly
 (:meth:`prbmrm.distributed.comm.SerialComm.exact_sum`): any number of ranks computes bitwise the same R and a, and
 BMRM takes the same path. A failure on any rank at any point of its evaluation rides in the same Allreduce, so every
@@ -60,13 +68,24 @@ from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
 _GATHERED = 7.0  # evaluate a non-decomposable loss on rank 0 from the gathered scores (its loss is not spread)
+# The short message of a service that makes the points (:meth:`DistributedRisk.evaluate_point`): evaluate at the
+# service's point; a long message follows; the short message grows to the capacity in word 0; the service ends.
+_POINT, _LONG, _RESIZE, _DETACH = 8.0, 9.0, 10.0, 11.0
+_LIMBS = 12.0  # the exact sums take the limbs in word 0 from now on
+
+SHORT_WORDS = 64
+"""The first capacity of the short message (it doubles when a payload needs more, one message more each time)."""
 
 SERVICES = {}
 """The services a solver may attach, by name: the only code a message from rank 0 can select."""
 
 SERVICE_MODULES = {"pragam": "prbmrm.solvers.pragam", "argsup": "prbmrm.solvers.sublbfgs",
-                   "tron": "prbmrm.solvers.tron"}
+                   "tron": "prbmrm.solvers.tron", "planes": "prbmrm.solvers.mirror"}
 """The module that enters each service (solvers load on first use: a serving rank imports it on attach)."""
+
+POINT_SERVICES = ("planes",)
+"""The services that make the points (``points = True``, :meth:`DistributedRisk.evaluate_point`): refused where
+:attr:`DistributedRisk.service_points` is False (party mode, whose parties check every w)."""
 
 
 def service(name):
@@ -155,6 +174,9 @@ class DistributedRisk:
         The bounds of the exact sums, agreed by all ranks (a checkpoint keeps them).
     line_searches : bool
         False makes :meth:`line` decline (party mode: a line search's breakpoints travel as a maximum, in the clear).
+    service_points : bool
+        False tells solvers not to send the multipliers of their points (:meth:`evaluate_point`) nor to sum with
+        one limb (:meth:`set_limbs`): party mode, whose parties check the coordinator's w and sum securely.
     """
 
     def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
@@ -190,6 +212,9 @@ class DistributedRisk:
         self._qid, self._counts = qid, None
         self.fixed_point = FixedPointSum(self.dim + 1, self._n_parts)
         self._message = np.zeros(self.dim + 1)  # w, then the control flag
+        # While a service makes the points: [payload, its length, flag], what the serving ranks wait for.
+        self._short = None
+        self.service_points = True
         self._sums = np.zeros(self.dim + 1)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
         self.total_seconds = {"risk": 0.0, "comm": 0.0}
@@ -236,16 +261,123 @@ class DistributedRisk:
         """
         started = time.perf_counter()
         if self.comm.size == 1 and isinstance(w, np.ndarray) and w.dtype == np.float64 and w.shape == (self.dim,):
-            self._evaluate(0.0, np.ascontiguousarray(w))  # nothing to send: the pass reads w, not a copy
+            # Nothing to send: the pass reads w, not a copy.
+            self._evaluate(0.0, np.ascontiguousarray(w), self._gathers())
         else:
             # Rank 0's loss decides (smooth_lbfgs swaps it for a smoothed one on rank 0 alone).
-            self._message[:-1], self._message[-1] = w, _GATHERED if self._gathers() else _EVALUATE
-            self.comm.bcast_array(self._message)
-            self._evaluate(time.perf_counter() - started)
+            self._message[:-1] = w
+            self._send(_GATHERED if self._gathers() else _EVALUATE)
+            self._evaluate(time.perf_counter() - started, self._message[:-1], self._message[-1] == _GATHERED)
+        return self._answer(out)
+
+    def evaluate_point(self, payload, w, out=None):
+        """Return ``(R_emp(w), a)`` at the point that the attached service makes of `payload` (rank 0 only).
+
+        Only `payload` travels, in a short message, not `w`: every serving rank
+        computes the point itself (``point(payload)`` of its service, which
+        must give `w`, rank 0's point, bitwise; ``evaluated(w)`` of the service
+        follows each evaluation). For a service with ``points = True``, on a
+        decomposable loss; one broadcast of ``len(payload) + 2`` words and the
+        evaluation's one Allreduce.
+
+        Parameters
+        ----------
+        payload : array_like of float
+            What the service needs to make the point.
+        w : ndarray of shape (dim,)
+            Rank 0's point.
+        out : ndarray of shape (dim,), optional
+            As for :meth:`__call__`.
+
+        Returns
+        -------
+        risk : float
+        subgradient : ndarray of shape (dim,)
+        """
+        started = time.perf_counter()
+        payload = np.asarray(payload, dtype=np.float64)
+        if len(payload) + 2 > len(self._short):
+            capacity = max(2 * (len(self._short) - 2), len(payload))
+            self._short[0], self._short[-1] = capacity, _RESIZE
+            self.comm.bcast_array(self._short)
+            self._short = np.zeros(capacity + 2)
+        self._short[:len(payload)] = payload
+        self._short[-2:] = len(payload), _POINT
+        self.comm.bcast_array(self._short)
+        self._evaluate(time.perf_counter() - started, w, False)
+        return self._answer(out)
+
+    def set_limbs(self, limbs):
+        """Sum with `limbs` (2 or 1) integer words per component from the next evaluation on, on every rank
+        (rank 0 only; :meth:`prbmrm.distributed.exact.FixedPointSum.set_limbs`): one limb halves the bytes of
+        each Allreduce, and :meth:`error_bound` then bounds what it adds to the error."""
+        if limbs not in (1, 2):
+            raise ValueError(f"a fixed-point sum has 1 or 2 limbs, not {limbs!r}")
+        if self.comm.size > 1:
+            self._message[0] = limbs
+            self._send(_LIMBS)
+        self.fixed_point.set_limbs(limbs)
+
+    def error_bound(self):
+        """Bounds on the error of the last ``(R_emp, a)`` against the exact sums of the blocks' partials over m.
+
+        Returns
+        -------
+        (float, ndarray of shape (dim,)) or None
+            Per component of R_emp and of a (the same on every rank); None with two limbs, whose
+            error is far below the partials' own rounding (:mod:`prbmrm.distributed.exact`). With one
+            limb: the sum's :meth:`~prbmrm.distributed.exact.FixedPointSum.error_bound` over m, plus the
+            rounding of that division (at most ``2^-53 |value|``), rounded up.
+        """
+        bound = self.fixed_point.error_bound(self._sums)
+        if bound is None:
+            return None
+        r, a = self.result()
+        bound = (bound / self.n_total + np.ldexp(np.abs(np.append(a, r)), -53) + 2.0 ** -1074) * (1.0 + 2.0 ** -40)
+        return float(bound[-1]), bound[:-1]
+
+    def _answer(self, out):
+        """``(R_emp, a)`` of the last sums, `a` in `out` if given; rank 0's deferred error first."""
         if self._deferred_error is not None:
             error, self._deferred_error = self._deferred_error, None
             raise error
+        return self.result(out)
+
+    def result(self, out=None):
+        """Return ``(R_emp, a)`` of the last evaluation, on any rank (the same bits on every rank).
+
+        Parameters
+        ----------
+        out : ndarray of shape (dim,), optional
+            Where to write ``a`` instead of a new array.
+        """
         return self._sums[-1] / self.n_total, np.divide(self._sums[:-1], self.n_total, out=out)
+
+    def _send(self, flag):
+        """Broadcast the long message with `flag` (rank 0); while a service makes the points, a short
+        message says that it follows."""
+        self._message[-1] = flag
+        if self._short is not None:
+            self._short[-1] = _LONG
+            self.comm.bcast_array(self._short)
+        self.comm.bcast_array(self._message)
+
+    def _receive(self):
+        """Wait for rank 0's next message (every rank but 0); return its flag."""
+        while self._short is not None:
+            self.comm.bcast_array(self._short)
+            flag = self._short[-1]
+            if flag == _RESIZE:
+                capacity = int(self._short[0])
+                if not 0 < capacity <= 2 * self.dim + 2 * SHORT_WORDS:
+                    raise _unexpected(f"a short message of {capacity} words")
+                self._short = np.zeros(capacity + 2)
+                continue
+            if flag != _LONG:
+                return flag
+            break
+        self.comm.bcast_array(self._message)
+        return self._message[-1]
 
     def _gathers(self):
         """Whether rank 0 evaluates the loss from the gathered scores: a non-decomposable loss not spread, or a
@@ -253,19 +385,19 @@ class DistributedRisk:
         alone, as its warning says)."""
         return not self.loss.decomposable and not (self.loss.spread and hasattr(self.comm, "alltoallv_array"))
 
-    def _evaluate(self, bcast_seconds, w=None):
-        """Evaluate this rank's share at `w` (by default the w of the message) and sum over the ranks."""
+    def _evaluate(self, bcast_seconds, w, gathered, error=None):
+        """Evaluate this rank's share at `w` and sum over the ranks; with an `error` (this rank could not
+        make its point; a decomposable loss) enter the sum as failed."""
         started = time.perf_counter()
-        gathered = self._gathers() if w is not None else self._message[-1] == _GATHERED
-        w = self._message[:-1] if w is None else w
-        error, exchange = None, 0.0
+        exchange = 0.0
         if self.loss.decomposable:
             # Whatever goes wrong here (a MemoryError, an interrupt, a bug), this rank still enters the
             # evaluation's one Allreduce, its failure in the status: no rank waits in another collective.
             try:
-                self._decomposable_partials(w)
-                if self.observer is not None:
-                    self.observer(w, self._partials)
+                if error is None:
+                    self._decomposable_partials(w)
+                    if self.observer is not None:
+                        self.observer(w, self._partials)
             except BaseException as problem:  # noqa: B036 - re-raised on every rank below
                 error = problem
         else:
@@ -380,8 +512,8 @@ class DistributedRisk:
                 or not self.line_searches):
             return None
         started = time.perf_counter()
-        self._message[:-1], self._message[-1] = w, _LINE
-        self.comm.bcast_array(self._message)
+        self._message[:-1] = w
+        self._send(_LINE)
         self._direction[:] = d
         self.comm.bcast_array(self._direction)
         self._line_open = True
@@ -492,10 +624,23 @@ class DistributedRisk:
         """
         while True:
             started = time.perf_counter()
-            self.comm.bcast_array(self._message)
-            flag = self._message[-1]
-            if flag in (_EVALUATE, _GATHERED):
-                self._evaluate(time.perf_counter() - started)
+            flag = self._receive()
+            if flag in (_EVALUATE, _GATHERED) or (flag == _POINT and self._short is not None):
+                w, error = self._message[:-1], None
+                if flag == _POINT:
+                    try:
+                        w = self._service.point(self._short[:int(self._short[-2])])
+                    except Exception as problem:  # rides in the sum's status: every rank raises it
+                        error = problem
+                self._evaluate(time.perf_counter() - started, w, flag == _GATHERED, error)
+                if self._short is not None:
+                    self._service.evaluated(w)
+                continue
+            if flag == _LIMBS and self._message[0] in (1.0, 2.0):
+                self.fixed_point.set_limbs(int(self._message[0]))
+                continue
+            if flag == _DETACH and self._short is not None:
+                self._service = self._short = None
                 continue
             if flag == _LINE:
                 self.comm.bcast_array(self._direction)
@@ -507,6 +652,7 @@ class DistributedRisk:
                 raise CollectiveError(str(self.comm.bcast_object(None)))
             if flag == _ATTACH:
                 self._service = self._build_service(self.comm.bcast_object(None))
+                self._short = _short_message(self._service)
                 continue
             if flag == _REQUEST and self._service is not None:
                 self._service.handle(int(self._message[0]))
@@ -517,7 +663,9 @@ class DistributedRisk:
 
     def _build_service(self, message):
         """The service of the attach message ``[name, args]`` (every rank but 0)."""
-        known = sorted({*SERVICES, *SERVICE_MODULES})  # a list: `in` takes any JSON value
+        # A list (`in` takes any JSON value); without service points (party mode) none that makes the points.
+        known = sorted(name for name in {*SERVICES, *SERVICE_MODULES}
+                       if self.service_points or name not in POINT_SERVICES)
         if not (isinstance(message, list) and len(message) == 2 and isinstance(message[1], list) and message[0] in known):
             raise _unexpected(f"the service {str(message)[:100]!r} (known: {', '.join(known)})")
         if message[0] not in SERVICES:
@@ -542,11 +690,19 @@ class DistributedRisk:
         problem the ranks agreed on through an Allreduce): rank 0's error then
         reaches the serving ranks through :meth:`stop`, as for the risk.
         """
-        self._message[-1] = _ATTACH
-        self.comm.bcast_array(self._message)
+        self._send(_ATTACH)
         self.comm.bcast_object([factory.service_name, list(args)])
         self._service = factory(self, *args)
+        self._short = _short_message(self._service)
         return self._service
+
+    def detach(self):
+        """End the attached service whose points travel short (rank 0 only; see :meth:`evaluate_point`):
+        long messages again, with ``w``."""
+        if self._short is not None:
+            self._short[-1] = _DETACH
+            self.comm.bcast_array(self._short)
+        self._service = self._short = None
 
     def request(self, code):
         """Run ``handle(code)`` of the attached service on every rank (rank 0 only).
@@ -562,8 +718,7 @@ class DistributedRisk:
             What rank 0's ``handle`` returned.
         """
         self._message[0] = code
-        self._message[-1] = _REQUEST
-        self.comm.bcast_array(self._message)
+        self._send(_REQUEST)
         return self._service.handle(code)
 
     def receive(self):
@@ -583,8 +738,7 @@ class DistributedRisk:
             If rank 0 stopped because of an error; the message is rank 0's.
         """
         started = time.perf_counter()
-        self.comm.bcast_array(self._message)
-        flag = self._message[-1]
+        flag = self._receive()
         if flag == _STOP:
             return None
         if flag == _FAIL:
@@ -596,8 +750,8 @@ class DistributedRisk:
 
     def answer(self):
         """Evaluate this rank's share at the w just received; return ``(R_emp, a)`` of the sum."""
-        self._evaluate(self._received_seconds)
-        return self._sums[-1] / self.n_total, self._sums[:-1] / self.n_total
+        self._evaluate(self._received_seconds, self._message[:-1], self._message[-1] == _GATHERED)
+        return self.result()
 
     def stop(self, error=None):
         """Release the serving ranks (rank 0 only); with `error`, make them raise its message.
@@ -606,7 +760,7 @@ class DistributedRisk:
         the one the other ranks are waiting for.
         """
         flag = _STOP if error is None else _FAIL
-        message = self._trial if self._line_open else self._message
+        message = self._trial if self._line_open else self._message if self._short is None else self._short
         message[-1] = flag
         self.comm.bcast_array(message)
         self._close_line()
@@ -690,6 +844,11 @@ class RiskLine:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def _short_message(service):
+    """The short message a serving rank waits for while `service` makes the points, else None."""
+    return np.zeros(SHORT_WORDS + 2) if getattr(service, "points", False) else None
 
 
 def _described(error, rank):

@@ -534,6 +534,7 @@ class Party:
     def attach(self, oracle, local, lam, regularizer, loss):
         """Hook the audit log, the privacy accountant and the poisoning checks to the oracle."""
         oracle.line_searches = False  # their breakpoints would travel as a maximum
+        oracle.service_points = False  # parties see each w, and their secure sums have their own precision
         noise_bound = None
         if self.private:
             total_std = self.comm.noise_std * math.sqrt(self.comm.size)

@@ -1,5 +1,6 @@
 """Quadratic regularizers ``Omega(w) = 1/2 w^T M w`` (``l2``: M = I): the bundle subproblem is the simplex QP."""
 
+import math
 from functools import partial
 
 import numpy as np
@@ -89,7 +90,7 @@ class Quadratic(Regularizer):
     def solve_subproblem(self, bundle, lam, alpha0=None):
         Q = bundle.gram / (lam * self._scale)  # two planes: a closed form (paper 000, Alg. 4, eq. 14)
         qp = solve_two_plane_qp(Q, bundle.b) if bundle.size == 2 else solve_simplex_qp(Q, bundle.b, x0=alpha0)
-        return self._primal(bundle.combine(qp.x), lam), qp.value, qp.x
+        return self.primal(bundle.combine(qp.x), lam), qp.value, qp.x
 
     def solve_loosely(self, bundle, lam, alpha0, tol, floor=None, out=None):
         """Like :meth:`solve_subproblem`, to BMRM 2.1's loose tolerance `tol` (:func:`prbmrm.regularizers.qp.solve_simplex_pg`),
@@ -103,10 +104,33 @@ class Quadratic(Regularizer):
                               scale=1.0 / (lam * self._scale))
         if not qp.converged:
             return None
-        return self._primal(bundle.combine(qp.x, out), lam), qp.value, qp.x
+        return self.primal(bundle.combine(qp.x, out), lam), qp.value, qp.x
 
-    def _primal(self, combined, lam):
-        """``B^-1 (-combined / lam)``, overwriting `combined` (bitwise ``-combined / lam`` first)."""
+    def radius(self, excess, lam):
+        """Return a bound on ``||w||_2`` over every w with ``lam Omega(w) <= excess``, for B = c I (else None).
+
+        ``lam c ||w||^2 / 2 <= excess`` gives ``sqrt(2 excess / (lam c))``, rounded up (by far more than
+        its few float64 roundings). With ``excess = J(v) - floor`` for any v and a floor of R_emp, it bounds
+        the minimizer of J: ``lam Omega(w*) = J(w*) - R_emp(w*) <= J(v) - floor``.
+        """
+        if self.metric is not None:
+            return None
+        return math.sqrt(2.0 * max(excess, 0.0) / (lam * self._scale)) * (1.0 + 2.0 ** -30)
+
+    def primal(self, combined, lam):
+        """Return w of the dual multipliers alpha from ``combined = A^T alpha`` (``Bundle.combine``):
+        ``B^-1 (-combined / lam)``, overwriting `combined` (bitwise ``-combined / lam`` first).
+
+        Parameters
+        ----------
+        combined : ndarray of shape (d,)
+        lam : float
+
+        Returns
+        -------
+        ndarray of shape (d,)
+            `combined` itself for B = I.
+        """
         mu = np.divide(combined, -lam, out=combined)
         return mu if self._identity else self.conjugate_gradient(mu)
 

@@ -58,7 +58,7 @@ class CuttingPlaneModel:
         self.floor = None
         self.loose = True
 
-    def minimize(self, w, r, a, gap=0.0, out=None):
+    def minimize(self, w, r, a, gap=0.0, out=None, rounding=None):
         """Add the plane ``(a, r - <a, w>)`` of R_emp at `w`; return ``(w_t, lower_bound, seconds)``.
 
         ``w_t`` minimizes J_t and ``lower_bound``, the dual value, is a
@@ -66,15 +66,11 @@ class CuttingPlaneModel:
         solved only to that tolerance: ``w_t`` is then the primal map of the
         multipliers returned and ``lower_bound`` their dual value, still a
         lower bound of min J (weak duality: they are feasible). ``w_t`` may be
-        written into `out`, an array of length d that nothing else holds.
+        written into `out`, an array of length d that nothing else holds. For
+        `rounding`, see :meth:`add_plane`.
         """
         started = time.perf_counter()
-        if self.bundle.room() is not None:
-            # Aggregates keep the bound whatever the multipliers, but the method's convergence
-            # (paper 000, Sec. 3.1) aggregates optimal ones: exact QPs from the first aggregation on.
-            self.loose = False
-        self.alpha = self.bundle.make_room(self.alpha)
-        self.bundle.add(a, r - float(np.dot(a, w)))
+        self.add_plane(w, r, a, rounding)
         alpha0 = np.append(self.alpha, 0.0)
         solved = None
         if gap > 0.0 and self.loose and hasattr(self.regularizer, "solve_loosely"):
@@ -85,6 +81,28 @@ class CuttingPlaneModel:
             solved = self.regularizer.solve_subproblem(self.bundle, self.lam, alpha0)
         w_t, lower_bound, self.alpha = solved
         return w_t, lower_bound, time.perf_counter() - started
+
+    def add_plane(self, w, r, a, rounding=None):
+        """Add the plane ``(a, r - <a, w>)`` of R_emp at `w`, aggregating first if the bundle is full.
+
+        The first step of :meth:`minimize`; alone, what a copy of the planes on another rank does
+        (:class:`prbmrm.solvers.mirror.PlaneMirror`). With `rounding`, ``(error_r, error_a, radius)``
+        (bounds on the errors of r and a, and on the norm of the minimizer), the offset is lowered by
+        :func:`rounding_margin` and the bundle's :attr:`~prbmrm.solvers.bundle.Bundle.radius` and
+        :attr:`~prbmrm.solvers.bundle.Bundle.slack` say where its planes hold.
+        """
+        margin = 0.0
+        if rounding is not None:
+            error_r, error_a, radius = rounding
+            margin = rounding_margin(error_r, error_a, w, radius)
+            self.bundle.radius = min(self.bundle.radius, radius)
+            self.bundle.slack = max(self.bundle.slack, float(np.linalg.norm(error_a)))
+        if self.bundle.room() is not None:
+            # Aggregates keep the bound whatever the multipliers, but the method's convergence
+            # (paper 000, Sec. 3.1) aggregates optimal ones: exact QPs from the first aggregation on.
+            self.loose = False
+        self.alpha = self.bundle.make_room(self.alpha)
+        self.bundle.add(a, r - float(np.dot(a, w)) - margin)
 
     def prune(self):
         """Drop the idle planes (their multipliers are zero: J_t's minimum is unchanged)."""
@@ -101,6 +119,29 @@ class CuttingPlaneModel:
         self.bundle.restore(state["bundle"])
         self.alpha = np.asarray(state["alpha"], dtype=np.float64)
         self.loose = bool(state.get("loose", 1))
+
+
+def rounding_margin(error_r, error_a, w, radius):
+    """How far to lower the offset of a plane of R_emp formed from a rounded risk and subgradient, so that it
+    stays below R_emp at every point within `radius` of the origin.
+
+    With ``|r - R| <= error_r`` and ``|a_j - g_j| <= error_a_j`` for the exact risk R and subgradient g at
+    `w`, the plane ``r + <a, v - w>`` exceeds the exact one by ``(r - R) + <a - g, v - w>``, at most
+    ``error_r + sum_j error_a_j |w_j| + ||error_a||_2 ||v||_2``: this, for ``||v||_2 <= radius``, rounded
+    up by 0.01% (more than the float64 roundings of sums of d terms, at most d 2^-53 relative).
+
+    Parameters
+    ----------
+    error_r : float
+    error_a : ndarray of shape (d,)
+    w : ndarray of shape (d,)
+    radius : float
+
+    Returns
+    -------
+    float
+    """
+    return (error_r + float(np.dot(error_a, np.abs(w))) + float(np.linalg.norm(error_a)) * radius) * 1.0001
 
 
 def snapshot(recorder, model, **values):

@@ -1,6 +1,14 @@
 """BMRM, the bundle method for regularized risk minimization (paper 000, Alg. 2 and 5).
 
-Imports: numpy; of prbmrm: :mod:`prbmrm.solvers.base`.
+On several ranks, every rank keeps a copy of the planes (:mod:`prbmrm.solvers.mirror`) where it can: an
+iteration then sends the subproblem's multipliers, not w. Where the regularizer bounds the minimizer's norm
+(:func:`single_limb`), the risk's exact sums use one integer limb per component, half the bytes, and each
+plane's offset is lowered by what that rounding may add (:func:`prbmrm.solvers.base.rounding_margin`): every
+plane stays below R_emp at the minimizer, so every lower bound stays valid; on any number of ranks alike.
+Planes handed over from another run (a lambda path, a warm start) are lowered further where this problem's
+minimizer may lie farther out (:meth:`prbmrm.solvers.bundle.Bundle.widen`).
+
+Imports: numpy; of prbmrm: :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.mirror`.
 """
 
 import functools
@@ -10,6 +18,7 @@ import time
 import numpy as np
 
 from .base import CuttingPlaneModel, Progress, Recorder, check_finite, snapshot
+from .mirror import PlaneMirror
 
 
 class InexactSchedule:
@@ -55,6 +64,21 @@ def _takes_out(risk):
         return "out" in inspect.signature(risk).parameters
     except (TypeError, ValueError):
         return False
+
+
+def single_limb(risk, regularizer, bundle):
+    """Whether BMRM sums the risk with one integer limb per component (:meth:`DistributedRisk.set_limbs`).
+
+    Where it pays and can be accounted for: a risk oracle that sums exactly
+    and says its error (:meth:`~prbmrm.distributed.oracle.DistributedRisk.error_bound`; not party mode's
+    secure sums), a sparse bundle (d of 2^16 and more, where the bytes count), and a regularizer that
+    bounds ``||w*||_2`` (``radius``: ``B = c I``) with a finite floor of R_emp. Never the rank count or a
+    resumed state: a run takes the same path on any number of ranks and after a resume.
+    """
+    floor = getattr(regularizer, "risk_floor", None)
+    return (getattr(risk, "service_points", False) and hasattr(risk, "set_limbs") and bundle.sparse
+            and getattr(regularizer, "metric", True) is None and hasattr(regularizer, "radius")
+            and floor is not None and np.isfinite(floor))
 
 
 def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000,
@@ -147,6 +171,10 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     # R_emp >= floor is a plane too (BMRM 2.1's xi >= 0): it keeps the first
     # iterates near w0, where one plane alone would send them far.
     model.floor = getattr(regularizer, "risk_floor", None)
+    single = single_limb(risk, regularizer, model.bundle if bundle is None else bundle)
+    if bundle is not None and bundle.slack > 0.0 and not single:
+        bundle = None  # planes of rounded sums hold within a radius that this run cannot bound: not reused
+    widen = bundle is not None  # given planes may be of another problem: widened to this one's radius
     if bundle is not None:
         model.bundle = bundle
         model.alpha = np.zeros(bundle.size) if alpha is None else np.array(alpha, dtype=np.float64)
@@ -165,14 +193,33 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     # `spare`, an earlier iterate that is neither w nor best_w, where the next w_t may be written.
     gradient = np.empty(len(w)) if _takes_out(risk) else None
     spare = None
+    # The other ranks' copy of the planes (None: w travels whole); `alpha` the multipliers of w (None: w0).
+    # After an error it stays: the stop message travels short (a JointError left no rank to detach).
+    if single:
+        risk.set_limbs(1)
+    mirror = PlaneMirror.start(risk, model, regularizer) if state is None and bundle is None else None
+    alpha = None
     for t in range(start, max_iter + 1):
-        r, a = risk(w) if gradient is None else risk(w, out=gradient)
+        if alpha is not None and mirror is not None:
+            r, a = mirror.evaluate(w, alpha, out=gradient)
+        else:
+            r, a = risk(w) if gradient is None else risk(w, out=gradient)
         check_finite(r, a, t)
         objective = lam * regularizer.value(w) + r
         if objective < best_objective:
             best_objective, best_w = objective, w
+        rounding = None
+        if single:
+            # ||w*|| <= radius: lam Omega(w*) <= J(w) - floor, J(w) at most objective + the risk's error.
+            error_r, error_a = risk.error_bound()
+            radius = regularizer.radius((objective + error_r - regularizer.risk_floor) * 1.0001, lam)
+            if widen:
+                model.bundle.widen(radius)
+                widen = False
+            rounding = (error_r, error_a, radius)
         w_next, lower_bound, solve_seconds = model.minimize(w, r, a, schedule.next(best_objective) if inexact else 0.0,
-                                                            out=spare)
+                                                            out=spare, rounding=rounding)
+        alpha = model.alpha  # w_next's multipliers, before pruning (which the copies repeat)
         spare = None if w is best_w else w
         seconds = getattr(risk, "last_seconds", {"risk": 0.0, "comm": 0.0})
         row = Progress(t, objective, best_objective, lower_bound, best_objective - lower_bound,
@@ -187,6 +234,10 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
                 snapshot, recorder, model, **schedule.state(), w=w, best_w=best_w, best_objective=best_objective,
             iteration=t)):
             break
+    if mirror is not None:
+        mirror.close()
+    if single:
+        risk.set_limbs(2)
     result = recorder.result(best_w, best_objective, w)
     result.bundle, result.alpha = model.bundle, model.alpha
     return result

@@ -3,6 +3,7 @@
 Imports: numpy; of prbmrm: :mod:`prbmrm.kernels.planes`.
 """
 
+import math
 import mmap
 
 import numpy as np
@@ -88,6 +89,21 @@ class Bundle:
         self._idle = np.empty(capacity, dtype=np.int64)
         self.size = 0
         self._point, self._at_point = None, np.zeros(0)  # the point of add(point=...) and A w there
+        self.radius, self.slack = math.inf, 0.0
+
+    radius = math.inf
+    """float: every plane is below R_emp at every point within this distance of the origin (planes of
+    rounded sums, lowered for a radius: :func:`prbmrm.solvers.base.rounding_margin`; inf for exact planes)."""
+
+    slack = 0.0
+    """float: the largest ``||error of a||_2`` of a plane: how much an offset must drop per unit of radius
+    to hold farther out (:meth:`widen`)."""
+
+    def widen(self, radius):
+        """Lower every offset so that the planes hold within `radius` (of another problem's minimizer)."""
+        if radius > self.radius and self.slack > 0.0:
+            self._b[:self.size] -= self.slack * (radius - self.radius) * 1.0001
+        self.radius = max(self.radius, radius) if self.slack > 0.0 else self.radius
 
     @property
     def A(self):
@@ -294,13 +310,16 @@ class Bundle:
         return np.concatenate(([total], alpha[kept]))
 
     def state(self):
-        """Return the planes, Gram matrix and idle counts as a dict of arrays (for a checkpoint).
+        """Return the planes, Gram matrix and idle counts as a dict of arrays (for a checkpoint), and
+        ``rounding``, ``[radius, slack]``, for planes of rounded sums.
 
         Dense planes are ``A``; sparse ones (:attr:`sparse`) are the rows of a
         CSR matrix ``indptr, indices, values``, a dense plane among them with
         all `dim` indices, so that :meth:`restore` gives back the same storage.
         """
         state = {"b": self.b.copy(), "gram": self.gram.copy(), "idle": self._idle[:self.size].copy()}
+        if self.slack > 0.0:  # planes of rounded sums: where they hold (radius, finite then)
+            state["rounding"] = np.array([self.radius, self.slack])
         if not self.sparse:
             return dict(state, A=self.A.copy())
         every = np.arange(self.dim, dtype=_index_type(self.dim))
@@ -331,6 +350,7 @@ class Bundle:
             for target, (index, values) in zip(self._A, rows):
                 target[index] = values
         self._b[:t] = state["b"]
+        self.radius, self.slack = (float(x) for x in state.get("rounding", (math.inf, 0.0)))
         self._gram[:t, :t] = state["gram"]
         self._idle[:t] = state["idle"]
         self.size = t

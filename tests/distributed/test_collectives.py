@@ -15,11 +15,17 @@ import sys
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from helpers import REPO, load_svmlight, mpiexec, shared_shards
-from prbmrm.distributed.oracle import DistributedRisk, run_distributed
+from prbmrm.distributed.comm import SerialComm
+from prbmrm.distributed.oracle import SHORT_WORDS, DistributedRisk, run_distributed
+from prbmrm.errors import JointError
 from prbmrm.io import load_local
 from prbmrm.losses import get_loss
+from prbmrm.regularizers import get_regularizer
+from prbmrm.solvers import mirror
+from prbmrm.solvers.bmrm import minimize_bmrm
 
 
 class Counting:
@@ -29,6 +35,8 @@ class Counting:
     def __init__(self, comm):
         self._comm = comm
         self.calls = collections.Counter()
+        self.sizes = []  # words of each Ibcast
+        self.reduced = []  # words of each Iallreduce
 
     def __getattr__(self, name):
         attribute = getattr(self._comm, name)
@@ -37,6 +45,10 @@ class Counting:
 
         def counted(*args, **kwargs):
             self.calls[name] += 1
+            if name == "Ibcast":
+                self.sizes.append(len(args[0][0]))
+            if name == "Iallreduce":
+                self.reduced.append(len(args[1]))
             return attribute(*args, **kwargs)
 
         return counted
@@ -62,6 +74,67 @@ def test_one_allreduce_and_one_broadcast_per_risk_evaluation(comm, mpi_tmp_path)
     assert dict(counted.calls) == {"Ibcast": 5 + 1, "Iallreduce": 5}
 
 
+def sparse_oracle(comm, tmp_path):
+    """Hashed-text-like rows of 2^16 columns (BMRM's bundle is sparse) in 4 shards, and the hinge oracle."""
+    rng = np.random.default_rng(3)
+    X = sp.random(800, 2 ** 16, density=3e-4, format="csr", random_state=rng)
+    X.data[:] = 1.0
+    y = np.where(X @ rng.standard_normal(2 ** 16) + 0.1 * rng.standard_normal(800) >= 0, 1.0, -1.0)
+    directory = shared_shards(comm, tmp_path, X, y, parts=4)
+    local = load_local(directory, comm)
+    return DistributedRisk(get_loss("hinge"), local.X, local.y, local.n_examples_total, comm, local.blocks)
+
+
+def bmrm(risk, iterations):
+    regularizer = get_regularizer("l2")
+    regularizer.prepare(risk.dim, 0.0)
+    return minimize_bmrm(risk, np.zeros(risk.dim), 1e-3, regularizer, epsilon=0.0, rel_epsilon=0.0,
+                         max_iter=iterations)
+
+
+@pytest.mark.distributed
+def test_bmrm_broadcasts_its_multipliers_not_w(comm, mpi_tmp_path):
+    # Every rank keeps a copy of the planes (solvers/mirror.py): an iteration after the first
+    # broadcasts alpha and a checksum (t + 3 words), not w (d + 1), and makes one Allreduce.
+    if comm.size == 1:
+        pytest.skip("counts MPI calls: run under mpiexec (test_counts_under_mpiexec)")
+    from prbmrm.distributed.comm import MPIComm
+
+    counted = Counting(comm.comm)
+    oracle = sparse_oracle(MPIComm(counted), mpi_tmp_path)
+    run_distributed(oracle, lambda risk: risk(np.zeros(risk.dim)))  # agrees on the fixed-point bounds
+    counted.calls.clear()
+    counted.sizes.clear()
+    retries = oracle.fixed_point.retries
+    n = 12
+    result = run_distributed(oracle, lambda risk: bmrm(risk, n))
+    # Long: one limb, the attach message, w0, two limbs and the stop; short: w0's herald, n - 1
+    # multipliers, the detach; the attach's JSON (its length, then its bytes: 2) and its check (an Allreduce).
+    long = [size for size in counted.sizes if size == oracle.dim + 1]
+    assert len(long) == 5 and counted.calls["Ibcast"] == n + 8
+    assert counted.sizes.count(SHORT_WORDS + 2) == n + 1
+    assert counted.calls["Iallreduce"] == 1 + n + 2 * (oracle.fixed_point.retries - retries)
+    # Each evaluation's sums travel as one int64 limb per component (solvers/bmrm.py: single_limb).
+    sums = [size for size in counted.reduced if size > 1]
+    assert sums.count(oracle.dim + 1 + len(oracle.fixed_point.status)) == n
+    if comm.is_root:
+        expected = bmrm(sparse_oracle(SerialComm(), mpi_tmp_path / "serial"), n)
+        assert result.nit == n
+        np.testing.assert_array_equal(result.w, expected.w)
+        np.testing.assert_array_equal(result.history["lower_bound"], expected.history["lower_bound"])
+
+
+@pytest.mark.distributed
+def test_a_copy_of_the_planes_that_gives_another_w_fails_on_every_rank(comm, mpi_tmp_path, monkeypatch):
+    if comm.size == 1:
+        pytest.skip("needs ranks that copy the planes: run under mpiexec (test_counts_under_mpiexec)")
+    if not comm.is_root:
+        monkeypatch.setattr(mirror, "checksum", lambda w: -1.0)
+    oracle = sparse_oracle(comm, mpi_tmp_path)
+    with pytest.raises(JointError, match="copy of the planes gives another w"):
+        run_distributed(oracle, lambda risk: bmrm(risk, 5))
+
+
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_counts_under_mpiexec(ranks, tmp_path):
     command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "pytest", "--with-mpi", "-n", "0", "-m", "distributed",
@@ -70,4 +143,17 @@ def test_counts_under_mpiexec(ranks, tmp_path):
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
                                stdin=subprocess.DEVNULL)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
-    assert completed.stdout.count("1 passed") == ranks, completed.stdout[-4000:]
+    assert completed.stdout.count("3 passed") == ranks, completed.stdout[-4000:]
+
+
+def test_a_party_refuses_a_service_that_makes_the_points():
+    # Party mode (service_points False): its parties check every w, so the coordinator may not send multipliers.
+    from prbmrm.distributed.messages import ProtocolError
+
+    X, y = np.array([[1.0, 1.0], [-1.0, 1.0]]), np.array([1.0, -1.0])
+    oracle = DistributedRisk(get_loss("hinge"), X, y, 2, SerialComm())
+    oracle.service_points = False
+    with pytest.raises(ProtocolError, match=r"known: argsup, pragam, tron\)"):
+        oracle._build_service(["planes", [0.001, "l2", {}, 10, 0, 0]])
+    oracle.service_points = True
+    assert type(oracle._build_service(["planes", [0.001, "l2", {}, 10, 0, 0]])) is mirror.PlaneMirror

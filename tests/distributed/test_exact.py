@@ -76,3 +76,41 @@ def test_a_partial_beyond_the_bounds_raises_them_and_a_failure_makes_the_sum_nan
     assert state.status[FAILED] == 1
     partials[2, 3] = np.inf
     assert np.all(np.isnan(SerialComm().exact_sum(partials, state)))
+
+
+def test_one_limb_gives_the_same_bits_for_any_grouping_within_its_error_bound():
+    # The precision statement of prbmrm/distributed/exact.py for one limb, against math.fsum.
+    partials = _partials(5)
+    k, n = partials.shape
+    state = FixedPointSum(n, k, limbs=1)
+    reference = SerialComm().exact_sum(partials, state)
+    assert len(state.buffer) == n + len(state.status)
+    rng = np.random.default_rng(6)
+    for ranks in (2, 5, 40):
+        cuts = np.sort(rng.choice(np.arange(1, k), size=ranks - 1, replace=False))
+        got = _reduce(partials, np.split(np.arange(k), cuts), rng.permutation(ranks), state)
+        np.testing.assert_array_equal(got, reference)
+    exact = np.array([math.fsum(column) for column in partials.T])
+    bound = state.error_bound(reference)
+    assert np.all(np.abs(reference - exact) <= bound)
+    # Not vacuous: about a rounding per block at the largest partial's scale (2^-(W - MARGIN_BITS - 1)).
+    largest = np.abs(partials).max(axis=0)
+    assert np.all(bound <= k * np.ldexp(largest, 5 - state.bits) + 2.0 ** -52 * np.abs(exact)
+                  + np.ldexp(largest.max(), 2 - state.bits - 40))
+    assert state.error_bound(reference).max() > 0 and FixedPointSum(n, k).error_bound(reference) is None
+
+
+def test_switching_limbs_keeps_the_bounds_and_two_limbs_are_the_closer_sum():
+    partials = _partials(7, k=12, n=80)
+    state = FixedPointSum(80, 12)
+    two = SerialComm().exact_sum(partials, state)
+    exponent = state.exponent.copy()
+    state.set_limbs(1)
+    one = SerialComm().exact_sum(partials, state)
+    np.testing.assert_array_equal(state.exponent, exponent)
+    assert state.retries == 1
+    exact = np.array([math.fsum(column) for column in partials.T])
+    assert np.all(np.abs(one - exact) <= state.error_bound(one))
+    assert np.all(np.abs(two - exact) <= np.abs(one - exact) + 2 * np.spacing(np.abs(exact)))
+    state.set_limbs(2)
+    np.testing.assert_array_equal(SerialComm().exact_sum(partials, state), two)

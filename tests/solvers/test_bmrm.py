@@ -212,3 +212,101 @@ def test_a_risk_that_takes_out_gives_the_same_run_and_planes_that_own_their_valu
     for row in bundle.A:
         assert any(np.array_equal(row, plane) for plane in fresh_planes)
     assert not all(np.array_equal(row, bundle.A[-1]) for row in bundle.A[:-1])
+
+
+def sparse_text(rows=300, d=2 ** 16, per_row=12, seed=4):
+    """Sparse rows of d >= 2^16 columns (BMRM's bundle is sparse: one limb per component), +-1 labels."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    columns = np.minimum(rng.zipf(1.3, rows * per_row), d) - 1
+    X = sp.csr_matrix((rng.random(rows * per_row) + 0.5, columns, np.arange(0, rows * per_row + 1, per_row)),
+                      shape=(rows, d))
+    X.sum_duplicates()
+    y = np.where(X @ rng.standard_normal(d) + 0.2 * rng.standard_normal(rows) >= 0, 1.0, -1.0)
+    return X, y
+
+
+def test_one_limb_planes_stay_below_the_exact_risk_within_the_radius():
+    # The rounding of one limb (prbmrm/distributed/exact.py), accounted in the plane's offset
+    # (rounding_margin): against the blocks' partials summed by math.fsum, at random points and at the
+    # worst point of the ball, the rounded plane less the margin stays below the exact plane.
+    import math
+
+    from prbmrm.io import load_local, write_shards
+    from prbmrm.solvers.base import rounding_margin
+
+    X, y = sparse_text()
+    oracle = DistributedRisk(get_loss("hinge"), X, y, len(y), SerialComm(), blocks=np.arange(0, 301, 25))
+    oracle.set_limbs(1)
+    rng = np.random.default_rng(5)
+    w = rng.normal(size=X.shape[1]) * 3.0
+    r, a = oracle(w)
+    error_r, error_a = oracle.error_bound()
+    blocks = [get_loss("hinge").loss_gradient(w, X[i:i + 25], y[i:i + 25]) for i in range(0, 300, 25)]
+    exact_r = math.fsum(risk for risk, _ in blocks) / len(y)
+    exact_a = np.array([math.fsum(column) for column in np.array([g for _, g in blocks]).T]) / len(y)
+    assert abs(r - exact_r) <= error_r and np.all(np.abs(a - exact_a) <= error_a)
+    assert np.any(a != exact_a)  # the limb rounds: the margin is not idle
+    radius = 100.0
+    margin = rounding_margin(error_r, error_a, w, radius)
+    worst = (a - exact_a) / np.linalg.norm(a - exact_a) * radius
+    for v in [worst, *(rng.normal(size=(5, X.shape[1])))]:
+        v = v * min(1.0, radius / np.linalg.norm(v))
+        excess = math.fsum(np.append((a - exact_a) * (v - w), r - exact_r))
+        assert excess <= margin
+    assert margin < 1e-9
+
+
+def test_one_limb_lower_bounds_stay_below_the_cvxpy_optimum():
+    # d = 2^16: BMRM sums with one limb and lowers its planes (solvers/bmrm.py); every lower bound is still
+    # below min J (cvxpy on the columns that occur: the others are 0 at the optimum), and the run ends there.
+    from prbmrm.regularizers import get_regularizer
+    from prbmrm.solvers.bmrm import single_limb
+
+    X, y = sparse_text()
+    lam = 1e-3
+    reg = get_regularizer("l2")
+    reg.prepare(X.shape[1], get_loss("hinge").risk_floor)
+    oracle = DistributedRisk(get_loss("hinge"), X, y, len(y), SerialComm())
+    assert single_limb(oracle, reg, Bundle(X.shape[1]))
+    result = minimize(oracle, np.zeros(X.shape[1]), lam, reg=reg, epsilon=1e-7, rel_epsilon=0, max_iter=5000)
+    assert oracle.fixed_point.limbs == 2  # restored for what follows
+    used = np.unique(X.indices)
+    reference = cvxpy_optimum(X[:, used].toarray(), y, "hinge", lam)
+    assert result.success and np.all(result.history["lower_bound"] <= reference)
+    assert reference - 1e-7 <= result.fun <= reference + 1e-7
+
+
+def test_one_limb_planes_handed_to_a_smaller_lam_are_widened_and_stay_below_its_optimum():
+    # A lambda path's planes: made for lam 1e-2 (valid within its minimizer's radius), reused at 1e-3,
+    # whose minimizer may lie farther out: lowered by slack x the extra radius (Bundle.widen).
+    from prbmrm.regularizers import get_regularizer
+    from prbmrm.solvers.bmrm import minimize_bmrm
+
+    X, y = sparse_text()
+    reg = get_regularizer("l2")
+    reg.prepare(X.shape[1], get_loss("hinge").risk_floor)
+    oracle = DistributedRisk(get_loss("hinge"), X, y, len(y), SerialComm())
+    first = minimize_bmrm(oracle, np.zeros(X.shape[1]), 1e-2, reg, epsilon=1e-6, rel_epsilon=0, max_iter=3000)
+    bundle = first.bundle
+    assert 0 < bundle.slack < 1e-12 and np.isfinite(bundle.radius)
+    radius, offsets = bundle.radius, bundle.b.copy()
+    state = bundle.state()
+    copy = Bundle(X.shape[1])
+    copy.restore(state)
+    assert (copy.radius, copy.slack) == (bundle.radius, bundle.slack)
+    second = minimize_bmrm(oracle, first.w, 1e-3, reg, epsilon=1e-7, rel_epsilon=0, max_iter=5000,
+                           bundle=bundle, alpha=first.alpha)
+    assert bundle.radius > radius  # widened at the first iteration, the old planes lowered
+    used = np.unique(X.indices)
+    reference = cvxpy_optimum(X[:, used].toarray(), y, "hinge", 1e-3)
+    assert second.success and np.all(second.history["lower_bound"] <= reference)
+    widened = Bundle(X.shape[1])
+    widened.restore(state)
+    widened.widen(2 * radius)
+    lowered = offsets - widened.b  # by slack x radius, up to the rounding of the offsets themselves
+    assert np.all(np.abs(lowered - widened.slack * radius * 1.0001) <= np.spacing(np.abs(offsets)))
+    exact = Bundle(X.shape[1])
+    exact.widen(10.0)  # exact planes hold everywhere: nothing to lower
+    assert exact.radius == np.inf and exact.slack == 0.0

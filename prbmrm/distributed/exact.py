@@ -59,6 +59,16 @@ STATUS_WORDS = 2 + len(STOP_SIGNALS)
 signal of :data:`STOP_SIGNALS` the ranks that caught it."""
 
 
+CHUNK = 2 ** 16
+"""Components encoded, measured or decoded at a time: the temporaries stay a few MB at any n (d in the
+millions), and each component's arithmetic is the same whatever the chunks."""
+
+
+def _chunks(n):
+    """Slices of at most :data:`CHUNK` of ``range(n)``, in order."""
+    return [slice(start, min(start + CHUNK, n)) for start in range(0, n, CHUNK)]
+
+
 def _rows(partials):
     """(index, row) per block of rows kept on their supports."""
     return zip(partials.index, partials.values)
@@ -130,12 +140,15 @@ class FixedPointSum:
             overflow = (self.exponent is None or not np.all(np.isfinite(self._largest))
                         or bool(np.any(self._largest >= np.ldexp(1.0, self.exponent))))
             if not overflow and dense:
-                limbs[0], limbs[1] = self._split(np.atleast_2d(partials), self.exponent)
+                partials = np.atleast_2d(partials)
+                for part in _chunks(self.n):
+                    limbs[0, part], limbs[1, part] = self._split(partials[:, part], self.exponent[part])
             elif not overflow:
                 for index, row in _rows(partials):
-                    high, low = self._split(row, self.exponent[index])
-                    limbs[0, index] += high
-                    limbs[1, index] += low
+                    for part in _chunks(len(index)):
+                        high, low = self._split(row[part], self.exponent[index[part]])
+                        limbs[0, index[part]] += high
+                        limbs[1, index[part]] += low
         status = self.status
         status[:] = 0
         status[FAILED], status[OVERFLOW] = int(bool(failed)), int(overflow)
@@ -146,8 +159,9 @@ class FixedPointSum:
         """Set :attr:`largest` to this rank's largest |partial| per component."""
         self._largest[:] = 0.0
         if not hasattr(partials, "index"):  # all blocks in one call each
-            np.maximum(np.max(partials, axis=0, initial=0.0), -np.min(partials, axis=0, initial=0.0),
-                       out=self._largest)
+            for part in _chunks(self.n):
+                np.maximum(np.max(partials[:, part], axis=0, initial=0.0),
+                           -np.min(partials[:, part], axis=0, initial=0.0), out=self._largest[part])
         else:
             for index, row in _rows(partials):
                 np.maximum.at(self._largest, index, np.abs(row))
@@ -164,10 +178,11 @@ class FixedPointSum:
 
         Each step is exact or a deterministic rounding (a product by a power of two, floor, the
         difference of two floats that share their leading bits, rint): the same bits on every rank.
-        The work arrays are kept between calls (fresh ones of this size cost page faults each time)."""
-        if self._work is None or self._work[0].shape != row.shape:
-            self._work = (np.empty(row.shape), np.empty(row.shape), np.empty(row.shape, dtype=np.int64))
-        scaled, high, integer = self._work
+        `row` is one chunk (:data:`CHUNK` columns, of one or more rows): the work arrays are kept between
+        calls (fresh ones cost page faults each time) and stay small however long the sums."""
+        if self._work is None or self._work[0].size < row.size:
+            self._work = (np.empty(row.size), np.empty(row.size), np.empty(row.size, dtype=np.int64))
+        scaled, high, integer = (work[:row.size].reshape(row.shape) for work in self._work)
         np.multiply(row, np.ldexp(1.0, 2 * self.bits - exponent), out=scaled)
         np.multiply(scaled, 2.0 ** -self.bits, out=high)
         np.floor(high, out=high)
@@ -189,9 +204,16 @@ class FixedPointSum:
         """
         if not np.all(np.isfinite(largest)):
             return False
-        wanted = np.frexp(largest)[1].astype(np.int64) + MARGIN_BITS
-        wanted = np.maximum(wanted, wanted.max(initial=0) - SPAN_BITS)
-        self.exponent = wanted if self.exponent is None or not self.remember else np.maximum(self.exponent, wanted)
+        def wanted(part):
+            return np.frexp(largest[part])[1].astype(np.int64) + MARGIN_BITS
+
+        floor = max([wanted(part).max(initial=0) for part in _chunks(self.n)], default=0) - SPAN_BITS
+        exponent = np.empty(self.n, dtype=np.int64)
+        for part in _chunks(self.n):
+            np.maximum(wanted(part), floor, out=exponent[part])
+            if self.exponent is not None and self.remember:
+                np.maximum(exponent[part], self.exponent[part], out=exponent[part])
+        self.exponent = exponent
         self.retries += 1
         return True
 
@@ -201,16 +223,23 @@ class FixedPointSum:
         return np.where(np.isnan(self._largest), np.inf, self._largest)
 
     def decode(self, out=None):
-        """The float64 sums from the reduced limbs of :attr:`buffer`.
+        """The float64 sums from the reduced limbs of :attr:`buffer`, a chunk of :data:`CHUNK` components at a time.
+
+        Parameters
+        ----------
+        out : ndarray of shape (n,), optional
+            Where to write them (else a new array).
 
         Returns
         -------
         ndarray of shape (n,)
         """
-        high, low = self.buffer[:self.n], self.buffer[self.n:2 * self.n]
-        high = high + (low >> self.bits)  # the carry of the low sums, which are >= 0
-        low = low & ((1 << self.bits) - 1)
         out = np.empty(self.n) if out is None else out
-        np.add(np.ldexp(high.astype(np.float64), self.exponent - self.bits),
-               np.ldexp(low.astype(np.float64), self.exponent - 2 * self.bits), out=out)
+        for part in _chunks(self.n):
+            high, low = self.buffer[:self.n][part], self.buffer[self.n:2 * self.n][part]
+            high = high + (low >> self.bits)  # the carry of the low sums, which are >= 0
+            low = low & ((1 << self.bits) - 1)
+            exponent = self.exponent[part]
+            np.add(np.ldexp(high.astype(np.float64), exponent - self.bits),
+                   np.ldexp(low.astype(np.float64), exponent - 2 * self.bits), out=out[part])
         return out

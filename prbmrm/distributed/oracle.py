@@ -260,8 +260,9 @@ class DistributedRisk:
             if self.observer is not None:
                 self.observer(w, self._partials)
         computed = time.perf_counter()
-        self._sums = self.comm.exact_sum(self._partials, self.fixed_point, failed=error is not None,
-                                         signal=self.comm.signalled)
+        # Into the same array every time: a fresh one would be a second d-vector while the old one is still held.
+        self.comm.exact_sum(self._partials, self.fixed_point, failed=error is not None, signal=self.comm.signalled,
+                            out=self._sums)
         if not np.isfinite(self._sums[-1]):
             # Every rank sees the same sums and status: all check and raise together (none is left in serve()).
             try:

@@ -274,24 +274,34 @@ class SerialComm:
             out.fill(np.nan)
             return out
 
+        # A rank alone: the Allreduces return what they are given, so its dense partials' limbs are decoded
+        # a chunk at a time into `out` (FixedPointSum.encode), and no copy of the largest partials is made.
+        alone = self.size == 1 and out is not None and not hasattr(partials, "index")
+        direct = out if alone else None
+
+        def agreed_largest():
+            return state.largest if self.size == 1 else self.allreduce_max(state.largest)
+
         if not state.remember:
             state.measure(np.full((1, state.n), np.nan) if failed else partials)
-            if not state.rescale(self.allreduce_max(state.largest)):
+            if not state.rescale(agreed_largest()):
                 return failure()
-        state.encode(partials, failed, signal)
-        self.allreduce_sum(state.buffer)
+        state.encode(partials, failed, signal, out=direct)
+        if not alone:
+            self.allreduce_sum(state.buffer)
         self._status_stop = state.signal() or self._status_stop
         if state.status[FAILED]:
             return failure()
         if state.status[OVERFLOW]:
             status = state.status.copy()
-            if not state.rescale(self.allreduce_max(state.largest)):
+            if not state.rescale(agreed_largest()):
                 return failure()
-            state.encode(partials, failed, signal)
-            self.allreduce_sum(state.buffer)
+            state.encode(partials, failed, signal, out=direct)
+            if not alone:
+                self.allreduce_sum(state.buffer)
             state.status[:] = status
             state.status[OVERFLOW] = 0
-        return state.decode(out)
+        return out if alone else state.decode(out)
 
     def gather_counts(self, n_local):
         """Return the number of local items of every rank (on every rank)."""

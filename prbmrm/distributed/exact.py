@@ -69,6 +69,11 @@ def _chunks(n):
     return [slice(start, min(start + CHUNK, n)) for start in range(0, n, CHUNK)]
 
 
+def _column_largest(partials):
+    """The largest |partial| of each column of the 2-d `partials` (0 for none; NaN if one is NaN)."""
+    return np.maximum(np.max(partials, axis=0, initial=0.0), -np.min(partials, axis=0, initial=0.0))
+
+
 def _rows(partials):
     """(index, row) per block of rows kept on their supports."""
     return zip(partials.index, partials.values)
@@ -110,7 +115,7 @@ class FixedPointSum:
         self.buffer = np.zeros(2 * self.n + STATUS_WORDS, dtype=np.int64)
         self.exponent = None
         self.retries = 0
-        self._largest = np.zeros(self.n)
+        self._largest = self._unmeasured = None
         self._work = None
 
     @property
@@ -118,7 +123,7 @@ class FixedPointSum:
         """ndarray of int64: the status words (a view into :attr:`buffer`)."""
         return self.buffer[2 * self.n:]
 
-    def encode(self, partials, failed=False, signal=None):
+    def encode(self, partials, failed=False, signal=None, out=None):
         """Fill :attr:`buffer` with this rank's limbs of `partials` and its status.
 
         Parameters
@@ -129,20 +134,35 @@ class FixedPointSum:
             This rank failed computing them (its limbs are then zero).
         signal : int or None
             A signal this rank caught (one of :data:`STOP_SIGNALS` is counted).
+        out : ndarray of shape (n,), optional
+            Dense `partials` only, for a rank alone (whose Allreduce would return its limbs as they are):
+            each chunk's limbs are decoded into `out` as soon as they are made, and the limbs of
+            :attr:`buffer` are left untouched (its zero pages then take no memory); the status is set as
+            usual. `out` holds the sum if neither failure nor overflow is reported.
         """
         limbs = self.buffer[:2 * self.n].reshape(2, self.n)
-        limbs[:] = 0
+        if out is None:
+            limbs[:] = 0
         overflow = False
         if not failed:
             dense = not hasattr(partials, "index")
-            self.measure(partials)
-            # NaN compares false: ask for the finite check too.
-            overflow = (self.exponent is None or not np.all(np.isfinite(self._largest))
-                        or bool(np.any(self._largest >= np.ldexp(1.0, self.exponent))))
-            if not overflow and dense:
+            if dense:
+                # Checked a chunk at a time; all n largest partials are measured only if asked (a rescale).
                 partials = np.atleast_2d(partials)
+                self._largest, self._unmeasured = None, partials
+                overflow = self.exponent is None or any(
+                    self._beyond(_column_largest(partials[:, part]), part) for part in _chunks(self.n))
+            else:
+                self.measure(partials)
+                overflow = self.exponent is None or any(
+                    self._beyond(self._largest[part], part) for part in _chunks(self.n))
+            if not overflow and dense:
                 for part in _chunks(self.n):
-                    limbs[0, part], limbs[1, part] = self._split(partials[:, part], self.exponent[part])
+                    high, low = self._split(partials[:, part], self.exponent[part])
+                    if out is None:
+                        limbs[0, part], limbs[1, part] = high, low
+                    else:
+                        self._decode(high, low, self.exponent[part], out[part])
             elif not overflow:
                 for index, row in _rows(partials):
                     for part in _chunks(len(index)):
@@ -155,16 +175,24 @@ class FixedPointSum:
         if signal in STOP_SIGNALS:
             status[2 + STOP_SIGNALS.index(signal)] = 1
 
+    def _beyond(self, largest, part):
+        """Whether some of the components `part`, whose largest |partial| is `largest`, reach their bound."""
+        # NaN compares false (measure makes it inf): ask for the finite check too.
+        return not np.all(np.isfinite(largest)) or bool(np.any(largest >= np.ldexp(1.0, self.exponent[part])))
+
     def measure(self, partials):
         """Set :attr:`largest` to this rank's largest |partial| per component."""
+        if self._largest is None:
+            self._largest = np.zeros(self.n)
         self._largest[:] = 0.0
+        self._unmeasured = None
         if not hasattr(partials, "index"):  # all blocks in one call each
             for part in _chunks(self.n):
-                np.maximum(np.max(partials[:, part], axis=0, initial=0.0),
-                           -np.min(partials[:, part], axis=0, initial=0.0), out=self._largest[part])
+                self._largest[part] = _column_largest(partials[:, part])
         else:
             for index, row in _rows(partials):
                 np.maximum.at(self._largest, index, np.abs(row))
+        np.copyto(self._largest, np.inf, where=np.isnan(self._largest))
 
     def signal(self):
         """The stop signal some rank caught, from the reduced status words (None: none)."""
@@ -208,19 +236,25 @@ class FixedPointSum:
             return np.frexp(largest[part])[1].astype(np.int64) + MARGIN_BITS
 
         floor = max([wanted(part).max(initial=0) for part in _chunks(self.n)], default=0) - SPAN_BITS
-        exponent = np.empty(self.n, dtype=np.int64)
+        # In place where the bounds only grow (no second array of n bounds while the first is held).
+        grow = self.exponent is not None and self.remember
+        exponent = self.exponent if grow else np.empty(self.n, dtype=np.int64)
         for part in _chunks(self.n):
-            np.maximum(wanted(part), floor, out=exponent[part])
-            if self.exponent is not None and self.remember:
-                np.maximum(exponent[part], self.exponent[part], out=exponent[part])
+            if grow:
+                np.maximum(exponent[part], np.maximum(wanted(part), floor), out=exponent[part])
+            else:
+                np.maximum(wanted(part), floor, out=exponent[part])
         self.exponent = exponent
         self.retries += 1
         return True
 
     @property
     def largest(self):
-        """ndarray: this rank's largest |partial| per component in the last :meth:`encode` (NaN as inf)."""
-        return np.where(np.isnan(self._largest), np.inf, self._largest)
+        """ndarray: this rank's largest |partial| per component in the last :meth:`encode` (NaN as inf); the
+        state's own array, valid until the next :meth:`encode`. Dense partials are measured on first use."""
+        if self._unmeasured is not None:
+            self.measure(self._unmeasured)
+        return self._largest
 
     def decode(self, out=None):
         """The float64 sums from the reduced limbs of :attr:`buffer`, a chunk of :data:`CHUNK` components at a time.
@@ -236,10 +270,13 @@ class FixedPointSum:
         """
         out = np.empty(self.n) if out is None else out
         for part in _chunks(self.n):
-            high, low = self.buffer[:self.n][part], self.buffer[self.n:2 * self.n][part]
-            high = high + (low >> self.bits)  # the carry of the low sums, which are >= 0
-            low = low & ((1 << self.bits) - 1)
-            exponent = self.exponent[part]
-            np.add(np.ldexp(high.astype(np.float64), exponent - self.bits),
-                   np.ldexp(low.astype(np.float64), exponent - 2 * self.bits), out=out[part])
+            self._decode(self.buffer[:self.n][part], self.buffer[self.n:2 * self.n][part], self.exponent[part],
+                         out[part])
         return out
+
+    def _decode(self, high, low, exponent, out):
+        """Write into `out` the float64 sums of the limb sums `high` and `low` on the grids of `exponent`."""
+        high = high + (low >> self.bits)  # the carry of the low sums, which are >= 0
+        low = low & ((1 << self.bits) - 1)
+        np.add(np.ldexp(high.astype(np.float64), exponent - self.bits),
+               np.ldexp(low.astype(np.float64), exponent - 2 * self.bits), out=out)

@@ -98,6 +98,11 @@ def test_chunks_of_any_size_give_the_bits_of_one_pass(monkeypatch):
         got = [SerialComm().exact_sum(dense, state), SerialComm().exact_sum(rows, state),
                SerialComm().exact_sum(grown, state, out=out), state.exponent.copy()]
         assert got[2] is out and state.retries == 2
+        # Alone with an `out`, the limbs are decoded chunk by chunk, never stored: the bits of the stored ones.
+        np.testing.assert_array_equal(SerialComm().exact_sum(grown, state), out)
+        alone = FixedPointSum(103, 4)
+        np.testing.assert_array_equal(SerialComm().exact_sum(dense, alone, out=np.empty(103)), got[0])
+        assert not alone.buffer[:2 * 103].any()
         if not expected:
             expected = got
         for a, b in zip(got, expected):

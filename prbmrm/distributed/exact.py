@@ -74,6 +74,22 @@ def _column_largest(partials):
     return np.maximum(np.max(partials, axis=0, initial=0.0), -np.min(partials, axis=0, initial=0.0))
 
 
+class _ColumnLargest:
+    """The largest |partial| per column of dense `partials` (NaN as inf), measured when indexed with a slice."""
+
+    def __init__(self, partials):
+        self.partials = partials
+
+    def __getitem__(self, part):
+        largest = _column_largest(self.partials[:, part])
+        np.copyto(largest, np.inf, where=np.isnan(largest))
+        return largest
+
+    def __array__(self, dtype=None, copy=None):
+        whole = np.concatenate([self[part] for part in _chunks(self.partials.shape[1])])
+        return whole if dtype is None else whole.astype(dtype)
+
+
 def _rows(partials):
     """(index, row) per block of rows kept on their supports."""
     return zip(partials.index, partials.values)
@@ -99,14 +115,18 @@ class FixedPointSum:
         As given.
     buffer : ndarray of int64, shape (2 n + STATUS_WORDS,)
         What travels: the high limbs, the low limbs, the status words.
-    exponent : ndarray of int64, shape (n,)
-        log2 of the agreed bound per component (None before the first sum).
+    exponent : ndarray of int16, shape (n,)
+        log2 of the agreed bound per component (None before the first sum); int16 holds every bound
+        (+-:attr:`EXPONENT_LIMIT`) in a quarter of int64's bytes, which count at d in the millions.
     retries : int
         Sums that needed a new bound (the rare second Allreduce).
     """
 
     EXPONENT_LIMIT = 1100
     """No bound is beyond 2^+-1100 (float64 spans 2^-1074 to 2^1024): what a stored bound may be."""
+
+    EXPONENT_DTYPE = np.int16
+    """The type of :attr:`exponent`: it holds +-EXPONENT_LIMIT, and the grid exponents (+-2 bits more)."""
 
     def __init__(self, n, n_parts, remember=True):
         self.n, self.n_parts = int(n), int(n_parts)
@@ -230,15 +250,16 @@ class FixedPointSum:
         bool
             False if some partial is not finite: no bound covers it.
         """
-        if not np.all(np.isfinite(largest)):
+        if not all(np.all(np.isfinite(largest[part])) for part in _chunks(self.n)):
             return False
+
         def wanted(part):
             return np.frexp(largest[part])[1].astype(np.int64) + MARGIN_BITS
 
         floor = max([wanted(part).max(initial=0) for part in _chunks(self.n)], default=0) - SPAN_BITS
         # In place where the bounds only grow (no second array of n bounds while the first is held).
         grow = self.exponent is not None and self.remember
-        exponent = self.exponent if grow else np.empty(self.n, dtype=np.int64)
+        exponent = self.exponent if grow else np.empty(self.n, dtype=self.EXPONENT_DTYPE)
         for part in _chunks(self.n):
             if grow:
                 np.maximum(exponent[part], np.maximum(wanted(part), floor), out=exponent[part])
@@ -251,10 +272,10 @@ class FixedPointSum:
     @property
     def largest(self):
         """ndarray: this rank's largest |partial| per component in the last :meth:`encode` (NaN as inf); the
-        state's own array, valid until the next :meth:`encode`. Dense partials are measured on first use."""
-        if self._unmeasured is not None:
-            self.measure(self._unmeasured)
-        return self._largest
+        state's own array, valid until the next :meth:`encode`. For dense partials, an object that measures
+        the components it is indexed with (``np.asarray`` measures all): a rescale on one rank reads it a chunk
+        at a time."""
+        return self._largest if self._unmeasured is None else _ColumnLargest(self._unmeasured)
 
     def decode(self, out=None):
         """The float64 sums from the reduced limbs of :attr:`buffer`, a chunk of :data:`CHUNK` components at a time.

@@ -166,7 +166,9 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     # bundle keeps a copy of each plane), and two iterates, best_w and w. The next w_t is written into w
     # itself once w's plane is in the bundle, unless w is best_w; then into `spare`, the best iterate
     # before it (never w0, the caller's).
-    gradient = np.empty(len(w)) if _takes_out(risk) else None
+    gradient = getattr(risk, "subgradient_out", None)  # the oracle's own array, scaled in place
+    if gradient is None and _takes_out(risk):
+        gradient = np.empty(len(w))
     spare = None
     for t in range(start, max_iter + 1):
         r, a = risk(w) if gradient is None else risk(w, out=gradient)

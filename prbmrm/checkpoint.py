@@ -583,7 +583,7 @@ def checkpointing(comm, local, options, *, path=None, every=0, resume=None, max_
             message[0], message[1:] = 1.0, bounds
         comm.bcast_array(message)
         if message[0]:
-            sums.exponent = message[1:].astype(np.int64)
+            sums.exponent = message[1:].astype(sums.EXPONENT_DTYPE)
     if not comm.is_root:
         return {}
     meta = {"options": options, "fingerprint": fingerprint}

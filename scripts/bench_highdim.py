@@ -117,15 +117,18 @@ def prepare(workdir, exponent, nnz, mean_len, seed, parts, float32, peer):
 
 
 class _CpuTimed:
-    """The risk oracle as the solver sees it, with the CPU seconds of its calls counted (rank 0)."""
+    """The risk oracle as the solver sees it, with the CPU seconds of its calls counted (rank 0).
+
+    Every other attribute is the oracle's (its blocks, loss, dimension, line searches, services): the
+    default solver measures them to pick, as it does in a CLI run, and TRON and LS-BMRM use them.
+    """
 
     def __init__(self, oracle):
         self.oracle = oracle
         self.cpu = 0.0
 
-    @property
-    def last_seconds(self):
-        return self.oracle.last_seconds
+    def __getattr__(self, name):
+        return getattr(self.oracle, name)
 
     def __call__(self, w, out=None):
         # out= passes through: the solver's own array for the subgradient, as the oracle gets it without this wrapper.
@@ -149,6 +152,7 @@ def worker(args):
     from prbmrm.distributed.oracle import DistributedRisk, run_distributed
     from prbmrm.solvers import default_solver, minimize
     from prbmrm.options import memory_bytes
+    from prbmrm.regularizers import get_regularizer
 
     comm = get_comm()
     started, cpu = time.perf_counter(), time.process_time()
@@ -157,7 +161,10 @@ def worker(args):
     loss.prepare(local.classes, local.label_kind)
     oracle = DistributedRisk(loss, local.X, local.y, local.n_examples_total, comm, local.blocks)
     budget = memory_bytes(args.bundle_memory)
-    solver = default_solver(args.lam) if args.solver == "default" else args.solver
+    # The regularizer and the solver as a CLI run makes them (prbmrm.training.run).
+    regularizer = get_regularizer("l2")
+    regularizer.prepare(oracle.dim, loss.risk_floor)
+    solver = default_solver(args.lam, regularizer) if args.solver == "default" else args.solver
     timed = _CpuTimed(oracle)
     solve_cpu = time.process_time()
     cpu_total, rss = [], []  # rank 0's CPU seconds from the solver's start and peak RSS, per iteration
@@ -170,7 +177,7 @@ def worker(args):
                   f"{row.planes} planes, CPU {cpu_total[-1]:.1f} s, peak RSS {rss[-1] / 2**30:.2f} GiB", flush=True)
 
     result = run_distributed(oracle, lambda risk: minimize(
-        timed, np.zeros(oracle.dim), args.lam, solver, epsilon=0.0, rel_epsilon=args.rel_epsilon,
+        timed, regularizer.initial_point(oracle.dim), args.lam, solver, regularizer, epsilon=0.0, rel_epsilon=args.rel_epsilon,
         max_iter=args.max_iter, bundle_memory=budget, callback=record))
     solve_cpu = time.process_time() - solve_cpu
     usage = np.array([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0,
@@ -179,6 +186,7 @@ def worker(args):
     if comm.is_root:
         history = dict({k: np.asarray(v).tolist() for k, v in result.history.items()}, cpu_total=cpu_total,
                        rss=rss)
+        solver = f"{solver}: {result.message}"
         print("RESULT " + json.dumps({
             "nit": result.nit, "fun": result.fun, "gap": result.gap, "history": history, "budget": budget,
             "solver": solver,

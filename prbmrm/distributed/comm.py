@@ -232,7 +232,7 @@ class SerialComm:
         self.allreduce_sum(fixed)
         return np.ldexp(fixed.astype(np.float64), -shift)
 
-    def exact_sum(self, partials, state, failed=False, signal=None):
+    def exact_sum(self, partials, state, failed=False, signal=None, out=None):
         """Sum float64 partial sums, one per canonical block, over all ranks: exactly, in one Allreduce.
 
         Every block's partial is rounded once onto a fixed-point grid that
@@ -261,30 +261,48 @@ class SerialComm:
             This rank failed computing `partials` (they are ignored).
         signal : int or None
             A signal this rank caught, which rank 0 learns from the status.
+        out : ndarray of shape (n,), optional
+            Where to write the sum (else a new array): the risk oracle's, kept from call to call.
 
         Returns
         -------
         ndarray of shape (n,)
-            The sum; all NaN if any rank failed or a partial is not finite.
+            The sum (`out` if given); all NaN if any rank failed or a partial is not finite.
         """
+        def failure():
+            if out is None:
+                return np.full(state.n, np.nan)
+            out.fill(np.nan)
+            return out
+
+        # A rank alone: the Allreduces return what they are given, so its dense partials' limbs are decoded
+        # a chunk at a time into `out` (FixedPointSum.encode), and no copy of the largest partials is made.
+        alone = self.size == 1 and out is not None and not hasattr(partials, "index")
+        direct = out if alone else None
+
+        def agreed_largest():
+            return state.largest if self.size == 1 else self.allreduce_max(state.largest)
+
         if not state.remember:
             state.measure(np.full((1, state.n), np.nan) if failed else partials)
-            if not state.rescale(self.allreduce_max(state.largest)):
-                return np.full(state.n, np.nan)
-        state.encode(partials, failed, signal)
-        self.allreduce_sum(state.buffer)
+            if not state.rescale(agreed_largest()):
+                return failure()
+        state.encode(partials, failed, signal, out=direct)
+        if not alone:
+            self.allreduce_sum(state.buffer)
         self._status_stop = state.signal() or self._status_stop
         if state.status[FAILED]:
-            return np.full(state.n, np.nan)
+            return failure()
         if state.status[OVERFLOW]:
             status = state.status.copy()
-            if not state.rescale(self.allreduce_max(state.largest)):
-                return np.full(state.n, np.nan)
-            state.encode(partials, failed, signal)
-            self.allreduce_sum(state.buffer)
+            if not state.rescale(agreed_largest()):
+                return failure()
+            state.encode(partials, failed, signal, out=direct)
+            if not alone:
+                self.allreduce_sum(state.buffer)
             state.status[:] = status
             state.status[OVERFLOW] = 0
-        return state.decode()
+        return out if alone else state.decode(out)
 
     def gather_counts(self, n_local):
         """Return the number of local items of every rank (on every rank)."""

@@ -72,6 +72,39 @@ STATUS_WORDS = 2 + len(STOP_SIGNALS)
 signal of :data:`STOP_SIGNALS` the ranks that caught it."""
 
 
+CHUNK = 2 ** 16
+"""Components encoded, measured or decoded at a time: the temporaries stay a few MB at any n (d in the
+millions), and each component's arithmetic is the same whatever the chunks."""
+
+
+def _chunks(n):
+    """Slices of at most :data:`CHUNK` of ``range(n)``, in order."""
+    return [slice(start, min(start + CHUNK, n)) for start in range(0, n, CHUNK)]
+
+
+def _column_largest(partials):
+    """The largest |partial| of each column of the 2-d `partials` (0 for none; NaN if one is NaN)."""
+    largest = np.empty(partials.shape[1])
+    column_max_abs(partials, largest)
+    return largest
+
+
+class _ColumnLargest:
+    """The largest |partial| per column of dense `partials` (NaN as inf), measured when indexed with a slice."""
+
+    def __init__(self, partials):
+        self.partials = partials
+
+    def __getitem__(self, part):
+        largest = _column_largest(self.partials[:, part])
+        np.copyto(largest, np.inf, where=np.isnan(largest))
+        return largest
+
+    def __array__(self, dtype=None, copy=None):
+        whole = np.concatenate([self[part] for part in _chunks(self.partials.shape[1])])
+        return whole if dtype is None else whole.astype(dtype)
+
+
 def _rows(partials):
     """(index, row) per block of rows kept on their supports."""
     return zip(partials.index, partials.values)
@@ -99,8 +132,9 @@ class FixedPointSum:
         As given.
     buffer : ndarray of int64, shape (limbs n + STATUS_WORDS,)
         What travels: the high limbs, the low limbs (two limbs), the status words.
-    exponent : ndarray of int64, shape (n,)
-        log2 of the agreed bound per component (None before the first sum).
+    exponent : ndarray of int16, shape (n,)
+        log2 of the agreed bound per component (None before the first sum); int16 holds every bound
+        (+-:attr:`EXPONENT_LIMIT`) in a quarter of int64's bytes, which count at d in the millions.
     retries : int
         Sums that needed a new bound (the rare second Allreduce).
     """
@@ -108,13 +142,16 @@ class FixedPointSum:
     EXPONENT_LIMIT = 1100
     """No bound is beyond 2^+-1100 (float64 spans 2^-1074 to 2^1024): what a stored bound may be."""
 
+    EXPONENT_DTYPE = np.int16
+    """The type of :attr:`exponent`: it holds +-EXPONENT_LIMIT, and the grid exponents (+-2 bits more)."""
+
     def __init__(self, n, n_parts, remember=True, limbs=2):
         self.n, self.n_parts = int(n), int(n_parts)
         self.remember = bool(remember)
         self.bits = 62 - math.ceil(math.log2(int(n_parts) + 1)) - 1
         self.exponent = None
         self.retries = 0
-        self._largest = np.zeros(self.n)
+        self._largest = self._unmeasured = None
         self.set_limbs(limbs)
 
     def set_limbs(self, limbs):
@@ -145,7 +182,7 @@ class FixedPointSum:
         grid = np.ldexp(0.5 * self.n_parts, self.exponent - self.bits)
         return (grid + np.ldexp(np.abs(sums), -53) + 2.0 ** -1074) * (1.0 + 2.0 ** -40)
 
-    def encode(self, partials, failed=False, signal=None):
+    def encode(self, partials, failed=False, signal=None, out=None):
         """Fill :attr:`buffer` with this rank's limbs of `partials` and its status.
 
         Parameters
@@ -156,35 +193,63 @@ class FixedPointSum:
             This rank failed computing them (its limbs are then zero).
         signal : int or None
             A signal this rank caught (one of :data:`STOP_SIGNALS` is counted).
+        out : ndarray of shape (n,), optional
+            Dense `partials` only, for a rank alone (whose Allreduce would return its limbs as they are):
+            each chunk's limbs are decoded into `out` as soon as they are made, and the limbs of
+            :attr:`buffer` are left untouched (its zero pages then take no memory); the status is set as
+            usual. `out` holds the sum if neither failure nor overflow is reported.
         """
         limbs = self.buffer[:self.limbs * self.n].reshape(self.limbs, self.n)
-        limbs[:] = 0
+        if out is None:
+            limbs[:] = 0
         overflow = False
         if not failed:
             dense = not hasattr(partials, "index")
-            self.measure(partials)
-            # NaN compares false: ask for the finite check too.
-            overflow = (self.exponent is None or not np.all(np.isfinite(self._largest))
-                        or bool(np.any(self._largest >= np.ldexp(1.0, self.exponent))))
+            if dense:
+                # Checked a chunk at a time; all n largest partials are measured only if asked (a rescale).
+                partials = np.atleast_2d(partials)
+                self._largest, self._unmeasured = None, partials
+                overflow = self.exponent is None or any(
+                    self._beyond(_column_largest(partials[:, part]), part) for part in _chunks(self.n))
+            else:
+                self.measure(partials)
+                overflow = self.exponent is None or any(
+                    self._beyond(self._largest[part], part) for part in _chunks(self.n))
             if not overflow and dense:
-                limbs[:] = self._split(partials, self.exponent)
+                for part in _chunks(self.n):
+                    sums = self._split(partials[:, part], self.exponent[part])
+                    if out is None:
+                        limbs[:, part] = sums
+                    else:
+                        self._decode(sums, self.exponent[part], out[part])
             elif not overflow:
                 for index, row in _rows(partials):
-                    limbs[:, index] += self._split(row, self.exponent[index])
+                    for part in _chunks(len(index)):
+                        limbs[:, index[part]] += self._split(row[part], self.exponent[index[part]])
         status = self.status
         status[:] = 0
         status[FAILED], status[OVERFLOW] = int(bool(failed)), int(overflow)
         if signal in STOP_SIGNALS:
             status[2 + STOP_SIGNALS.index(signal)] = 1
 
+    def _beyond(self, largest, part):
+        """Whether some of the components `part`, whose largest |partial| is `largest`, reach their bound."""
+        # NaN compares false (measure makes it inf): ask for the finite check too.
+        return not np.all(np.isfinite(largest)) or bool(np.any(largest >= np.ldexp(1.0, self.exponent[part])))
+
     def measure(self, partials):
         """Set :attr:`largest` to this rank's largest |partial| per component."""
+        if self._largest is None:
+            self._largest = np.zeros(self.n)
         self._largest[:] = 0.0
-        if not hasattr(partials, "index"):  # all blocks in one compiled pass
-            column_max_abs(np.ascontiguousarray(np.atleast_2d(partials), dtype=np.float64), self._largest)
+        self._unmeasured = None
+        if not hasattr(partials, "index"):  # all blocks in one compiled pass a chunk
+            for part in _chunks(self.n):
+                self._largest[part] = _column_largest(partials[:, part])
         else:
             for index, row in _rows(partials):
                 np.maximum.at(self._largest, index, np.abs(row))
+        np.copyto(self._largest, np.inf, where=np.isnan(self._largest))
 
     def signal(self):
         """The stop signal some rank caught, from the reduced status words (None: none)."""
@@ -200,8 +265,10 @@ class FixedPointSum:
 
         Each step is exact or a deterministic rounding (a product by a power of two, floor, the
         difference of two floats that share their leading bits, rint): the same bits on every rank.
-        Two limbs in one compiled pass over all rows (:func:`prbmrm.kernels.fixed.fixed_point_limbs`)."""
-        rows = np.ascontiguousarray(np.atleast_2d(partials), dtype=np.float64)
+        `partials` is one chunk (:data:`CHUNK` columns, of one or more rows), so temporaries stay small
+        however long the sums; two limbs in one compiled pass over its rows
+        (:func:`prbmrm.kernels.fixed.fixed_point_limbs`)."""
+        rows = np.atleast_2d(partials)
         if self.limbs == 1:  # each partial rounded once to the nearest multiple of the grid
             return (np.rint(rows * np.ldexp(1.0, self.bits - exponent)).astype(np.int64).sum(axis=0),)
         high, low = np.empty(rows.shape[1], dtype=np.int64), np.empty(rows.shape[1], dtype=np.int64)
@@ -216,32 +283,59 @@ class FixedPointSum:
         bool
             False if some partial is not finite: no bound covers it.
         """
-        if not np.all(np.isfinite(largest)):
+        if not all(np.all(np.isfinite(largest[part])) for part in _chunks(self.n)):
             return False
-        wanted = np.frexp(largest)[1].astype(np.int64) + MARGIN_BITS
-        wanted = np.maximum(wanted, wanted.max(initial=0) - SPAN_BITS)
-        self.exponent = wanted if self.exponent is None or not self.remember else np.maximum(self.exponent, wanted)
+
+        def wanted(part):
+            return np.frexp(largest[part])[1].astype(np.int64) + MARGIN_BITS
+
+        floor = max([wanted(part).max(initial=0) for part in _chunks(self.n)], default=0) - SPAN_BITS
+        # In place where the bounds only grow (no second array of n bounds while the first is held).
+        grow = self.exponent is not None and self.remember
+        exponent = self.exponent if grow else np.empty(self.n, dtype=self.EXPONENT_DTYPE)
+        for part in _chunks(self.n):
+            if grow:
+                np.maximum(exponent[part], np.maximum(wanted(part), floor), out=exponent[part])
+            else:
+                np.maximum(wanted(part), floor, out=exponent[part])
+        self.exponent = exponent
         self.retries += 1
         return True
 
     @property
     def largest(self):
-        """ndarray: this rank's largest |partial| per component in the last :meth:`encode` (NaN as inf)."""
-        return np.where(np.isnan(self._largest), np.inf, self._largest)
+        """ndarray: this rank's largest |partial| per component in the last :meth:`encode` (NaN as inf); the
+        state's own array, valid until the next :meth:`encode`. For dense partials, an object that measures
+        the components it is indexed with (``np.asarray`` measures all): a rescale on one rank reads it a chunk
+        at a time."""
+        return self._largest if self._unmeasured is None else _ColumnLargest(self._unmeasured)
 
     def decode(self, out=None):
-        """The float64 sums from the reduced limbs of :attr:`buffer`.
+        """The float64 sums from the reduced limbs of :attr:`buffer`, a chunk of :data:`CHUNK` components at a time.
+
+        Parameters
+        ----------
+        out : ndarray of shape (n,), optional
+            Where to write them (else a new array).
 
         Returns
         -------
         ndarray of shape (n,)
         """
         out = np.empty(self.n) if out is None else out
+        for part in _chunks(self.n):
+            self._decode([limb[part] for limb in self.buffer[:self.limbs * self.n].reshape(self.limbs, self.n)],
+                         self.exponent[part], out[part])
+        return out
+
+    def _decode(self, sums, exponent, out):
+        """Write into `out` the float64 sums of the limb sums `sums` (one or two arrays) on the grids of
+        `exponent`."""
         if self.limbs == 1:
-            return np.ldexp(self.buffer[:self.n].astype(np.float64), self.exponent - self.bits, out=out)
-        high, low = self.buffer[:self.n], self.buffer[self.n:2 * self.n]
+            np.ldexp(sums[0].astype(np.float64), exponent - self.bits, out=out)
+            return
+        high, low = sums
         high = high + (low >> self.bits)  # the carry of the low sums, which are >= 0
         low = low & ((1 << self.bits) - 1)
-        np.add(np.ldexp(high.astype(np.float64), self.exponent - self.bits),
-               np.ldexp(low.astype(np.float64), self.exponent - 2 * self.bits), out=out)
-        return out
+        np.add(np.ldexp(high.astype(np.float64), exponent - self.bits),
+               np.ldexp(low.astype(np.float64), exponent - 2 * self.bits), out=out)

@@ -164,8 +164,8 @@ class DistributedRisk:
         Number of evaluations so far.
     observer : callable or None
         Called on every rank at each evaluation, before the sums travel, as ``observer(w, partials)``: the w
-        evaluated and this rank's partial sums (one row per block, gradient then risk; valid until the next
-        evaluation): an array, or :class:`~prbmrm.distributed.comm.SupportRows` where each block's row is kept
+        evaluated and this rank's partial sums (one row per block, gradient then risk; valid until the sum,
+        which overwrites the first row): an array, or :class:`~prbmrm.distributed.comm.SupportRows` where each block's row is kept
         on its columns (indexing it gives dense rows). Party mode's audit log is one.
     inspector : callable or None
         Called on every rank after each evaluation's sum, as ``inspector(w, sums)`` (party mode's poisoning
@@ -215,7 +215,10 @@ class DistributedRisk:
         # While a service makes the points: [payload, its length, flag], what the serving ranks wait for.
         self._short = None
         self.service_points = True
-        self._sums = np.zeros(self.dim + 1)
+        # The sums overwrite the first block's partials once those are encoded (every evaluation fills the
+        # partials anew before reading them): no other array of length d + 1 where this rank holds a block.
+        dense_rows = isinstance(self._partials, np.ndarray) and len(self._partials)
+        self._sums = self._partials[0] if dense_rows else np.zeros(self.dim + 1)
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
         self.total_seconds = {"risk": 0.0, "comm": 0.0}
         self.evaluations = 0
@@ -244,6 +247,16 @@ class DistributedRisk:
         """int: the number of canonical blocks over all ranks (see ``comm.reproducible_sum``)."""
         return self._n_parts
 
+    @property
+    def subgradient_out(self):
+        """ndarray of shape (dim,): an `out` for :meth:`__call__` that takes no memory of its own.
+
+        The oracle's sums of the gradient, which a call with this `out` scales in place into ``a``: it
+        stays valid until the next evaluation. A solver that copies each ``a`` (BMRM's planes) needs no
+        other array of length d for it.
+        """
+        return self._sums[:-1]
+
     def __call__(self, w, out=None):
         """Return ``(R_emp(w), a)`` with ``a`` a subgradient of R_emp at `w` (rank 0 only).
 
@@ -251,7 +264,7 @@ class DistributedRisk:
         ----------
         w : ndarray of shape (dim,)
         out : ndarray of shape (dim,), optional
-            Where to write ``a`` (float64, not `w`) instead of a new array.
+            Where to write ``a`` (float64, not `w`) instead of a new array; :attr:`subgradient_out` costs nothing.
 
         Returns
         -------
@@ -405,8 +418,9 @@ class DistributedRisk:
             if self.observer is not None:
                 self.observer(w, self._partials)
         computed = time.perf_counter()
-        self._sums = self.comm.exact_sum(self._partials, self.fixed_point, failed=error is not None,
-                                         signal=self.comm.signalled)
+        # Into the same array every time: a fresh one would be a second d-vector while the old one is still held.
+        self.comm.exact_sum(self._partials, self.fixed_point, failed=error is not None, signal=self.comm.signalled,
+                            out=self._sums)
         if not np.isfinite(self._sums[-1]):
             # Every rank sees the same sums and status: all check and raise together (none is left in serve()).
             try:

@@ -8,14 +8,15 @@ bookkeeping. Each entry goes through the same float64 operations as that
 numpy form (a product by a power of two, floor, a difference, rint, a cast
 of an integer-valued float), which are exact or correctly rounded, so the
 limbs are bitwise those; their sums over rows are integer sums, exact in
-any order.
+any order. The partials may be a slice of columns of a wider array (the sums go a chunk of columns at a
+time).
 """
 
 from libc.math cimport fabs, floor, isnan, ldexp, rint
 from libc.stdint cimport int64_t
 
 
-def column_max_abs(const double[:, ::1] partials, double[::1] out):
+def column_max_abs(const double[:, :] partials, double[::1] out):
     """Write ``max(0, max_k |partials[k, j]|)`` into ``out[j]``; NaN where a column holds a NaN.
 
     The same as ``np.maximum(np.max(p, axis=0, initial=0.0), -np.min(p, axis=0, initial=0.0))``
@@ -35,7 +36,7 @@ def column_max_abs(const double[:, ::1] partials, double[::1] out):
                     out[j] = a
 
 
-def fixed_point_limbs(const double[:, ::1] partials, const double[::1] scale, int bits,
+def fixed_point_limbs(const double[:, :] partials, const double[::1] scale, int bits,
                       int64_t[::1] high, int64_t[::1] low):
     """Write the sums over rows of the two fixed-point limbs of every entry of `partials` into `high` and `low`.
 

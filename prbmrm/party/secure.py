@@ -467,11 +467,15 @@ class SecureComm:
                 raise JointError(f"a secure sum declared a fixed-point overflow at 2^{self.exponent}, "
                                  "beyond every finite float64: a party tampered with the overflow counter")
 
-    def exact_sum(self, partials, state, failed=False, signal=None):
+    def exact_sum(self, partials, state, failed=False, signal=None, out=None):
         """The risk oracle's sum: a secure sum too (:meth:`reproducible_sum`), never the plain one; a
-        failed party sends NaN, which makes the sum NaN on every party."""
+        failed party sends NaN, which makes the sum NaN on every party. Written into `out` if given."""
         partials = np.full((1, state.n), np.nan) if failed else np.asarray(partials)
-        return self.reproducible_sum(partials, state.n_parts)
+        total = self.reproducible_sum(partials, state.n_parts)
+        if out is None:
+            return total
+        out[:] = total
+        return out
 
     def report_deviation(self, error):
         """Stop the run at the next sum: this party found that the coordinator deviated.

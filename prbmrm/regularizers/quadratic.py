@@ -61,6 +61,11 @@ class Quadratic(Regularizer):
         self._size = None if B.ndim == 0 else B.shape[0]
         self._identity = B.ndim == 0 and float(B) == 1.0  # B = I: w * 1.0 and w / 1.0 are w; no copies of d
 
+    def initial_point(self, dim):
+        """Return ``grad Omega^*(0) = B^-1 0``: +0.0 everywhere (``0 / b`` for b > 0), made by ``np.zeros``, whose
+        pages cost no memory until written (d in the millions); a matrix B solves as the base class does."""
+        return np.zeros(dim) if self._matrix is None else super().initial_point(dim)
+
     def prepare(self, dim, risk_floor=0.0):
         """Check that B has one row (or diagonal entry) per weight; record `risk_floor` (BMRM's floor plane)."""
         self.risk_floor = float(risk_floor)

@@ -66,8 +66,8 @@ class CuttingPlaneModel:
         solved only to that tolerance: ``w_t`` is then the primal map of the
         multipliers returned and ``lower_bound`` their dual value, still a
         lower bound of min J (weak duality: they are feasible). ``w_t`` may be
-        written into `out`, an array of length d that nothing else holds. For
-        `rounding`, see :meth:`add_plane`.
+        written into `out`, an array of length d that nothing else holds, or `w`
+        itself (the plane is formed before ``w_t`` is written). For `rounding`, see :meth:`add_plane`.
         """
         started = time.perf_counter()
         self.add_plane(w, r, a, rounding)

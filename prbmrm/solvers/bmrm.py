@@ -166,7 +166,8 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     Result
         With ``bundle`` and ``alpha``, the final planes and their multipliers.
     """
-    w = np.array(w0, dtype=np.float64)
+    # w0 is the caller's: read, never written (the iterates below get arrays of their own).
+    w = initial = np.asarray(w0, dtype=np.float64)
     model = CuttingPlaneModel(len(w), lam, regularizer, idle_age, bundle_size, bundle_memory)
     # R_emp >= floor is a plane too (BMRM 2.1's xi >= 0): it keeps the first
     # iterates near w0, where one plane alone would send them far.
@@ -188,10 +189,14 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         schedule.restore(state)
         w, best_w = state["w"], state["best_w"]
         best_objective, start = state["best_objective"], state["iteration"] + 1
-    # Arrays of length d made once, not per iteration (at d in the millions a fresh one costs page faults):
-    # the subgradient, if the risk writes it into an `out` (the bundle keeps a copy of each plane), and
-    # `spare`, an earlier iterate that is neither w nor best_w, where the next w_t may be written.
-    gradient = np.empty(len(w)) if _takes_out(risk) else None
+    # Arrays of length d made once, not per iteration (at d in the millions a fresh one costs page faults),
+    # and no more of them than the method needs: the subgradient, if the risk writes it into an `out` (the
+    # bundle keeps a copy of each plane), and two iterates, best_w and w. The next w_t is written into w
+    # itself once w's plane is in the bundle, unless w is best_w; then into `spare`, the best iterate
+    # before it (never w0, the caller's).
+    gradient = getattr(risk, "subgradient_out", None)  # the oracle's own array, scaled in place
+    if gradient is None and _takes_out(risk):
+        gradient = np.empty(len(w))
     spare = None
     # The other ranks' copy of the planes (None: w travels whole); `alpha` the multipliers of w (None: w0).
     # After an error it stays: the stop message travels short (a JointError left no rank to detach).
@@ -207,7 +212,8 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         check_finite(r, a, t)
         objective = lam * regularizer.value(w) + r
         if objective < best_objective:
-            best_objective, best_w = objective, w
+            previous, best_objective, best_w = best_w, objective, w
+            spare = None if previous is w or previous is initial else previous
         rounding = None
         if single:
             # ||w*|| <= radius: lam Omega(w*) <= J(w) - floor, J(w) at most objective + the risk's error.
@@ -217,10 +223,13 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
                 model.bundle.widen(radius)
                 widen = False
             rounding = (error_r, error_a, radius)
+        target = spare if w is best_w else w
         w_next, lower_bound, solve_seconds = model.minimize(w, r, a, schedule.next(best_objective) if inexact else 0.0,
-                                                            out=spare, rounding=rounding)
+                                                            out=None if target is initial else target,
+                                                            rounding=rounding)
         alpha = model.alpha  # w_next's multipliers, before pruning (which the copies repeat)
-        spare = None if w is best_w else w
+        if w_next is spare:
+            spare = None
         seconds = getattr(risk, "last_seconds", {"risk": 0.0, "comm": 0.0})
         row = Progress(t, objective, best_objective, lower_bound, best_objective - lower_bound,
                        model.bundle.size, seconds["risk"], solve_seconds, seconds["comm"],

@@ -114,3 +114,34 @@ def test_switching_limbs_keeps_the_bounds_and_two_limbs_are_the_closer_sum():
     assert np.all(np.abs(two - exact) <= np.abs(one - exact) + 2 * np.spacing(np.abs(exact)))
     state.set_limbs(2)
     np.testing.assert_array_equal(SerialComm().exact_sum(partials, state), two)
+
+
+def test_chunks_of_any_size_give_the_bits_of_one_pass(monkeypatch):
+    """Encoding, measuring, rescaling and decoding a few components at a time (what keeps the temporaries
+    small at d in the millions) gives what one pass over all components gives, dense rows and rows kept
+    on their supports alike, into a given array too."""
+    from prbmrm.distributed import exact
+
+    rng = np.random.default_rng(5)
+    dense = _partials(6, k=4, n=103)
+    supports = [np.sort(rng.choice(102, size=30, replace=False)) for _ in range(4)]
+    rows = SupportRows(supports, 103)
+    for i, support in enumerate(supports):
+        rows.store(i, np.where(np.isin(np.arange(103), np.append(support, 102)), dense[i], 0.0))
+    grown = dense * 1e5  # beyond the first bounds: a rescale that keeps the larger of old and new
+    expected = []
+    for chunk in (exact.CHUNK, 7, 1):
+        monkeypatch.setattr(exact, "CHUNK", chunk)
+        state, out = FixedPointSum(103, 4), np.empty(103)
+        got = [SerialComm().exact_sum(dense, state), SerialComm().exact_sum(rows, state),
+               SerialComm().exact_sum(grown, state, out=out), state.exponent.copy()]
+        assert got[2] is out and state.retries == 2
+        # Alone with an `out`, the limbs are decoded chunk by chunk, never stored: the bits of the stored ones.
+        np.testing.assert_array_equal(SerialComm().exact_sum(grown, state), out)
+        alone = FixedPointSum(103, 4)
+        np.testing.assert_array_equal(SerialComm().exact_sum(dense, alone, out=np.empty(103)), got[0])
+        assert not alone.buffer[:2 * 103].any()
+        if not expected:
+            expected = got
+        for a, b in zip(got, expected):
+            np.testing.assert_array_equal(a, b)

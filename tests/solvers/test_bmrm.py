@@ -190,13 +190,15 @@ def test_a_risk_that_takes_out_gives_the_same_run_and_planes_that_own_their_valu
     def fresh(w):
         return oracle(w)
 
-    runs = []
+    runs, starts = [], []
     for risk in (with_out, fresh):
         regularizer = get_regularizer("l2")
         regularizer.prepare(d, 0.0)
-        runs.append(minimize_bmrm(risk, np.zeros(d), 1e-4, regularizer, rel_epsilon=1e-6, max_iter=40))
+        starts.append(np.zeros(d))
+        runs.append(minimize_bmrm(risk, starts[-1], 1e-4, regularizer, rel_epsilon=1e-6, max_iter=40))
     mine, theirs = runs
     assert mine.nit == theirs.nit > 5
+    assert not np.any(starts[0]) and not np.any(starts[1])  # w0 is the caller's: never an iterate's storage
     assert len({id(a) for a in given}) == 1  # one array, written every iteration
     for name in ("objective", "lower_bound", "gap"):
         np.testing.assert_array_equal(mine.history[name], theirs.history[name])

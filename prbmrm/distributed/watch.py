@@ -82,8 +82,15 @@ ABORT_SECONDS = 1.0
 """How long MPI_Abort may take before the process exits by itself."""
 
 
+OUTPUT_SECONDS = 1.0
+"""How long a rank that ends the job waits before MPI_Abort: the launcher exits once a rank aborts, and
+drops what the ranks printed that it has not yet forwarded (an error message lost so, under load)."""
+
+
 def abort(MPI, status):
     """End the whole job: MPI_Abort, and exit with `status` if that has not ended this process soon.
+
+    What this rank printed gets :data:`OUTPUT_SECONDS` to reach the launcher first.
 
     Under ``srun`` a step that Slurm is already ending ignores the abort
     request and leaves the process in MPI_Abort until the step's kill
@@ -92,6 +99,7 @@ def abort(MPI, status):
     """
     sys.stdout.flush()
     sys.stderr.flush()
+    time.sleep(OUTPUT_SECONDS)
     timer = threading.Timer(ABORT_SECONDS, os._exit, (status,))
     timer.daemon = True
     timer.start()

@@ -16,7 +16,7 @@ Each configuration ``EXP:RANKS`` trains hinge (lam 1e-5, `--solver`: by default
 the solver the CLI picks for one lam) on RANKS ranks
 to the relative gap `--rel-epsilon` and prints: iterations, seconds per
 iteration in each phase (risk: the data pass on rank 0; comm: broadcast and
-the ordered sum, waiting included; subproblem: rank 0's QP and plane
+the Allreduce of the sums, waiting included; subproblem: rank 0's QP and plane
 management), wall seconds, CPU seconds and peak RSS of every rank, and a
 digest of the final w (1 and 2 ranks on the same shards give the same one).
 

@@ -77,7 +77,7 @@ CHUNK = 2 ** 16
 millions), and each component's arithmetic is the same whatever the chunks."""
 
 
-def _chunks(n):
+def chunks(n):
     """Slices of at most :data:`CHUNK` of ``range(n)``, in order."""
     return [slice(start, min(start + CHUNK, n)) for start in range(0, n, CHUNK)]
 
@@ -101,7 +101,7 @@ class _ColumnLargest:
         return largest
 
     def __array__(self, dtype=None, copy=None):
-        whole = np.concatenate([self[part] for part in _chunks(self.partials.shape[1])])
+        whole = np.concatenate([self[part] for part in chunks(self.partials.shape[1])])
         return whole if dtype is None else whole.astype(dtype)
 
 
@@ -170,17 +170,18 @@ class FixedPointSum:
         """ndarray of int64: the status words (a view into :attr:`buffer`)."""
         return self.buffer[self.limbs * self.n:]
 
-    def error_bound(self, sums):
+    def error_bound(self, sums, part=slice(None)):
         """Return, per component, a bound on ``|sums - exact sum of the partials|`` for the `sums` just decoded.
 
         One limb: ``n_parts u_j / 2 + 2^-53 |sums_j| + 2^-1075`` (module docstring), rounded up (each term
-        computed with at most a few float64 roundings, covered by the factor ``1 + 2^-40``). Two limbs: zero
-        beyond the partials' own rounding is claimed (module docstring); returns None.
+        computed with at most a few float64 roundings, covered by the factor ``1 + 2^-40``), for the
+        components `part` (a slice; all by default). Two limbs: zero beyond the partials' own rounding is
+        claimed (module docstring); returns None.
         """
         if self.limbs == 2:
             return None
-        grid = np.ldexp(0.5 * self.n_parts, self.exponent - self.bits)
-        return (grid + np.ldexp(np.abs(sums), -53) + 2.0 ** -1074) * (1.0 + 2.0 ** -40)
+        grid = np.ldexp(0.5 * self.n_parts, self.exponent[part] - self.bits)
+        return (grid + np.ldexp(np.abs(sums[part]), -53) + 2.0 ** -1074) * (1.0 + 2.0 ** -40)
 
     def encode(self, partials, failed=False, signal=None, out=None):
         """Fill :attr:`buffer` with this rank's limbs of `partials` and its status.
@@ -210,13 +211,13 @@ class FixedPointSum:
                 partials = np.atleast_2d(partials)
                 self._largest, self._unmeasured = None, partials
                 overflow = self.exponent is None or any(
-                    self._beyond(_column_largest(partials[:, part]), part) for part in _chunks(self.n))
+                    self._beyond(_column_largest(partials[:, part]), part) for part in chunks(self.n))
             else:
                 self.measure(partials)
                 overflow = self.exponent is None or any(
-                    self._beyond(self._largest[part], part) for part in _chunks(self.n))
+                    self._beyond(self._largest[part], part) for part in chunks(self.n))
             if not overflow and dense:
-                for part in _chunks(self.n):
+                for part in chunks(self.n):
                     sums = self._split(partials[:, part], self.exponent[part])
                     if out is None:
                         limbs[:, part] = sums
@@ -224,7 +225,7 @@ class FixedPointSum:
                         self._decode(sums, self.exponent[part], out[part])
             elif not overflow:
                 for index, row in _rows(partials):
-                    for part in _chunks(len(index)):
+                    for part in chunks(len(index)):
                         limbs[:, index[part]] += self._split(row[part], self.exponent[index[part]])
         status = self.status
         status[:] = 0
@@ -244,7 +245,7 @@ class FixedPointSum:
         self._largest[:] = 0.0
         self._unmeasured = None
         if not hasattr(partials, "index"):  # all blocks in one compiled pass a chunk
-            for part in _chunks(self.n):
+            for part in chunks(self.n):
                 self._largest[part] = _column_largest(partials[:, part])
         else:
             for index, row in _rows(partials):
@@ -283,17 +284,17 @@ class FixedPointSum:
         bool
             False if some partial is not finite: no bound covers it.
         """
-        if not all(np.all(np.isfinite(largest[part])) for part in _chunks(self.n)):
+        if not all(np.all(np.isfinite(largest[part])) for part in chunks(self.n)):
             return False
 
         def wanted(part):
             return np.frexp(largest[part])[1].astype(np.int64) + MARGIN_BITS
 
-        floor = max([wanted(part).max(initial=0) for part in _chunks(self.n)], default=0) - SPAN_BITS
+        floor = max([wanted(part).max(initial=0) for part in chunks(self.n)], default=0) - SPAN_BITS
         # In place where the bounds only grow (no second array of n bounds while the first is held).
         grow = self.exponent is not None and self.remember
         exponent = self.exponent if grow else np.empty(self.n, dtype=self.EXPONENT_DTYPE)
-        for part in _chunks(self.n):
+        for part in chunks(self.n):
             if grow:
                 np.maximum(exponent[part], np.maximum(wanted(part), floor), out=exponent[part])
             else:
@@ -323,7 +324,7 @@ class FixedPointSum:
         ndarray of shape (n,)
         """
         out = np.empty(self.n) if out is None else out
-        for part in _chunks(self.n):
+        for part in chunks(self.n):
             self._decode([limb[part] for limb in self.buffer[:self.limbs * self.n].reshape(self.limbs, self.n)],
                          self.exponent[part], out[part])
         return out

@@ -54,12 +54,13 @@ Imports: numpy; of prbmrm: :mod:`prbmrm.distributed.comm`, :mod:`prbmrm.distribu
 """
 
 import importlib
+import math
 import time
 
 import numpy as np
 
 from .comm import SupportRows
-from .exact import FixedPointSum
+from .exact import FixedPointSum, chunks
 from ..errors import CollectiveError, JointError, PrbmrmError
 from ..kernels.blocks import (block_gradients, block_groups, block_scores, chunk_bounds, compiled_passes,
                       csr_compact_pass, csr_compiled_pass, csr_groups, csr_scalar, csr_scalar_pass, dense_scalar_pass,
@@ -331,23 +332,46 @@ class DistributedRisk:
             self._send(_LIMBS)
         self.fixed_point.set_limbs(limbs)
 
-    def error_bound(self):
-        """Bounds on the error of the last ``(R_emp, a)`` against the exact sums of the blocks' partials over m.
+    def component_bounds(self, part):
+        """Bounds on the errors of the last ``(a, R_emp)`` against the exact sums of the blocks' partials over m.
+
+        Parameters
+        ----------
+        part : slice
+            Components of ``[a, R_emp]`` (R_emp is component `dim`).
 
         Returns
         -------
-        (float, ndarray of shape (dim,)) or None
-            Per component of R_emp and of a (the same on every rank); None with two limbs, whose
-            error is far below the partials' own rounding (:mod:`prbmrm.distributed.exact`). With one
-            limb: the sum's :meth:`~prbmrm.distributed.exact.FixedPointSum.error_bound` over m, plus the
-            rounding of that division (at most ``2^-53 |value|``), rounded up.
+        ndarray or None
+            The bounds, the same on every rank; None with two limbs, whose error is far below the
+            partials' own rounding (:mod:`prbmrm.distributed.exact`). With one limb: the sum's
+            :meth:`~prbmrm.distributed.exact.FixedPointSum.error_bound` over m, plus the rounding of that
+            division (at most ``2^-53 |value|``), rounded up.
         """
-        bound = self.fixed_point.error_bound(self._sums)
+        bound = self.fixed_point.error_bound(self._sums, part)
         if bound is None:
             return None
-        r, a = self.result()
-        bound = (bound / self.n_total + np.ldexp(np.abs(np.append(a, r)), -53) + 2.0 ** -1074) * (1.0 + 2.0 ** -40)
-        return float(bound[-1]), bound[:-1]
+        value = self._sums[part] / self.n_total  # with the bits of result()
+        return (bound / self.n_total + np.ldexp(np.abs(value), -53) + 2.0 ** -1074) * (1.0 + 2.0 ** -40)
+
+    def error_bound(self, w):
+        """What the errors of the last ``(R_emp, a)``, evaluated at `w`, can add to its plane.
+
+        Returns
+        -------
+        (float, float, float) or None
+            With one limb, for the :meth:`component_bounds` e_r of R_emp and e of a: ``e_r``,
+            ``sum_j e_j |w_j|`` and ``||e||_2`` (:func:`prbmrm.solvers.base.rounding_margin`); None with two
+            limbs. Computed a chunk at a time: at d in the millions, no array of length d.
+        """
+        if self.fixed_point.limbs == 2:
+            return None
+        weighted = squares = 0.0
+        for part in chunks(self.dim):
+            bound = self.component_bounds(part)
+            weighted += float(np.dot(bound, np.abs(w[part])))
+            squares += float(np.dot(bound, bound))
+        return float(self.component_bounds(slice(self.dim, None))[0]), weighted, math.sqrt(squares)
 
     def _answer(self, out):
         """``(R_emp, a)`` of the last sums, `a` in `out` if given; rank 0's deferred error first."""
@@ -446,9 +470,9 @@ class DistributedRisk:
         elif self._dense is not None:
             dense_scalar_pass(self._dense, self._X, self._y, self._bounds, w, self._partials)
         else:
-            for partial, chunks in zip(self._partials, self._chunks):
+            for partial, pieces in zip(self._partials, self._chunks):
                 partial[:] = 0.0
-                for X, y, qid in chunks:
+                for X, y, qid in pieces:
                     risk, gradient = self.loss.loss_gradient(w, X, y, qid)
                     partial[-1] += risk
                     partial[:-1] += gradient.ravel()

@@ -86,17 +86,17 @@ class CuttingPlaneModel:
         """Add the plane ``(a, r - <a, w>)`` of R_emp at `w`, aggregating first if the bundle is full.
 
         The first step of :meth:`minimize`; alone, what a copy of the planes on another rank does
-        (:class:`prbmrm.solvers.mirror.PlaneMirror`). With `rounding`, ``(error_r, error_a, radius)``
-        (bounds on the errors of r and a, and on the norm of the minimizer), the offset is lowered by
+        (:class:`prbmrm.solvers.mirror.PlaneMirror`). With `rounding`, ``(error_r, weighted, norm, radius)``
+        (:func:`rounding_margin`'s bounds on the errors of r and a, and on the norm of the minimizer), the offset is lowered by
         :func:`rounding_margin` and the bundle's :attr:`~prbmrm.solvers.bundle.Bundle.radius` and
         :attr:`~prbmrm.solvers.bundle.Bundle.slack` say where its planes hold.
         """
         margin = 0.0
         if rounding is not None:
-            error_r, error_a, radius = rounding
-            margin = rounding_margin(error_r, error_a, w, radius)
+            error_r, weighted, norm, radius = rounding
+            margin = rounding_margin(error_r, weighted, norm, radius)
             self.bundle.radius = min(self.bundle.radius, radius)
-            self.bundle.slack = max(self.bundle.slack, float(np.linalg.norm(error_a)))
+            self.bundle.slack = max(self.bundle.slack, norm)
         if self.bundle.room() is not None:
             # Aggregates keep the bound whatever the multipliers, but the method's convergence
             # (paper 000, Sec. 3.1) aggregates optimal ones: exact QPs from the first aggregation on.
@@ -121,27 +121,29 @@ class CuttingPlaneModel:
         self.loose = bool(state.get("loose", 1))
 
 
-def rounding_margin(error_r, error_a, w, radius):
+def rounding_margin(error_r, weighted, norm, radius):
     """How far to lower the offset of a plane of R_emp formed from a rounded risk and subgradient, so that it
     stays below R_emp at every point within `radius` of the origin.
 
-    With ``|r - R| <= error_r`` and ``|a_j - g_j| <= error_a_j`` for the exact risk R and subgradient g at
+    With ``|r - R| <= error_r`` and ``|a_j - g_j| <= e_j`` for the exact risk R and subgradient g at
     `w`, the plane ``r + <a, v - w>`` exceeds the exact one by ``(r - R) + <a - g, v - w>``, at most
-    ``error_r + sum_j error_a_j |w_j| + ||error_a||_2 ||v||_2``: this, for ``||v||_2 <= radius``, rounded
+    ``error_r + sum_j e_j |w_j| + ||e||_2 ||v||_2``: this, for ``||v||_2 <= radius``, rounded
     up by 0.01% (more than the float64 roundings of sums of d terms, at most d 2^-53 relative).
 
     Parameters
     ----------
     error_r : float
-    error_a : ndarray of shape (d,)
-    w : ndarray of shape (d,)
+    weighted : float
+        ``sum_j e_j |w_j|``.
+    norm : float
+        ``||e||_2``.
     radius : float
 
     Returns
     -------
     float
     """
-    return (error_r + float(np.dot(error_a, np.abs(w))) + float(np.linalg.norm(error_a)) * radius) * 1.0001
+    return (error_r + weighted + norm * radius) * 1.0001
 
 
 def snapshot(recorder, model, **values):

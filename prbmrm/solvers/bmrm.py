@@ -217,12 +217,12 @@ def minimize_bmrm(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         rounding = None
         if single:
             # ||w*|| <= radius: lam Omega(w*) <= J(w) - floor, J(w) at most objective + the risk's error.
-            error_r, error_a = risk.error_bound()
+            error_r, weighted, norm = risk.error_bound(w)
             radius = regularizer.radius((objective + error_r - regularizer.risk_floor) * 1.0001, lam)
             if widen:
                 model.bundle.widen(radius)
                 widen = False
-            rounding = (error_r, error_a, radius)
+            rounding = (error_r, weighted, norm, radius)
         target = spare if w is best_w else w
         w_next, lower_bound, solve_seconds = model.minimize(w, r, a, schedule.next(best_objective) if inexact else 0.0,
                                                             out=None if target is initial else target,

@@ -229,7 +229,8 @@ def sparse_text(rows=300, d=2 ** 16, per_row=12, seed=4):
     return X, y
 
 
-def test_one_limb_planes_stay_below_the_exact_risk_within_the_radius():
+@pytest.mark.parametrize("d", [2 ** 16, 2 ** 17 + 3])  # one chunk of the sums, and three
+def test_one_limb_planes_stay_below_the_exact_risk_within_the_radius(d):
     # The rounding of one limb (prbmrm/distributed/exact.py), accounted in the plane's offset
     # (rounding_margin): against the blocks' partials summed by math.fsum, at random points and at the
     # worst point of the ball, the rounded plane less the margin stays below the exact plane.
@@ -238,20 +239,25 @@ def test_one_limb_planes_stay_below_the_exact_risk_within_the_radius():
     from prbmrm.io import load_local, write_shards
     from prbmrm.solvers.base import rounding_margin
 
-    X, y = sparse_text()
+    X, y = sparse_text(d=d)
     oracle = DistributedRisk(get_loss("hinge"), X, y, len(y), SerialComm(), blocks=np.arange(0, 301, 25))
     oracle.set_limbs(1)
     rng = np.random.default_rng(5)
     w = rng.normal(size=X.shape[1]) * 3.0
     r, a = oracle(w)
-    error_r, error_a = oracle.error_bound()
+    error_r, error_a = oracle.component_bounds(slice(d, None))[0], oracle.component_bounds(slice(0, d))
     blocks = [get_loss("hinge").loss_gradient(w, X[i:i + 25], y[i:i + 25]) for i in range(0, 300, 25)]
     exact_r = math.fsum(risk for risk, _ in blocks) / len(y)
     exact_a = np.array([math.fsum(column) for column in np.array([g for _, g in blocks]).T]) / len(y)
     assert abs(r - exact_r) <= error_r and np.all(np.abs(a - exact_a) <= error_a)
     assert np.any(a != exact_a)  # the limb rounds: the margin is not idle
+    # error_bound's scalars, made a chunk at a time, are those of the component bounds.
+    chunked_r, weighted, norm = oracle.error_bound(w)
+    assert chunked_r == error_r
+    assert weighted == pytest.approx(math.fsum(error_a * np.abs(w)), rel=1e-12)
+    assert norm == pytest.approx(math.sqrt(math.fsum(error_a ** 2)), rel=1e-12)
     radius = 100.0
-    margin = rounding_margin(error_r, error_a, w, radius)
+    margin = rounding_margin(error_r, weighted, norm, radius)
     worst = (a - exact_a) / np.linalg.norm(a - exact_a) * radius
     for v in [worst, *(rng.normal(size=(5, X.shape[1])))]:
         v = v * min(1.0, radius / np.linalg.norm(v))

@@ -1,7 +1,6 @@
 """scripts/bench_scale.py's medians over rounds and scripts/bench_startup.py's steps, against sums and medians
 computed here; bench_startup end to end on 1 rank."""
 
-import importlib.util
 import os
 import statistics
 import subprocess
@@ -9,14 +8,7 @@ import sys
 
 import numpy as np
 
-from helpers import REPO, data_path
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "scripts", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers import REPO, data_path, load_script
 
 
 def test_bench_scale_medians_take_each_phase_over_the_rounds_and_compare_with_the_smallest_p():

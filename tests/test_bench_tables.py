@@ -1,5 +1,5 @@
 """scripts/bench_scale.py's medians over rounds and scripts/bench_startup.py's steps, against sums and medians
-computed here; bench_startup end to end on 1 rank."""
+computed here; bench_startup end to end on 1 rank (pytest -m peers)."""
 
 import os
 import statistics
@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from helpers import REPO, data_path, load_script
 
@@ -49,6 +50,7 @@ def test_bench_startup_steps_are_the_differences_of_the_marks():
     assert row.split("|")[4].strip().startswith(f"{0.32 - 0.02:.3f} (+{0.30 - 0.25:.3f} s over bare")
 
 
+@pytest.mark.peers  # runs a benchmark script
 def test_bench_startup_reports_every_step_on_one_rank(tmp_path):
     done = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_startup.py"), "--ranks", "1",
                            "--repeats", "1", "--data", data_path("a9a.xz"), "--parts", "2"],

@@ -35,6 +35,7 @@ of the training command's imports, self times summed by top-level package
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +44,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DATA = os.path.join(REPO, "..", "shared", "data", "a9a.xz")
+sys.path.insert(0, HERE)
+from bench_scale import commit  # noqa: E402  (one commit line for the benchmarks)
 
 # Each rank of a job writes its (label, CPU seconds so far) marks to cpu-RANK.json.
 PRELUDE = """import json as _json, os as _os, resource as _resource
@@ -53,7 +56,9 @@ _marks = [("interpreter", _cpu())]
 def _mark(label):
     _marks.append((label, _cpu()))
 def _report():
-    with open("cpu-" + _os.environ.get("PMI_RANK", "0") + ".json", "w") as _file:
+    rank = next((_os.environ[name] for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+                 if name in _os.environ), "0")
+    with open("cpu-" + rank + ".json", "w") as _file:
         _json.dump(_marks, _file)
 """
 
@@ -149,23 +154,26 @@ def main():
     from prbmrm.io import read_input, write_shards
 
     workdir = tempfile.mkdtemp(prefix="bench-startup-")
-    shards = os.path.join(workdir, "shards")
-    X, y, _ = read_input(args.data)
-    write_shards(X, y, shards, args.parts)
-    train = ["--data", shards, "--loss", "hinge", "--lam", "1e-4", "--quiet", "--out", "model.h5"]
-    jobs = {"bare": PRELUDE + BARE, "steps": PRELUDE + STEPS.format(data=shards),
-            "train 1": PRELUDE + TRAIN.format(argv=train + ["--max-iter", "1"]),
-            "train 11": PRELUDE + TRAIN.format(argv=train + ["--max-iter", "11"])}
-    seen = {}  # (P, job) -> per step, the seconds of every rank of every round
-    loads = {}
-    for _ in range(args.repeats):
-        for ranks in args.ranks:
-            loads.setdefault(ranks, []).append(os.getloadavg()[0])
-            for name, code in jobs.items():
-                for marks in job(ranks, code, workdir):
-                    for label, seconds in steps(marks):
-                        seen.setdefault((ranks, name), {}).setdefault(label, []).append(seconds)
-    pattern = importtime(workdir)
+    try:
+        shards = os.path.join(workdir, "shards")
+        X, y, _ = read_input(args.data)
+        write_shards(X, y, shards, args.parts)
+        train = ["--data", shards, "--loss", "hinge", "--lam", "1e-4", "--quiet", "--out", "model.h5"]
+        jobs = {"bare": PRELUDE + BARE, "steps": PRELUDE + STEPS.format(data=shards),
+                "train 1": PRELUDE + TRAIN.format(argv=train + ["--max-iter", "1"]),
+                "train 11": PRELUDE + TRAIN.format(argv=train + ["--max-iter", "11"])}
+        seen = {}  # (P, job) -> per step, the seconds of every rank of every round
+        loads = {}
+        for _ in range(args.repeats):
+            for ranks in args.ranks:
+                loads.setdefault(ranks, []).append(os.getloadavg()[0])
+                for name, code in jobs.items():
+                    for marks in job(ranks, code, workdir):
+                        for label, seconds in steps(marks):
+                            seen.setdefault((ranks, name), {}).setdefault(label, []).append(seconds)
+        pattern = importtime(workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     load = os.getloadavg()[0]
 
     def cell(values):
@@ -174,9 +182,7 @@ def main():
     print(f"## bench_startup: a rank's CPU seconds before its first iteration, {os.path.basename(args.data)} "
           f"in {args.parts} shards\n")
     print(f"- command: `{' '.join([os.path.basename(sys.executable)] + sys.argv)}`")
-    print(f"- prbmrm {prbmrm.__version__} from {os.path.dirname(prbmrm.__file__)}; commit "
-          + subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                           stdin=subprocess.DEVNULL).stdout.strip())
+    print(f"- prbmrm {prbmrm.__version__} from {os.path.dirname(prbmrm.__file__)}; commit {commit()}")
     print(f"- {os.cpu_count()} cores; load average (1 min) per round: "
           + "; ".join(f"P={p}: {', '.join(f'{v:.1f}' for v in loads[p])}" for p in args.ranks)
           + f"; at the end {load:.1f}")

@@ -216,7 +216,7 @@ def run(args, shards, ranks, launcher, cluster=None):
     # The busiest direction of the busiest link: what the ring's ideal counts.
     moved = max((int(np.max(after[h] - before[h])) for h in before), default=0)
     return dict(ranks=ranks, ms=ms, iterations=iterations, startup=wall - float(history["seconds_total"][-1]),
-                rss=rss, link_bytes=moved / iterations if cluster else None,
+                wall=wall, load=os.getloadavg()[0], rss=rss, link_bytes=moved / iterations if cluster else None,
                 d=int(model.attrs["n_features"]), w=model.w)
 
 
@@ -263,6 +263,27 @@ def table(rows, d, rate_bits):
         lines.append(f"| {place} | {r['ranks']} | {r['iterations']} | {ms['iteration']:.1f} | {ms['risk']:.1f} | "
                      f"{ms['subproblem']:.1f} | {ms['comm']:.1f} | {r['startup']:.2f} | {r['rss'] / 2**20:.0f} | "
                      f"{link} | {ideal} | {ideal_ms} | {ratio} | {messages} |")
+    return "\n".join(lines)
+
+
+def medians(rows):
+    """Per place and P, the medians over the interleaved rounds, and communication against the smallest P's."""
+    lines = ["| place | P | rounds | ms/iteration | risk | subproblem | comm | comm / smallest P's | wall s |"
+             " start-up s | load (1 min) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    groups = {}
+    for place, r in rows:
+        groups.setdefault((place, r["ranks"]), []).append(r)
+    smallest = {}
+    for (place, ranks), runs in sorted(groups.items(), key=lambda item: item[0][1]):
+        median = {phase: float(np.median([r["ms"][phase] for r in runs]))
+                  for phase in ("iteration", "risk", "subproblem", "comm")}
+        smallest.setdefault(place, median["comm"])
+        loads = ", ".join(f"{r['load']:.1f}" for r in runs)
+        lines.append(f"| {place} | {ranks} | {len(runs)} | {median['iteration']:.1f} | {median['risk']:.1f} | "
+                     f"{median['subproblem']:.1f} | {median['comm']:.1f} | {median['comm'] / smallest[place]:.2f}x | "
+                     f"{np.median([r['wall'] for r in runs]):.1f} | {np.median([r['startup'] for r in runs]):.2f} | "
+                     f"{loads} |")
     return "\n".join(lines)
 
 
@@ -394,7 +415,8 @@ def main():
                     result["bitwise"] = bool(np.array_equal(result.pop("w"), reference))
                     rows.append((netns_name if place == "netns" else "local", result))
                     print(f"  {rows[-1][0]} P={ranks}: {result['ms']['iteration']:.1f} ms/iteration "
-                          f"(comm {result['ms']['comm']:.1f}), same w as 1 process: {result['bitwise']}",
+                          f"(comm {result['ms']['comm']:.1f}), wall {result['wall']:.1f} s, load "
+                          f"{result['load']:.1f}, same w as 1 process: {result['bitwise']}",
                           file=sys.stderr, flush=True)
     finally:
         if cluster is not None:
@@ -415,6 +437,8 @@ def main():
     if failed:
         print(f"- failed (their errors above, on stderr): {', '.join(failed)}\n")
     print(table(rows, d, rate_bits))
+    print()
+    print(medians(rows))
     print()
     print(fits(rows, os.cpu_count() or 1))
     if args.baseline:

@@ -1,6 +1,7 @@
 """What the tests share: the real data sets of ../shared/data, mpiexec runs, serial references."""
 
 import functools
+import importlib.util
 import lzma
 import os
 import shutil
@@ -13,6 +14,14 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.environ.get("PRBMRM_DATA", os.path.join(REPO, "..", "shared", "data"))
+
+
+def load_script(name):
+    """scripts/NAME.py as a module (its main() not run)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "scripts", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def data_path(name):

@@ -1,22 +1,14 @@
 """scripts/bench_solvers.py's scoring on a small subsample, against cvxpy's optimum."""
 
-import importlib.util
 import os
 
 import numpy as np
 import pytest
 
-from helpers import REPO, load_svmlight
+from helpers import REPO, load_script, load_svmlight
 from helpers import cvxpy_optimum
 
 pytestmark = [pytest.mark.slow, pytest.mark.peers]  # the benchmark scripts, BMRM 2.1 built from source
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "scripts", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

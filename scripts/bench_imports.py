@@ -1,8 +1,7 @@
-"""A rank's start-up: its RSS and CPU seconds after its imports, beside processes that import only its dependencies.
+"""A rank's RSS after its imports, beside processes that import only its dependencies (CPU: bench_startup.py).
 
 Each round runs, in turn, one fresh interpreter per import set and reads, in
-that process once its imports are done, the resident set (``VmRSS``) and its
-user + system CPU seconds (interpreter start included). The sets:
+that process once its imports are done, the resident set (``VmRSS``). The sets:
 
 - ``prbmrm run``: every module a 1-iteration training on the demo data has
   imported by its end (listed by ``python -X importtime``), MPI initialised;
@@ -30,12 +29,10 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROBE = """
-import os, re, resource
+import re
 {imports}
 from mpi4py import MPI
-usage = resource.getrusage(resource.RUSAGE_SELF)
-rss = int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) / 1024
-print("PROBE", rss, usage.ru_utime + usage.ru_stime)
+print("PROBE", int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) / 1024)
 """
 
 BARE = "import numpy, scipy, h5py, mpi4py"
@@ -58,14 +55,13 @@ def run_modules(workdir):
 
 
 def probe(imports):
-    """RSS (MB) and CPU seconds of a fresh interpreter after `imports` and MPI's initialisation."""
+    """RSS (MB) of a fresh interpreter after `imports` and MPI's initialisation."""
     done = subprocess.run([sys.executable, "-c", PROBE.format(imports=imports)], capture_output=True, text=True,
                           timeout=600, stdin=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=REPO))
     line = next((line for line in done.stdout.splitlines() if line.startswith("PROBE ")), None)
     if done.returncode != 0 or line is None:
         sys.exit(f"bench_imports: a probe failed:\n{done.stderr[-2000:]}")
-    rss, cpu = (float(x) for x in line.split()[1:])
-    return rss, cpu
+    return float(line.split()[1])
 
 
 def main():
@@ -88,13 +84,12 @@ def main():
     print(f"commit {commit}, {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{args.rounds} rounds, load {min(loads):.1f}-{max(loads):.1f}")
     print()
-    print("| imports | RSS MB (median) | - bare four | CPU s (median) | - bare four |")
-    print("| --- | --- | --- | --- | --- |")
-    bare_rss = statistics.median(rss for rss, _ in figures["numpy scipy h5py mpi4py"])
-    bare_cpu = statistics.median(cpu for _, cpu in figures["numpy scipy h5py mpi4py"])
+    print("| imports | RSS MB, median (range) | less the bare four |")
+    print("| --- | --- | --- |")
+    bare = statistics.median(figures["numpy scipy h5py mpi4py"])
     for name, values in figures.items():
-        rss, cpu = statistics.median(r for r, _ in values), statistics.median(c for _, c in values)
-        print(f"| {name} | {rss:.1f} | {rss - bare_rss:+.1f} | {cpu:.3f} | {cpu - bare_cpu:+.3f} |")
+        rss = statistics.median(values)
+        print(f"| {name} | {rss:.1f} ({min(values):.1f}-{max(values):.1f}) | {rss - bare:+.1f} |")
 
 
 if __name__ == "__main__":

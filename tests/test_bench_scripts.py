@@ -96,3 +96,15 @@ def test_bench_highdim_smoke(tmp_path, capsys):
     # The solver the command line picks (auto), then its pick and why, and the iterations.
     assert re.search(r"prbmrm d=2\^12 on 1 rank\(s\), auto: [^(]*\((bmrm|proximal): [^)]*\): 2 iterations", out)
     assert "per iteration (CPU, rank 0)" in out and "rank 0: peak RSS" in out and "BMRM 2.1" not in out
+
+
+def test_bench_imports_measures_every_set_against_the_bare_four(capsys, monkeypatch):
+    # One round: a row per import set, each a resident set in MB, the bare four's difference zero.
+    monkeypatch.setattr("sys.argv", ["bench_imports.py", "--rounds", "1"])
+    load_script("bench_imports").main()
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][2:]
+    figures = {name.strip(): (float(rss.split()[0]), float(delta)) for name, rss, delta in rows}
+    assert list(figures) == ["prbmrm run", "prbmrm.train", "numpy scipy h5py mpi4py",
+                             "numpy scipy.sparse h5py mpi4py", "numpy scipy.sparse scipy.linalg h5py mpi4py"]
+    assert figures["numpy scipy h5py mpi4py"][1] == 0.0
+    assert all(rss > 10.0 for rss, _ in figures.values())  # a Python process with numpy takes more than 10 MB

@@ -47,7 +47,7 @@ import math
 import numpy as np
 
 from ..errors import InputError
-from ..kernels.order import order_keys, order_values, roc_keys, roc_weights, sorted_order, split_ranges
+from ..kernels.order import Workspace, order_keys, order_values, roc_keys, roc_weights, sorted_order, split_ranges
 from .base import Loss, MultivariateLoss, _format_labels
 
 
@@ -273,6 +273,9 @@ class ScoreOrder:
         Ties of keys in tag order instead of global position.
     counts : ndarray of int64, shape (P,), optional
         The number of keys of every rank, if known (else gathered).
+    work : prbmrm.kernels.order.Workspace, optional
+        Where the order keeps its arrays (and those of :meth:`back`): valid until the next order made
+        with the same `work`.
 
     Attributes
     ----------
@@ -284,8 +287,9 @@ class ScoreOrder:
         The number of keys in the ranges of the lower ranks: the global position of the first owned key.
     """
 
-    def __init__(self, comm, keys, payload, tags=None, counts=None):
+    def __init__(self, comm, keys, payload, tags=None, counts=None, work=None):
         self._comm = comm if comm is not None and comm.size > 1 else None
+        self._work = work = Workspace() if work is None else work
         if np.asarray(keys).dtype != np.uint64:
             values = np.ascontiguousarray(keys, dtype=np.float64).ravel()
             keys = np.empty(values.size, dtype=np.uint64)
@@ -298,18 +302,19 @@ class ScoreOrder:
             first = int(counts[:comm.rank].sum())
             split_keys, split_tags = self._splitters(keys, tags, first, counts)
             # One exchange of rows (key, payload[, tag]), range by range, each range's keys in their order here.
-            rows = np.empty((keys.size, 2 if tags is None else 3), dtype=np.int64)
-            self._local = np.empty(keys.size, dtype=np.intp)
+            rows = work.array("order rows", (keys.size, 2 if tags is None else 3), np.int64)
+            self._local = work.array("order local", keys.size, np.intp)
             self._send = np.empty(comm.size, dtype=np.int64)
             split_ranges(keys, payload, tags, first, split_keys, split_tags, rows, self._local, self._send)
-            rows, matrix = comm.alltoallv_array(rows, self._send, int(counts.sum()))
+            rows, matrix = comm.alltoallv_array(rows, self._send, int(counts.sum()),
+                                                allocate=lambda shape, dtype: work.array("order arrived", shape, dtype))
             self._received = matrix[:, comm.rank]
             self.owned_before = int(matrix[:, :comm.rank].sum())
             keys, payload = rows[:, 0].view(np.uint64), rows[:, 1]
             tags = None if tags is None else rows[:, 2]
         # What arrived from the ranks in order, each part in its own order: ties by arrival are
         # ties by global position.
-        self.order = sorted_order(keys, tags)
+        self.order = sorted_order(keys, tags, work)
         self.arrived_payload = payload
         self._keys = keys
 
@@ -365,13 +370,16 @@ class ScoreOrder:
             Whether `values` are in the order the keys arrived (as :attr:`arrived_payload`).
         """
         values = np.asarray(values)
+        work = self._work
         if not arrived:
-            values, ordered = np.empty_like(values), values
+            values, ordered = work.array("back arrived", values.shape, values.dtype), values
             values[self.order] = ordered
         if self._comm is None:
             return values
-        returned, _ = self._comm.alltoallv_array(values, self._received, 0, received_counts=self._send)
-        out = np.empty_like(returned)
+        returned, _ = self._comm.alltoallv_array(values, self._received, 0, received_counts=self._send,
+                                                 allocate=lambda shape, dtype: work.array("back returned", shape,
+                                                                                          dtype))
+        out = work.array("back", returned.shape, returned.dtype)
         out[self._local] = returned
         return out
 
@@ -400,9 +408,11 @@ class RocArea(MultivariateLoss):
     def check_labels(self, classes, label_kind):
         return _check_plus_minus(self.name, classes, label_kind)
 
-    def local_coefficients(self, f, y, comm, bounds, qid=None):
+    def local_coefficients(self, f, y, comm, bounds, qid=None, work=None):
         f = np.ascontiguousarray(f, dtype=np.float64).ravel()
-        c, keys, positive = np.empty(f.size), np.empty(f.size, dtype=np.uint64), np.empty(f.size, dtype=np.int64)
+        work = Workspace() if work is None else work
+        c, keys = work.array("roc c", f.size, np.float64), work.array("roc keys", f.size, np.uint64)
+        positive = work.array("roc class", f.size, np.int64)
         positives = roc_keys(f, np.ascontiguousarray(y, dtype=np.float64).ravel(), c, keys, positive)
         counts = _rank_counts(comm, [f.size, positives])
         m, m_pos = (int(v) for v in counts.sum(axis=0))
@@ -410,14 +420,16 @@ class RocArea(MultivariateLoss):
         if m_pos == 0 or m_neg == 0:
             raise InputError(f"loss {self.name!r}: needs both positive and negative examples, "
                              f"got {m_pos} positive and {m_neg} negative")
-        order = ScoreOrder(comm, keys, positive, counts=counts[:, 0])
-        is_pos = order.arrived_payload.astype(np.int8)
-        l = np.empty(is_pos.size)
+        order = ScoreOrder(comm, keys, positive, counts=counts[:, 0], work=work)
+        is_pos = work.array("roc arrived class", order.arrived_payload.size, np.int8)
+        is_pos[:] = order.arrived_payload
+        l = work.array("roc arrived weights", is_pos.size, np.float64)
         roc_weights(is_pos, order.order, order.exclusive(int(np.count_nonzero(is_pos))), order.owned_before,
                     m_neg, l)
         l = order.back(l, arrived=True)
         scale = m / (float(m_pos) * m_neg)
-        return _block_risks(l, c, bounds, scale), l * scale
+        risks = _block_risks(l, c, bounds, scale)
+        return risks, np.multiply(l, scale, out=l)
 
     def shared_metrics(self, f, y, qid, comm):
         """The ROC area over all ranks: the pairs a positive scores above, plus half those it ties with.
@@ -483,7 +495,7 @@ class Ordinal(MultivariateLoss):
             return f"loss {self.name!r} needs integer labels with at least two values, the data has {shown}"
         return None
 
-    def local_coefficients(self, f, y, comm, bounds, qid=None):
+    def local_coefficients(self, f, y, comm, bounds, qid=None, work=None):
         y = np.asarray(y, dtype=np.float64).ravel()
         # The label values of all ranks, numbered alike everywhere.
         values = np.unique(y)
@@ -501,7 +513,7 @@ class Ordinal(MultivariateLoss):
         # (key, low before high, example): tags low 0..m-1, high m..2m-1 by global index.
         index = np.arange(y.size, dtype=np.int64) + int(per_rank[:comm.rank if comm else 0].sum())
         order = ScoreOrder(comm, np.concatenate([u, v]), np.concatenate([2 * level, 2 * level + 1]),
-                           np.concatenate([index, m + index]), 2 * per_rank.sum(axis=1))
+                           np.concatenate([index, m + index]), 2 * per_rank.sum(axis=1), work)
         is_low = order.owned_payload % 2 == 0
         event_level = order.owned_payload // 2
         columns = [np.ones(is_low.size)] + [values[event_level]] * (self.cost == "linear")

@@ -4,15 +4,17 @@ Every risk here is a convex upper bound ("majorization") of a ranking or
 contingency-table error, written with the scores ``f = X w`` of all m
 examples. The non-decomposable ones (:class:`MultivariateLoss`) compute
 ``(risk_sum, c)`` with ``R_emp = risk_sum / m`` and ``a = X.T @ c / m``; so each
-returns ``m * R`` and ``m * dR/df``. ``roc_area`` and ``ordinal`` are spread
-over the ranks: every rank passes the scores of its own examples to
-``local_coefficients``, a sample sort (:class:`ScoreOrder`) puts them in one
-global order with about m/P on each rank, counts come back as integers, and
+returns ``m * R`` and ``m * dR/df``. ``roc_area``, ``ordinal`` and ``prbep``
+are spread over the ranks: every rank passes the scores of its own examples
+to ``local_coefficients``, a sample sort (:class:`ScoreOrder`) puts them in
+one global order with about m/P on each rank, counts (or, for ``prbep``, the
+number of flips, found by a search over the sorted scores) come back, and
 each rank gets the c of its examples and its blocks' shares of the risk: the
 same bits on any number of ranks, and no rank handles all m scores. The
-others (``preference``, ``fbeta``, ``prbep``: prefix sums of floats over the
-global order, or arbitrary pairs) run ``coefficients(f, y)`` on rank 0 over all
-examples in global order. The definitions (P = pairs, C = costs)::
+others (``preference``: arbitrary pairs; ``fbeta``: a best false-positive
+count for every true-positive count, from prefix sums of floats over the
+global order) run ``coefficients(f, y)`` on rank 0 over all examples in
+global order. The definitions (P = pairs, C = costs)::
 
     roc_area    R = 1/(m+ m-)  sum_{y_i < y_j} max(0, 1 + f_i - f_j)              (eq. 27, Alg. 7)
     ordinal     R = 1/M  sum_{y_i < y_j} C(y_i, y_j) max(0, 1 + f_i - f_j),       (Alg. 8)
@@ -65,13 +67,18 @@ def _check_plus_minus(name, classes, label_kind):
     return None
 
 
+def _require_both_classes(name, m_pos, m_neg):
+    """Raise the InputError of a loss `name` that needs both classes, unless m_pos and m_neg are both > 0."""
+    if m_pos == 0 or m_neg == 0:
+        raise InputError(f"loss {name!r}: needs both positive and negative examples, "
+                         f"got {m_pos} positive and {m_neg} negative")
+
+
 def _plus_minus_counts(name, y):
     positive = y > 0
     m_pos = int(np.count_nonzero(positive))
     m_neg = y.size - m_pos
-    if m_pos == 0 or m_neg == 0:
-        raise InputError(f"loss {name!r}: needs both positive and negative examples, "
-                         f"got {m_pos} positive and {m_neg} negative")
+    _require_both_classes(name, m_pos, m_neg)
     return positive, m_pos, m_neg
 
 
@@ -242,6 +249,50 @@ def _block_risks(weights, values, bounds, scale):
     """``sum(weights * values) * scale`` per block of rows between `bounds` (numpy's pairwise sum: the same
     bits for the same block wherever it lies)."""
     return np.array([float(np.sum(weights[a:b] * values[a:b])) * scale for a, b in zip(bounds[:-1], bounds[1:])])
+
+
+def _owned_at(comm, orders, values, positions):
+    """Every rank: the values of several sample sorts at the same global positions (collective, one gather).
+
+    ``values[k]`` holds one value per key owned here by ``orders[k]`` (a
+    :class:`ScoreOrder`), in global order; returns an array of shape
+    ``(len(orders), len(positions))``: at each position the value from the
+    rank that owns it.
+    """
+    parts = []
+    for order, owned in zip(orders, values):
+        here = positions - order.owned_before
+        mine = (here >= 0) & (here < owned.size)
+        picked = owned[np.where(mine, here, 0)] if owned.size else np.zeros(positions.size)
+        parts += [np.where(mine, picked, 0.0), mine.astype(np.float64)]
+    every = np.concatenate(parts)[None] if comm is None else comm.allgather_array(np.concatenate(parts))
+    every = every.reshape(every.shape[0], len(orders), 2, positions.size)
+    owner = np.argmax(every[:, :, 1], axis=0)
+    return np.take_along_axis(every[:, :, 0], owner[None], axis=0)[0]
+
+
+PROBES = 1024
+"""Positions a rank looks at per gather in :func:`_leading` (about log(count) / log(PROBES) gathers)."""
+
+
+def _leading(count, holds):
+    """The number of positions j < count at which `holds` is True, given that it holds on a prefix of them.
+
+    ``holds(positions)`` takes ascending positions (alike on every rank) and
+    returns a bool per position; each call looks at up to :data:`PROBES`
+    positions spread over the interval still open.
+    """
+    lo, hi = 0, count   # holds below lo, fails at hi (if hi < count)
+    while lo < hi:
+        probes = min(PROBES, hi - lo)
+        positions = lo + (np.arange(probes, dtype=np.int64) * (hi - lo)) // probes
+        failing = np.flatnonzero(~holds(positions))
+        if failing.size == 0:
+            lo = int(positions[-1]) + 1
+        else:
+            hi = int(positions[failing[0]])
+            lo = int(positions[failing[0] - 1]) + 1 if failing[0] else lo
+    return lo
 
 
 class ScoreOrder:
@@ -417,9 +468,7 @@ class RocArea(MultivariateLoss):
         counts = _rank_counts(comm, [f.size, positives])
         m, m_pos = (int(v) for v in counts.sum(axis=0))
         m_neg = m - m_pos
-        if m_pos == 0 or m_neg == 0:
-            raise InputError(f"loss {self.name!r}: needs both positive and negative examples, "
-                             f"got {m_pos} positive and {m_neg} negative")
+        _require_both_classes(self.name, m_pos, m_neg)
         order = ScoreOrder(comm, keys, positive, counts=counts[:, 0], work=work)
         is_pos = work.array("roc arrived class", order.arrived_payload.size, np.int8)
         is_pos[:] = order.arrived_payload
@@ -777,24 +826,51 @@ class Prbep(MultivariateLoss):
     ``Delta = b / m+`` if b = c and -inf otherwise (b false negatives, c false
     positives; Joachims 2005). The tables with b = c = k flip the k
     lowest-scored positives and the k highest-scored negatives, so
-    ``R = max_k [k/m+ + (2/m)(sum of k highest negative - sum of k lowest positive scores)]``:
-    one sort, O(m log m). ``dR/df = (y' - y) / m``. Labels +-1; the risk
-    ignores a constant offset of the scores. Measure: the PRBEP of the scores.
+    ``R = max_k [k/m+ + (2/m)(sum of k highest negative - sum of k lowest positive scores)]``.
+    The increments in k fall, so the best k is the number of k at which the
+    k-th highest negative and k-th lowest positive score still raise the
+    total: two sample sorts over the ranks (:class:`ScoreOrder`, the
+    positives ascending and the negatives descending, ties in example
+    order), then a search of that k by gathers of :data:`PROBES` positions
+    (two for a million examples); each rank gets back the flips of its
+    examples and sums ``m R = m k/m+ + sum_i c_i f_i`` over its blocks: the
+    same bits on any number of ranks, and no rank handles all m scores.
+    ``dR/df = (y' - y) / m``. Labels +-1; the risk ignores a constant offset
+    of the scores. Measure: the PRBEP of the scores.
     """
 
     name = "prbep"
     task = "ranking"
+    spread = True
 
     def check_labels(self, classes, label_kind):
         return _check_plus_minus(self.name, classes, label_kind)
 
-    def coefficients(self, f, y, qid=None):
-        positive, m_pos, m_neg = _plus_minus_counts(self.name, y)
-        pos, neg = _sorted_class_scores(f, positive)
-        top = min(m_pos, m_neg)
-        total = prbep_totals(f[pos[:top]], f[neg[:top]], m_pos, y.size)
-        k = int(np.argmax(total))
-        return float(total[k]) * y.size, _labeling(y, pos, neg, k, k)
+    def local_coefficients(self, f, y, comm, bounds, qid=None, work=None):
+        f = np.ascontiguousarray(f, dtype=np.float64).ravel()
+        positive = np.asarray(y).ravel() > 0
+        counts = _rank_counts(comm, [f.size, np.count_nonzero(positive)])
+        m, m_pos = (int(v) for v in counts.sum(axis=0))
+        _require_both_classes(self.name, m_pos, m - m_pos)
+        pos, neg = np.flatnonzero(positive), np.flatnonzero(~positive)
+        # Positives by ascending and negatives by descending score, ties in example order: two sample sorts.
+        lowest = ScoreOrder(comm, f[pos], np.zeros(pos.size, dtype=np.int64), counts=counts[:, 1])
+        highest = ScoreOrder(comm, -f[neg], np.zeros(neg.size, dtype=np.int64), counts=counts[:, 0] - counts[:, 1])
+        owned = [lowest.owned_keys, -highest.owned_keys]
+
+        def rising(positions):
+            # total[k + 1] - total[k] > 0 (prbep_totals): the increments fall as k grows.
+            low, high = _owned_at(comm, (lowest, highest), owned, positions)
+            return (2.0 / m) * (high - low) + 1.0 / m_pos > 0
+
+        flips = _leading(min(m_pos, m - m_pos), rising)
+        c = np.zeros(f.size)
+        for order, sign, rows in ((lowest, -2.0, pos), (highest, 2.0, neg)):
+            flipped = order.owned_before + np.arange(order.order.size) < flips
+            c[rows] = sign * order.back(flipped.astype(np.float64))
+        # m R = m flips / m+ + sum_i c_i f_i, per block.
+        risks = _block_risks(c, f, bounds, 1.0) + np.diff(bounds) * (flips / m_pos)
+        return risks, c
 
     def metrics(self, f, y, qid=None):
         return {"prbep": precision_recall_break_even(f, y)}

@@ -123,13 +123,20 @@ class Workspace:
     def __init__(self):
         self._arrays = {}
 
+    def nested(self, name):
+        """Return the workspace kept as `name` inside this one (for a second sort alive beside the first)."""
+        kept = self._arrays.get(name)
+        if not isinstance(kept, Workspace):
+            kept = self._arrays[name] = Workspace()
+        return kept
+
     def array(self, name, shape, dtype):
         """Return a contiguous array of this shape and dtype (uninitialized) in the memory kept as `name`."""
         dtype = np.dtype(dtype)
         shape = tuple(shape) if isinstance(shape, tuple) else (shape,)
         size = int(np.prod(shape, dtype=np.int64))
         kept = self._arrays.get(name)
-        if kept is None or kept.dtype != dtype or kept.size < size:
+        if not isinstance(kept, np.ndarray) or kept.dtype != dtype or kept.size < size:
             self._arrays.pop(name, None)  # the old array goes before the new one is made
             kept = self._arrays[name] = np.empty(size + size // 8, dtype=dtype)
         return kept[:size].reshape(shape)

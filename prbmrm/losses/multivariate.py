@@ -853,9 +853,12 @@ class Prbep(MultivariateLoss):
         m, m_pos = (int(v) for v in counts.sum(axis=0))
         _require_both_classes(self.name, m_pos, m - m_pos)
         pos, neg = np.flatnonzero(positive), np.flatnonzero(~positive)
+        work = Workspace() if work is None else work
         # Positives by ascending and negatives by descending score, ties in example order: two sample sorts.
-        lowest = ScoreOrder(comm, f[pos], np.zeros(pos.size, dtype=np.int64), counts=counts[:, 1])
-        highest = ScoreOrder(comm, -f[neg], np.zeros(neg.size, dtype=np.int64), counts=counts[:, 0] - counts[:, 1])
+        lowest = ScoreOrder(comm, f[pos], np.zeros(pos.size, dtype=np.int64), counts=counts[:, 1],
+                            work=work.nested("prbep lowest"))
+        highest = ScoreOrder(comm, -f[neg], np.zeros(neg.size, dtype=np.int64), counts=counts[:, 0] - counts[:, 1],
+                             work=work.nested("prbep highest"))
         owned = [lowest.owned_keys, -highest.owned_keys]
 
         def rising(positions):

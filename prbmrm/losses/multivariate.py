@@ -742,6 +742,28 @@ def _labeling(y, pos, neg, false_negatives, false_positives):
     return c
 
 
+def shared_break_even(f, y, comm):
+    """:func:`precision_recall_break_even` of the examples of all ranks, each rank passing its own (collective).
+
+    One sample sort of the scores over the ranks (:class:`ScoreOrder`, highest
+    first) gives the m+-th highest score; then counts above it and at it.
+    """
+    f = np.ascontiguousarray(f, dtype=np.float64).ravel()
+    positive = np.asarray(y).ravel() > 0
+    counts = _rank_counts(comm, [f.size, np.count_nonzero(positive)])
+    m_pos = int(counts[:, 1].sum())
+    if m_pos == 0:
+        return float("nan")
+    highest = ScoreOrder(comm, -f, np.zeros(f.size, dtype=np.int64), counts=counts[:, 0])
+    threshold = -_owned_at(comm, (highest,), [highest.owned_keys], np.array([m_pos - 1]))[0, 0]
+    above, tied = f > threshold, f == threshold
+    above, above_pos, tied, tied_pos = (int(v) for v in _rank_counts(comm, [
+        np.count_nonzero(above), np.count_nonzero(above & positive), np.count_nonzero(tied),
+        np.count_nonzero(tied & positive)]).sum(axis=0))
+    # The formula of precision_recall_break_even, on the same integers.
+    return float((above_pos + (m_pos - above) * (tied_pos / tied)) / m_pos)
+
+
 class FBeta(MultivariateLoss):
     """F-beta structured risk (Joachims 2005; paper 000, Alg. 11, normalized as paper 004 eq. 2).
 
@@ -804,6 +826,18 @@ class FBeta(MultivariateLoss):
         y = np.asarray(y).ravel()
         score = fbeta_score(y > 0, f >= 0, beta=self.beta, zero_division=0.0)
         return {"f_beta": float(score), "prbep": precision_recall_break_even(f, y)}
+
+    def shared_metrics(self, f, y, qid, comm):
+        """:meth:`metrics` over all ranks: F-beta from the summed counts of the table, the PRBEP by
+        :func:`shared_break_even`; no rank gathers the scores."""
+        f = np.asarray(f, dtype=np.float64).ravel()
+        positive, predicted = np.asarray(y).ravel() > 0, f >= 0
+        tp, fp, fn = (int(v) for v in _rank_counts(comm, [np.count_nonzero(predicted & positive),
+                                                           np.count_nonzero(predicted & ~positive),
+                                                           np.count_nonzero(~predicted & positive)]).sum(axis=0))
+        b2 = self.beta ** 2
+        score = (1 + b2) * tp / ((1 + b2) * tp + b2 * fn + fp) if tp else 0.0
+        return {"f_beta": float(score), "prbep": shared_break_even(f, y, comm)}
 
 
 def prbep_totals(lowest_positive, highest_negative, m_pos, m):
@@ -877,6 +911,10 @@ class Prbep(MultivariateLoss):
 
     def metrics(self, f, y, qid=None):
         return {"prbep": precision_recall_break_even(f, y)}
+
+    def shared_metrics(self, f, y, qid, comm):
+        """:meth:`metrics` over all ranks (:func:`shared_break_even`): no rank gathers the scores."""
+        return {"prbep": shared_break_even(f, y, comm)}
 
 
 # --------------------------------------------------------------------------

@@ -180,10 +180,12 @@ def test_shared_measures_equal_those_of_all_scores(comm, seed):
     a, b = split(m, comm, seed)
     shared = get_loss("roc_area").shared_metrics(f[a:b], y[a:b], None, comm)
     assert shared["roc_area"] == pytest.approx(roc_auc_score(y > 0, f), rel=1e-14)
-    for name, target in (("hinge", y), ("least_squares", f + rng.normal(size=m))):
-        loss = get_loss(name)
-        expected = loss.metrics(f, target)
-        assert loss.shared_metrics(f[a:b], target[a:b], None, comm) == pytest.approx(expected, rel=1e-14)
+    # Scores with ties, at and around 0 (fbeta predicts f >= 0), and labels of either class in the top ones.
+    for name, scores, target in (("hinge", f, y), ("least_squares", f, f + rng.normal(size=m)), ("prbep", f, y),
+                                 ("prbep", f, np.where(f > 2, 1.0, -1.0)), ("fbeta", f - 2, y), ("fbeta", f - 2, -y)):
+        loss = get_loss(name, **({"beta": 0.5 + seed} if name == "fbeta" else {}))
+        expected = loss.metrics(scores, target)
+        assert loss.shared_metrics(scores[a:b], target[a:b], None, comm) == pytest.approx(expected, rel=1e-14)
 
 
 @pytest.mark.parametrize("name, labels, message", [

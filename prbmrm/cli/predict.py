@@ -4,9 +4,9 @@ Writes one decision value per example (in data order) and prints the loss's
 natural measures (accuracy and error rate for classification, RMSE and MAE for
 regression). Under ``mpiexec`` each rank scores its own shards and writes its
 rows at its place in the output file; the measures come from sums (and, for
-the ROC area, a sort of the scores across ranks), so no rank gathers every
-score, except for the measures of the losses that need them all on one rank
-(ranking and multilabel measures but the ROC area).
+the ROC area and the PRBEP, a sort of the scores across ranks), so no rank
+gathers every score, except for the measures of the losses that need them
+all on one rank (ranking and multilabel measures but the ROC area and PRBEP).
 
 Imports: numpy; of prbmrm: :mod:`prbmrm.cli.common`, :mod:`prbmrm.errors`, :mod:`prbmrm.io.inputs`,
 :mod:`prbmrm.io`, :mod:`prbmrm.losses`, :mod:`prbmrm.model`, :mod:`prbmrm.cli.shard`.

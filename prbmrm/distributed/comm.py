@@ -402,7 +402,7 @@ class SerialComm:
         _check_total(self.gather_counts(local.size), limit, "a gather of samples")
         return local.copy()
 
-    def alltoallv_array(self, send, counts, limit, received_counts=None):
+    def alltoallv_array(self, send, counts, limit, received_counts=None, allocate=np.empty):
         """Send consecutive parts of `send` to every rank; return what every rank sent here.
 
         Parameters
@@ -417,6 +417,8 @@ class SerialComm:
         received_counts : array_like of int, optional
             How many items come from each rank, when this rank knows (e.g. the answer to an earlier
             exchange in the other direction): the counts need not travel, and `limit` is not used.
+        allocate : callable, optional
+            ``allocate(shape, dtype)`` makes the array received into (e.g. one kept from the last call).
 
         Returns
         -------
@@ -432,7 +434,9 @@ class SerialComm:
             If any rank would receive more than `limit` items (on every rank).
         """
         send, counts = _typed_rows(send, counts, self.size)
-        return send.copy(), counts[None, :].copy()
+        received = allocate(send.shape, send.dtype)
+        received[...] = send
+        return received, counts[None, :].copy()
 
 
 _WATCHES = {}
@@ -615,7 +619,7 @@ class MPIComm(SerialComm):
                                          [full, (counts, displs), self._datatype(local)]), "a gather of samples")
         return full
 
-    def alltoallv_array(self, send, counts, limit, received_counts=None):
+    def alltoallv_array(self, send, counts, limit, received_counts=None, allocate=np.empty):
         send, counts = _typed_rows(send, counts, self.size)
         width = int(np.prod(send.shape[1:], dtype=np.int64))
         matrix = np.zeros((self.size, self.size), dtype=np.int64)
@@ -633,7 +637,7 @@ class MPIComm(SerialComm):
             matrix[:, self.rank] = np.asarray(received_counts, dtype=np.int64)
             matrix[self.rank] = counts
         received_counts = matrix[:, self.rank]
-        received = np.empty((int(received_counts.sum()),) + send.shape[1:], dtype=send.dtype)
+        received = allocate((int(received_counts.sum()),) + send.shape[1:], send.dtype)
         # Blocking: a watched collective above shows every rank here. Megabytes progress only
         # while a rank polls, and the watch's waits sleep between polls (0.3 s -> 20 s per
         # exchange of 2.5M scores).

@@ -65,6 +65,7 @@ from ..errors import CollectiveError, JointError, PrbmrmError
 from ..kernels.blocks import (block_gradients, block_groups, block_scores, chunk_bounds, compiled_passes,
                       csr_compact_pass, csr_compiled_pass, csr_groups, csr_scalar, csr_scalar_pass, dense_scalar_pass,
                       row_block, row_range, same_index_dtype)
+from ..kernels.order import Workspace
 from .messages import ProtocolError
 
 _EVALUATE, _STOP, _FAIL, _LINE, _END, _ATTACH, _REQUEST = 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
@@ -211,6 +212,8 @@ class DistributedRisk:
         # For a loss evaluated on rank 0 (not spread): labels and query ids travel to rank 0 once, at
         # the first such evaluation; per iteration only scores do.
         self._qid, self._counts = qid, None
+        # A spread loss's arrays (and the scores), kept from one evaluation to the next.
+        self._work = Workspace()
         self.fixed_point = FixedPointSum(self.dim + 1, self._n_parts)
         self._message = np.zeros(self.dim + 1)  # w, then the control flag
         # While a service makes the points: [payload, its length, flag], what the serving ranks wait for.
@@ -485,7 +488,7 @@ class DistributedRisk:
         otherwise scores go to rank 0 and per-example coefficients come back.
         Each rank forms ``X.T @ c`` of its blocks: only scalars cross ranks.
         """
-        scores = block_scores(self._X, self._blocks, w)
+        scores = block_scores(self._X, self._blocks, w, self._work.array("scores", self._X.shape[0], np.float64))
         if not gathered:
             return 0.0, self._spread_partials(scores)
         started = time.perf_counter()
@@ -520,7 +523,7 @@ class DistributedRisk:
         global counts, so every rank raises together); the seconds they take count as risk.
         """
         try:
-            risks, local = self.loss.local_coefficients(scores, self._y, self.comm, self._bounds)
+            risks, local = self.loss.local_coefficients(scores, self._y, self.comm, self._bounds, work=self._work)
         except Exception as error:
             self._partials.fill(np.nan)
             return error

@@ -202,14 +202,14 @@ def compiled_rows(X):
             and X.indptr.dtype == X.indices.dtype and X.indices.dtype in (np.int32, np.int64))
 
 
-def block_scores(X, blocks, w):
+def block_scores(X, blocks, w, out=None):
     """The scores ``X @ w`` of this rank's rows, as the blocks (`blocks`: their ``(X, y, qid)`` views) give them.
 
-    CSR rows (:func:`compiled_rows`) in one compiled pass: a row's sum is
-    scipy's, whichever block holds it.
+    CSR rows (:func:`compiled_rows`) in one compiled pass, into `out` if given
+    (float64, one per row): a row's sum is scipy's, whichever block holds it.
     """
     if compiled_rows(X):
-        scores = np.empty(X.shape[0])
+        scores = np.empty(X.shape[0]) if out is None else out
         csr_matvec(X.indptr, X.indices, X.data, np.ascontiguousarray(w, dtype=np.float64), scores)
         return scores
     return np.concatenate([block @ w for block, _, _ in blocks])

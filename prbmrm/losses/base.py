@@ -271,7 +271,7 @@ class MultivariateLoss(Loss):
         risks, c = self.local_coefficients(f, y, None, [0, f.size], qid)
         return float(risks[0]), c
 
-    def local_coefficients(self, f, y, comm, bounds, qid=None):
+    def local_coefficients(self, f, y, comm, bounds, qid=None, work=None):
         """Return ``(risk_sum per block, c)`` of this rank's examples (collective, :attr:`spread` losses).
 
         Parameters
@@ -283,6 +283,9 @@ class MultivariateLoss(Loss):
         bounds : sequence of int
             Local row boundaries of the canonical blocks.
         qid : ndarray, optional
+        work : prbmrm.kernels.order.Workspace, optional
+            Arrays kept from one call to the next (the caller's: one per loop of evaluations). The
+            returned `c` may be one of them, valid until the next call with the same `work`.
 
         Returns
         -------

@@ -4,15 +4,17 @@ Every risk here is a convex upper bound ("majorization") of a ranking or
 contingency-table error, written with the scores ``f = X w`` of all m
 examples. The non-decomposable ones (:class:`MultivariateLoss`) compute
 ``(risk_sum, c)`` with ``R_emp = risk_sum / m`` and ``a = X.T @ c / m``; so each
-returns ``m * R`` and ``m * dR/df``. ``roc_area`` and ``ordinal`` are spread
-over the ranks: every rank passes the scores of its own examples to
-``local_coefficients``, a sample sort (:class:`ScoreOrder`) puts them in one
-global order with about m/P on each rank, counts come back as integers, and
+returns ``m * R`` and ``m * dR/df``. ``roc_area``, ``ordinal`` and ``prbep``
+are spread over the ranks: every rank passes the scores of its own examples
+to ``local_coefficients``, a sample sort (:class:`ScoreOrder`) puts them in
+one global order with about m/P on each rank, counts (or, for ``prbep``, the
+number of flips, found by a search over the sorted scores) come back, and
 each rank gets the c of its examples and its blocks' shares of the risk: the
 same bits on any number of ranks, and no rank handles all m scores. The
-others (``preference``, ``fbeta``, ``prbep``: prefix sums of floats over the
-global order, or arbitrary pairs) run ``coefficients(f, y)`` on rank 0 over all
-examples in global order. The definitions (P = pairs, C = costs)::
+others (``preference``: arbitrary pairs; ``fbeta``: a best false-positive
+count for every true-positive count, from prefix sums of floats over the
+global order) run ``coefficients(f, y)`` on rank 0 over all examples in
+global order. The definitions (P = pairs, C = costs)::
 
     roc_area    R = 1/(m+ m-)  sum_{y_i < y_j} max(0, 1 + f_i - f_j)              (eq. 27, Alg. 7)
     ordinal     R = 1/M  sum_{y_i < y_j} C(y_i, y_j) max(0, 1 + f_i - f_j),       (Alg. 8)
@@ -47,7 +49,7 @@ import math
 import numpy as np
 
 from ..errors import InputError
-from ..kernels.order import order_keys, order_values, roc_keys, roc_weights, sorted_order, split_ranges
+from ..kernels.order import Workspace, order_keys, order_values, roc_keys, roc_weights, sorted_order, split_ranges
 from .base import Loss, MultivariateLoss, _format_labels
 
 
@@ -65,13 +67,18 @@ def _check_plus_minus(name, classes, label_kind):
     return None
 
 
+def _require_both_classes(name, m_pos, m_neg):
+    """Raise the InputError of a loss `name` that needs both classes, unless m_pos and m_neg are both > 0."""
+    if m_pos == 0 or m_neg == 0:
+        raise InputError(f"loss {name!r}: needs both positive and negative examples, "
+                         f"got {m_pos} positive and {m_neg} negative")
+
+
 def _plus_minus_counts(name, y):
     positive = y > 0
     m_pos = int(np.count_nonzero(positive))
     m_neg = y.size - m_pos
-    if m_pos == 0 or m_neg == 0:
-        raise InputError(f"loss {name!r}: needs both positive and negative examples, "
-                         f"got {m_pos} positive and {m_neg} negative")
+    _require_both_classes(name, m_pos, m_neg)
     return positive, m_pos, m_neg
 
 
@@ -244,6 +251,50 @@ def _block_risks(weights, values, bounds, scale):
     return np.array([float(np.sum(weights[a:b] * values[a:b])) * scale for a, b in zip(bounds[:-1], bounds[1:])])
 
 
+def _owned_at(comm, orders, values, positions):
+    """Every rank: the values of several sample sorts at the same global positions (collective, one gather).
+
+    ``values[k]`` holds one value per key owned here by ``orders[k]`` (a
+    :class:`ScoreOrder`), in global order; returns an array of shape
+    ``(len(orders), len(positions))``: at each position the value from the
+    rank that owns it.
+    """
+    parts = []
+    for order, owned in zip(orders, values):
+        here = positions - order.owned_before
+        mine = (here >= 0) & (here < owned.size)
+        picked = owned[np.where(mine, here, 0)] if owned.size else np.zeros(positions.size)
+        parts += [np.where(mine, picked, 0.0), mine.astype(np.float64)]
+    every = np.concatenate(parts)[None] if comm is None else comm.allgather_array(np.concatenate(parts))
+    every = every.reshape(every.shape[0], len(orders), 2, positions.size)
+    owner = np.argmax(every[:, :, 1], axis=0)
+    return np.take_along_axis(every[:, :, 0], owner[None], axis=0)[0]
+
+
+PROBES = 1024
+"""Positions a rank looks at per gather in :func:`_leading` (about log(count) / log(PROBES) gathers)."""
+
+
+def _leading(count, holds):
+    """The number of positions j < count at which `holds` is True, given that it holds on a prefix of them.
+
+    ``holds(positions)`` takes ascending positions (alike on every rank) and
+    returns a bool per position; each call looks at up to :data:`PROBES`
+    positions spread over the interval still open.
+    """
+    lo, hi = 0, count   # holds below lo, fails at hi (if hi < count)
+    while lo < hi:
+        probes = min(PROBES, hi - lo)
+        positions = lo + (np.arange(probes, dtype=np.int64) * (hi - lo)) // probes
+        failing = np.flatnonzero(~holds(positions))
+        if failing.size == 0:
+            lo = int(positions[-1]) + 1
+        else:
+            hi = int(positions[failing[0]])
+            lo = int(positions[failing[0] - 1]) + 1 if failing[0] else lo
+    return lo
+
+
 class ScoreOrder:
     """The global order of per-example keys over all ranks, by a sample sort: no rank holds every key.
 
@@ -273,6 +324,9 @@ class ScoreOrder:
         Ties of keys in tag order instead of global position.
     counts : ndarray of int64, shape (P,), optional
         The number of keys of every rank, if known (else gathered).
+    work : prbmrm.kernels.order.Workspace, optional
+        Where the order keeps its arrays (and those of :meth:`back`): valid until the next order made
+        with the same `work`.
 
     Attributes
     ----------
@@ -284,8 +338,9 @@ class ScoreOrder:
         The number of keys in the ranges of the lower ranks: the global position of the first owned key.
     """
 
-    def __init__(self, comm, keys, payload, tags=None, counts=None):
+    def __init__(self, comm, keys, payload, tags=None, counts=None, work=None):
         self._comm = comm if comm is not None and comm.size > 1 else None
+        self._work = work = Workspace() if work is None else work
         if np.asarray(keys).dtype != np.uint64:
             values = np.ascontiguousarray(keys, dtype=np.float64).ravel()
             keys = np.empty(values.size, dtype=np.uint64)
@@ -298,18 +353,19 @@ class ScoreOrder:
             first = int(counts[:comm.rank].sum())
             split_keys, split_tags = self._splitters(keys, tags, first, counts)
             # One exchange of rows (key, payload[, tag]), range by range, each range's keys in their order here.
-            rows = np.empty((keys.size, 2 if tags is None else 3), dtype=np.int64)
-            self._local = np.empty(keys.size, dtype=np.intp)
+            rows = work.array("order rows", (keys.size, 2 if tags is None else 3), np.int64)
+            self._local = work.array("order local", keys.size, np.intp)
             self._send = np.empty(comm.size, dtype=np.int64)
             split_ranges(keys, payload, tags, first, split_keys, split_tags, rows, self._local, self._send)
-            rows, matrix = comm.alltoallv_array(rows, self._send, int(counts.sum()))
+            rows, matrix = comm.alltoallv_array(rows, self._send, int(counts.sum()),
+                                                allocate=lambda shape, dtype: work.array("order arrived", shape, dtype))
             self._received = matrix[:, comm.rank]
             self.owned_before = int(matrix[:, :comm.rank].sum())
             keys, payload = rows[:, 0].view(np.uint64), rows[:, 1]
             tags = None if tags is None else rows[:, 2]
         # What arrived from the ranks in order, each part in its own order: ties by arrival are
         # ties by global position.
-        self.order = sorted_order(keys, tags)
+        self.order = sorted_order(keys, tags, work)
         self.arrived_payload = payload
         self._keys = keys
 
@@ -365,13 +421,16 @@ class ScoreOrder:
             Whether `values` are in the order the keys arrived (as :attr:`arrived_payload`).
         """
         values = np.asarray(values)
+        work = self._work
         if not arrived:
-            values, ordered = np.empty_like(values), values
+            values, ordered = work.array("back arrived", values.shape, values.dtype), values
             values[self.order] = ordered
         if self._comm is None:
             return values
-        returned, _ = self._comm.alltoallv_array(values, self._received, 0, received_counts=self._send)
-        out = np.empty_like(returned)
+        returned, _ = self._comm.alltoallv_array(values, self._received, 0, received_counts=self._send,
+                                                 allocate=lambda shape, dtype: work.array("back returned", shape,
+                                                                                          dtype))
+        out = work.array("back", returned.shape, returned.dtype)
         out[self._local] = returned
         return out
 
@@ -400,24 +459,26 @@ class RocArea(MultivariateLoss):
     def check_labels(self, classes, label_kind):
         return _check_plus_minus(self.name, classes, label_kind)
 
-    def local_coefficients(self, f, y, comm, bounds, qid=None):
+    def local_coefficients(self, f, y, comm, bounds, qid=None, work=None):
         f = np.ascontiguousarray(f, dtype=np.float64).ravel()
-        c, keys, positive = np.empty(f.size), np.empty(f.size, dtype=np.uint64), np.empty(f.size, dtype=np.int64)
+        work = Workspace() if work is None else work
+        c, keys = work.array("roc c", f.size, np.float64), work.array("roc keys", f.size, np.uint64)
+        positive = work.array("roc class", f.size, np.int64)
         positives = roc_keys(f, np.ascontiguousarray(y, dtype=np.float64).ravel(), c, keys, positive)
         counts = _rank_counts(comm, [f.size, positives])
         m, m_pos = (int(v) for v in counts.sum(axis=0))
         m_neg = m - m_pos
-        if m_pos == 0 or m_neg == 0:
-            raise InputError(f"loss {self.name!r}: needs both positive and negative examples, "
-                             f"got {m_pos} positive and {m_neg} negative")
-        order = ScoreOrder(comm, keys, positive, counts=counts[:, 0])
-        is_pos = order.arrived_payload.astype(np.int8)
-        l = np.empty(is_pos.size)
+        _require_both_classes(self.name, m_pos, m_neg)
+        order = ScoreOrder(comm, keys, positive, counts=counts[:, 0], work=work)
+        is_pos = work.array("roc arrived class", order.arrived_payload.size, np.int8)
+        is_pos[:] = order.arrived_payload
+        l = work.array("roc arrived weights", is_pos.size, np.float64)
         roc_weights(is_pos, order.order, order.exclusive(int(np.count_nonzero(is_pos))), order.owned_before,
                     m_neg, l)
         l = order.back(l, arrived=True)
         scale = m / (float(m_pos) * m_neg)
-        return _block_risks(l, c, bounds, scale), l * scale
+        risks = _block_risks(l, c, bounds, scale)
+        return risks, np.multiply(l, scale, out=l)
 
     def shared_metrics(self, f, y, qid, comm):
         """The ROC area over all ranks: the pairs a positive scores above, plus half those it ties with.
@@ -483,7 +544,7 @@ class Ordinal(MultivariateLoss):
             return f"loss {self.name!r} needs integer labels with at least two values, the data has {shown}"
         return None
 
-    def local_coefficients(self, f, y, comm, bounds, qid=None):
+    def local_coefficients(self, f, y, comm, bounds, qid=None, work=None):
         y = np.asarray(y, dtype=np.float64).ravel()
         # The label values of all ranks, numbered alike everywhere.
         values = np.unique(y)
@@ -501,7 +562,7 @@ class Ordinal(MultivariateLoss):
         # (key, low before high, example): tags low 0..m-1, high m..2m-1 by global index.
         index = np.arange(y.size, dtype=np.int64) + int(per_rank[:comm.rank if comm else 0].sum())
         order = ScoreOrder(comm, np.concatenate([u, v]), np.concatenate([2 * level, 2 * level + 1]),
-                           np.concatenate([index, m + index]), 2 * per_rank.sum(axis=1))
+                           np.concatenate([index, m + index]), 2 * per_rank.sum(axis=1), work)
         is_low = order.owned_payload % 2 == 0
         event_level = order.owned_payload // 2
         columns = [np.ones(is_low.size)] + [values[event_level]] * (self.cost == "linear")
@@ -681,6 +742,28 @@ def _labeling(y, pos, neg, false_negatives, false_positives):
     return c
 
 
+def shared_break_even(f, y, comm):
+    """:func:`precision_recall_break_even` of the examples of all ranks, each rank passing its own (collective).
+
+    One sample sort of the scores over the ranks (:class:`ScoreOrder`, highest
+    first) gives the m+-th highest score; then counts above it and at it.
+    """
+    f = np.ascontiguousarray(f, dtype=np.float64).ravel()
+    positive = np.asarray(y).ravel() > 0
+    counts = _rank_counts(comm, [f.size, np.count_nonzero(positive)])
+    m_pos = int(counts[:, 1].sum())
+    if m_pos == 0:
+        return float("nan")
+    highest = ScoreOrder(comm, -f, np.zeros(f.size, dtype=np.int64), counts=counts[:, 0])
+    threshold = -_owned_at(comm, (highest,), [highest.owned_keys], np.array([m_pos - 1]))[0, 0]
+    above, tied = f > threshold, f == threshold
+    above, above_pos, tied, tied_pos = (int(v) for v in _rank_counts(comm, [
+        np.count_nonzero(above), np.count_nonzero(above & positive), np.count_nonzero(tied),
+        np.count_nonzero(tied & positive)]).sum(axis=0))
+    # The formula of precision_recall_break_even, on the same integers.
+    return float((above_pos + (m_pos - above) * (tied_pos / tied)) / m_pos)
+
+
 class FBeta(MultivariateLoss):
     """F-beta structured risk (Joachims 2005; paper 000, Alg. 11, normalized as paper 004 eq. 2).
 
@@ -744,6 +827,18 @@ class FBeta(MultivariateLoss):
         score = fbeta_score(y > 0, f >= 0, beta=self.beta, zero_division=0.0)
         return {"f_beta": float(score), "prbep": precision_recall_break_even(f, y)}
 
+    def shared_metrics(self, f, y, qid, comm):
+        """:meth:`metrics` over all ranks: F-beta from the summed counts of the table, the PRBEP by
+        :func:`shared_break_even`; no rank gathers the scores."""
+        f = np.asarray(f, dtype=np.float64).ravel()
+        positive, predicted = np.asarray(y).ravel() > 0, f >= 0
+        tp, fp, fn = (int(v) for v in _rank_counts(comm, [np.count_nonzero(predicted & positive),
+                                                           np.count_nonzero(predicted & ~positive),
+                                                           np.count_nonzero(~predicted & positive)]).sum(axis=0))
+        b2 = self.beta ** 2
+        score = (1 + b2) * tp / ((1 + b2) * tp + b2 * fn + fp) if tp else 0.0
+        return {"f_beta": float(score), "prbep": shared_break_even(f, y, comm)}
+
 
 def prbep_totals(lowest_positive, highest_negative, m_pos, m):
     """The PRBEP objective of the tables with k = 0, 1, ... flips in each class.
@@ -765,27 +860,61 @@ class Prbep(MultivariateLoss):
     ``Delta = b / m+`` if b = c and -inf otherwise (b false negatives, c false
     positives; Joachims 2005). The tables with b = c = k flip the k
     lowest-scored positives and the k highest-scored negatives, so
-    ``R = max_k [k/m+ + (2/m)(sum of k highest negative - sum of k lowest positive scores)]``:
-    one sort, O(m log m). ``dR/df = (y' - y) / m``. Labels +-1; the risk
-    ignores a constant offset of the scores. Measure: the PRBEP of the scores.
+    ``R = max_k [k/m+ + (2/m)(sum of k highest negative - sum of k lowest positive scores)]``.
+    The increments in k fall, so the best k is the number of k at which the
+    k-th highest negative and k-th lowest positive score still raise the
+    total: two sample sorts over the ranks (:class:`ScoreOrder`, the
+    positives ascending and the negatives descending, ties in example
+    order), then a search of that k by gathers of :data:`PROBES` positions
+    (two for a million examples); each rank gets back the flips of its
+    examples and sums ``m R = m k/m+ + sum_i c_i f_i`` over its blocks: the
+    same bits on any number of ranks, and no rank handles all m scores.
+    ``dR/df = (y' - y) / m``. Labels +-1; the risk ignores a constant offset
+    of the scores. Measure: the PRBEP of the scores.
     """
 
     name = "prbep"
     task = "ranking"
+    spread = True
 
     def check_labels(self, classes, label_kind):
         return _check_plus_minus(self.name, classes, label_kind)
 
-    def coefficients(self, f, y, qid=None):
-        positive, m_pos, m_neg = _plus_minus_counts(self.name, y)
-        pos, neg = _sorted_class_scores(f, positive)
-        top = min(m_pos, m_neg)
-        total = prbep_totals(f[pos[:top]], f[neg[:top]], m_pos, y.size)
-        k = int(np.argmax(total))
-        return float(total[k]) * y.size, _labeling(y, pos, neg, k, k)
+    def local_coefficients(self, f, y, comm, bounds, qid=None, work=None):
+        f = np.ascontiguousarray(f, dtype=np.float64).ravel()
+        positive = np.asarray(y).ravel() > 0
+        counts = _rank_counts(comm, [f.size, np.count_nonzero(positive)])
+        m, m_pos = (int(v) for v in counts.sum(axis=0))
+        _require_both_classes(self.name, m_pos, m - m_pos)
+        pos, neg = np.flatnonzero(positive), np.flatnonzero(~positive)
+        work = Workspace() if work is None else work
+        # Positives by ascending and negatives by descending score, ties in example order: two sample sorts.
+        lowest = ScoreOrder(comm, f[pos], np.zeros(pos.size, dtype=np.int64), counts=counts[:, 1],
+                            work=work.nested("prbep lowest"))
+        highest = ScoreOrder(comm, -f[neg], np.zeros(neg.size, dtype=np.int64), counts=counts[:, 0] - counts[:, 1],
+                             work=work.nested("prbep highest"))
+        owned = [lowest.owned_keys, -highest.owned_keys]
+
+        def rising(positions):
+            # total[k + 1] - total[k] > 0 (prbep_totals): the increments fall as k grows.
+            low, high = _owned_at(comm, (lowest, highest), owned, positions)
+            return (2.0 / m) * (high - low) + 1.0 / m_pos > 0
+
+        flips = _leading(min(m_pos, m - m_pos), rising)
+        c = np.zeros(f.size)
+        for order, sign, rows in ((lowest, -2.0, pos), (highest, 2.0, neg)):
+            flipped = order.owned_before + np.arange(order.order.size) < flips
+            c[rows] = sign * order.back(flipped.astype(np.float64))
+        # m R = m flips / m+ + sum_i c_i f_i, per block.
+        risks = _block_risks(c, f, bounds, 1.0) + np.diff(bounds) * (flips / m_pos)
+        return risks, c
 
     def metrics(self, f, y, qid=None):
         return {"prbep": precision_recall_break_even(f, y)}
+
+    def shared_metrics(self, f, y, qid, comm):
+        """:meth:`metrics` over all ranks (:func:`shared_break_even`): no rank gathers the scores."""
+        return {"prbep": shared_break_even(f, y, comm)}
 
 
 # --------------------------------------------------------------------------

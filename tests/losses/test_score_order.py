@@ -17,7 +17,8 @@ from prbmrm.losses.multivariate import ScoreOrder
 
 pytestmark = pytest.mark.distributed
 
-SPREAD = [name for name in ("roc_area", "ordinal") if get_loss(name).spread]
+PAIRWISE = [name for name in ("roc_area", "ordinal") if get_loss(name).spread]
+SPREAD = PAIRWISE + [name for name in ("prbep",) if get_loss(name).spread]
 
 
 def split(n, comm, seed):
@@ -79,7 +80,7 @@ def all_pairs(f, y, cost):
     return risk * m / normalizer, c * m / normalizer
 
 
-@pytest.mark.parametrize("name", SPREAD)
+@pytest.mark.parametrize("name", PAIRWISE)
 @pytest.mark.parametrize("seed", range(6))
 def test_spread_losses_equal_all_pairs_with_ties(comm, name, seed):
     rng = np.random.default_rng(seed)
@@ -108,11 +109,46 @@ def test_spread_losses_equal_all_pairs_with_ties(comm, name, seed):
         assert risk_sum == pytest.approx(expected_risk, rel=1e-14, abs=1e-14)
 
 
+def all_labelings(f, y):
+    """m R and the c = y' - y of every maximizing y' of the PRBEP risk, by enumerating the 2^m labelings."""
+    m = len(y)
+    z = np.array([[1.0 if (code >> i) & 1 else -1.0 for i in range(m)] for code in range(2 ** m)])
+    false_neg = np.sum((z < 0) & (y > 0), axis=1)
+    false_pos = np.sum((z > 0) & (y < 0), axis=1)
+    values = np.where(false_neg == false_pos, false_neg / np.sum(y > 0), -np.inf) + (z - y) @ f / m
+    best = values.max()
+    return best * m, z[values >= best - 1e-12] - y
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_prbep_spread_equals_all_labelings_with_ties(comm, seed):
+    rng = np.random.default_rng(seed)
+    m = 12
+    # Integer scores: many equal, and increments of the total exactly 0.
+    X = rng.integers(-2, 3, size=(m, 2)).astype(np.float64)
+    w = np.array([1.0, 0.5]) if seed % 2 else np.array([0.25, 0.0])
+    y = rng.permutation(np.r_[-1.0, 1.0, rng.choice([-1.0, 1.0], size=m - 2)])
+    a, b = split(m, comm, seed)
+    loss = get_loss("prbep")
+    risk = DistributedRisk(loss, X[a:b], y[a:b], m, comm)
+    values = run_distributed(risk, lambda evaluate: [evaluate(w)])
+    if comm.is_root:
+        (r, g), = values
+        expected_risk, best = all_labelings(X @ w, y)
+        assert r == pytest.approx(expected_risk / m, rel=1e-14, abs=1e-15)
+        # a = X^T c / m for a maximizing labeling: the fewest flips, the lowest positives and highest
+        # negatives, ties in example order (the serial coefficients).
+        risk_sum, c = loss.coefficients(X @ w, y)
+        assert any(np.array_equal(c, candidate) for candidate in best)
+        assert risk_sum == pytest.approx(expected_risk, rel=1e-14, abs=1e-14)
+        np.testing.assert_allclose(g, X.T @ c / m, rtol=1e-14, atol=1e-15)
+
+
 @pytest.mark.parametrize("name", SPREAD)
 def test_spread_losses_give_the_same_bits_on_any_number_of_ranks(comm, mpi_tmp_path, name):
     from helpers import load_svmlight
 
-    X, y = load_svmlight("a9a.xz" if name == "roc_area" else "abalone.xz")
+    X, y = load_svmlight("abalone.xz" if name == "ordinal" else "a9a.xz")
     X, y = X[:2000], y[:2000]
     directory = str(mpi_tmp_path / "shards")
     if comm.is_root:
@@ -144,10 +180,12 @@ def test_shared_measures_equal_those_of_all_scores(comm, seed):
     a, b = split(m, comm, seed)
     shared = get_loss("roc_area").shared_metrics(f[a:b], y[a:b], None, comm)
     assert shared["roc_area"] == pytest.approx(roc_auc_score(y > 0, f), rel=1e-14)
-    for name, target in (("hinge", y), ("least_squares", f + rng.normal(size=m))):
-        loss = get_loss(name)
-        expected = loss.metrics(f, target)
-        assert loss.shared_metrics(f[a:b], target[a:b], None, comm) == pytest.approx(expected, rel=1e-14)
+    # Scores with ties, at and around 0 (fbeta predicts f >= 0), and labels of either class in the top ones.
+    for name, scores, target in (("hinge", f, y), ("least_squares", f, f + rng.normal(size=m)), ("prbep", f, y),
+                                 ("prbep", f, np.where(f > 2, 1.0, -1.0)), ("fbeta", f - 2, y), ("fbeta", f - 2, -y)):
+        loss = get_loss(name, **({"beta": 0.5 + seed} if name == "fbeta" else {}))
+        expected = loss.metrics(scores, target)
+        assert loss.shared_metrics(scores[a:b], target[a:b], None, comm) == pytest.approx(expected, rel=1e-14)
 
 
 @pytest.mark.parametrize("name, labels, message", [

@@ -5,12 +5,12 @@ The pick, made on rank 0 from what every rank count sees alike (the loss, the re
 dimension d, the number of examples m and the density of the first canonical block, which rank 0 holds
 on any number of ranks), so that 1, 2 or 3 ranks take the same path:
 
-- a loss with a second derivative (logistic, squared hinge, least squares, Huber, ...) on columns of
-  comparable scales: :func:`~prbmrm.solvers.tron.minimize_tron`, Newton's method, which needs a handful
-  of data passes where the bundle methods need tens to hundreds (a9a, logistic, lam 1e-4: 7 against 58);
-  where the columns' root mean squares spread over more than :data:`SCALE_SPREAD` (kddcup99's raw
-  counts: 1.8e5), its conjugate gradients crawl (kddcup99, logistic, lam 1e-4: 117 rows and 1.8x the
-  proximal method's CPU), so the rule below applies;
+- a loss with a second derivative (logistic, squared hinge, least squares, Huber, ...):
+  :func:`~prbmrm.solvers.tron.minimize_tron`, Newton's method, which needs a handful of data passes
+  where the bundle methods need tens to hundreds (a9a, logistic, lam 1e-4: 7 against 58); its
+  conjugate gradients' diagonal preconditioner takes columns of any scales (kddcup99's raw counts,
+  whose root mean squares spread over 1.8e5: logistic, lam 1e-4, 27 rows and a quarter of the proximal
+  method's CPU);
 - the hinge loss, and any other loss, on data whose nonzeros outnumber the weights by at least
   :data:`PROXIMAL_RATIO`: the proximal bundle method (fewest iterations, its dense O(d) work per
   iteration small beside the data pass);
@@ -36,9 +36,6 @@ from .tron import newton_ready
 PROXIMAL_RATIO = 16
 """The proximal bundle method is picked when the data's nonzeros are at least this many times the weights."""
 
-SCALE_SPREAD = 1e3
-"""TRON is picked only where the largest column root mean square is at most this times the median one."""
-
 STALL_MIN_ITER = 200
 """The watch lets a solver run at least this many iterations before it may hand over."""
 
@@ -53,16 +50,6 @@ def density(risk):
         return 0.0
     nonzeros = X.nnz if hasattr(X, "nnz") else np.count_nonzero(X)
     return nonzeros / X.shape[0]
-
-
-def scale_spread(risk):
-    """The largest over the median root mean square of the nonzero columns of the first canonical block."""
-    X = risk.blocks[0][0] if len(risk.blocks) else None
-    if X is None or not hasattr(X, "shape") or X.shape[0] == 0:
-        return 1.0
-    squares = np.asarray((X.power(2) if hasattr(X, "power") else np.square(X)).sum(axis=0)).ravel()
-    rms = np.sqrt(squares[squares > 0])
-    return float(rms.max() / np.median(rms)) if len(rms) else 1.0
 
 
 def pick_solver(risk, regularizer):
@@ -87,17 +74,12 @@ def pick_solver(risk, regularizer):
     if getattr(risk.loss, "structured", False):
         return "proximal", "fewest iterations on structured examples (no matrix of features to measure)"
     if newton_ready(risk, regularizer) is None and getattr(risk.loss, "twice_differentiable", False):
-        spread = scale_spread(risk)
-        if spread <= SCALE_SPREAD:
-            return "tron", f"the loss {risk.loss.name!r} is twice differentiable: Newton's method"
-        why = f"columns scaled {spread:.2g}x apart, too far for Newton's conjugate gradients; "
-    else:
-        why = ""
+        return "tron", f"the loss {risk.loss.name!r} is twice differentiable: Newton's method"
     nonzeros = density(risk) * risk.n_total
     if nonzeros >= PROXIMAL_RATIO * risk.dim:
-        return "proximal", (f"{why}about {nonzeros:.3g} nonzeros for {risk.dim} weights: the proximal bundle "
+        return "proximal", (f"about {nonzeros:.3g} nonzeros for {risk.dim} weights: the proximal bundle "
                             "method's fewer iterations pay for its dense work")
-    return "bmrm", (f"{why}about {nonzeros:.3g} nonzeros for {risk.dim} weights: BMRM's work follows the planes' "
+    return "bmrm", (f"about {nonzeros:.3g} nonzeros for {risk.dim} weights: BMRM's work follows the planes' "
                     "nonzeros")
 
 

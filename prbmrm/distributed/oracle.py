@@ -80,7 +80,8 @@ SERVICES = {}
 """The services a solver may attach, by name: the only code a message from rank 0 can select."""
 
 SERVICE_MODULES = {"pragam": "prbmrm.solvers.pragam", "argsup": "prbmrm.solvers.sublbfgs",
-                   "tron": "prbmrm.solvers.tron", "planes": "prbmrm.solvers.mirror"}
+                   "tron": "prbmrm.solvers.tron", "planes": "prbmrm.solvers.mirror",
+                   "dcd": "prbmrm.solvers.dcd"}
 """The module that enters each service (solvers load on first use: a serving rank imports it on attach)."""
 
 POINT_SERVICES = ("planes",)

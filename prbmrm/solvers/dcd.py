@@ -1,0 +1,216 @@
+"""Dual coordinate descent for the L2-regularized hinge SVM (Hsieh et al. 2008; LIBLINEAR's ``-s 3``), its gap
+certified by the dual value.
+
+``J(w) = lam ||w||^2 / 2 + (1/n) sum_i max(0, 1 - y_i <x_i, w>)`` is ``lam`` times LIBLINEAR's primal
+with ``C = 1 / (lam n)``, whose dual is
+
+    D(alpha) = sum_i alpha_i - ||sum_i alpha_i y_i x_i||^2 / 2,   0 <= alpha_i <= C,
+
+so ``lam D(alpha) <= min J`` for every alpha in the box (weak duality): a certified lower bound.
+A pass visits the examples one at a time and maximizes D in each ``alpha_i`` exactly, keeping
+``w = sum_i alpha_i y_i x_i`` up to date (:func:`prbmrm.kernels.sparse.hinge_dual_pass`), with
+LIBLINEAR's shrinking: an example at a bound whose gradient points out of the box by more than the last
+pass's extreme projected gradients is skipped until the active set is reset.
+
+The passes are sequential over the canonical blocks of rows, so the ranks take turns: rank r runs the
+pass over its blocks from the w of rank r - 1 and broadcasts the w it ends with. Each block's rows are
+visited in a random order drawn from ``(seed, pass, block number)``, and every decision (shrinking, the
+reset, when to certify) uses quantities reduced exactly over the ranks (maxima, minima, counts), so 1, 2
+or 3 ranks run the same floating-point operations in the same order: bitwise the same w. The ranks
+gain no speed here (one works at a time): this solver is for problems of modest size, where LIBLINEAR's
+method needs a fraction of the data passes of the bundle methods at small lam.
+
+A certificate (an iteration of the progress table) is one reproducible sum: J at the current w (its
+hinge sums per block) and ``lam D(alpha)`` (``sum_i y_i alpha_i x_i`` and the sums of alpha), the w kept
+by the rank that ended the pass. It is taken after the first pass, after a pass whose spread of projected
+gradients (LIBLINEAR's stopping measure) fell below half of its value at the last certificate, and at
+least every :data:`CERTIFY_EVERY` passes.
+
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.distributed.oracle`,
+:mod:`prbmrm.kernels.sparse`, :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.dual`.
+"""
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..distributed.oracle import service
+from ..errors import InputError, UsageError
+from ..kernels.sparse import hinge_dual_pass
+from .base import Progress, Recorder
+from .dual import SVMDual
+
+CERTIFY_EVERY = 32
+"""Passes between certificates at most."""
+
+RESET_SPREAD = 0.1
+"""A failed certificate resets a shrunk active set once the spread of projected gradients is below this
+(LIBLINEAR's default stopping tolerance, where it does the same)."""
+
+_PASS, _CERTIFY, _RESET = 0, 1, 2
+
+
+@service("dcd")
+class DualDescentRanks:
+    """The part of dual coordinate descent that runs on every rank.
+
+    Built on every rank by ``risk.attach(DualDescentRanks, lam, seed)``, which gathers every rank's rows
+    onto rank 0 in canonical order; ``handle(code)`` runs a pass (code 0, rank 0 alone), a certificate
+    (code 1, every rank) or a reset of the active set (code 2, rank 0 alone). Rank 0 reads the results.
+
+    Parameters
+    ----------
+    risk : prbmrm.distributed.oracle.DistributedRisk
+    lam : float
+    seed : int
+        Seeds the order of each pass.
+
+    Attributes
+    ----------
+    dual : prbmrm.solvers.dual.SVMDual
+        The reproducible sums of the certificates (no offset: a ``--bias`` weight is regularized as any).
+    w : ndarray
+        ``sum_i alpha_i y_i x_i`` as updated by the passes (rank 0; on every rank after a certificate).
+    """
+
+    def __init__(self, risk, lam, seed):
+        self.dual = SVMDual(risk, lam, False)
+        self.comm, self.seed = risk.comm, int(seed)
+        self.upper = 1.0 / (float(lam) * risk.n_total)
+        local = sp.vstack([sp.csr_matrix(X, dtype=np.float64) for X, _ in risk.blocks], format="csr") \
+            if risk.blocks else sp.csr_matrix((0, risk.dim))
+        local.sort_indices()
+        counts = self.comm.gather_counts(local.shape[0])
+        self._rows = slice(int(np.sum(counts[:self.comm.rank])), int(np.sum(counts[:self.comm.rank + 1])))
+        nonzeros = int(self.comm.allreduce_sum(np.array([local.nnz], dtype=np.int64))[0])
+        parts = [self.comm.allgatherv_array(part, limit) for part, limit in (
+            (local.data, nonzeros), (local.indices.astype(np.int64), nonzeros),
+            (np.diff(local.indptr).astype(np.int64), risk.n_total))]
+        self.alpha = np.zeros(risk.n_total)
+        self.w = np.zeros(risk.dim)
+        self.passes = 0
+        if self.comm.is_root:
+            data, indices, lengths = parts
+            self._X = sp.csr_matrix((data, indices, np.concatenate([[0], np.cumsum(lengths)])),
+                                    shape=(risk.n_total, risk.dim))
+            self._y = self.comm.allgatherv_array(self.dual.y, risk.n_total)
+            self._diagonal = np.asarray(self._X.multiply(self._X).sum(axis=1), dtype=np.float64).ravel()
+            self._reset()
+        else:
+            self.comm.allgatherv_array(self.dual.y, risk.n_total)
+
+    def handle(self, code):
+        """Run the step `code` (0: a pass, 1: a certificate, 2: reset the active set) on this rank."""
+        return (self._pass, self._certify, self._reset)[code]() if code == _CERTIFY or self.comm.is_root else None
+
+    def _reset(self):
+        self.active = np.arange(self._X.shape[0])
+        self.before = (np.inf, -np.inf)
+
+    def _pass(self):
+        """One pass over the active rows in a random order; returns the spread of the projected gradients,
+        the number of active rows and the seconds taken."""
+        started = time.perf_counter()
+        order = self.active[np.random.default_rng([self.seed, self.passes]).permutation(self.active.size)]
+        keep = np.empty(order.size, dtype=np.int8)
+        high, low = hinge_dual_pass(self._X.indptr, self._X.indices, self._X.data, self._y, self._diagonal,
+                                    order, self.upper, self.before[0], self.before[1], self.alpha, self.w, keep)
+        self.active = np.sort(order[keep.view(bool)])
+        # LIBLINEAR's bounds for the next pass's shrinking: none where the pass saw no violation that side.
+        self.before = (high if high > 0.0 else np.inf, low if low < 0.0 else -np.inf)
+        self.passes += 1
+        return high - low, self.active.size, time.perf_counter() - started
+
+    def _certify(self):
+        """J at w and ``lam D(alpha)``, in one reproducible sum; returns them, w and the seconds taken."""
+        started = time.perf_counter()
+        self.comm.bcast_array(self.w)
+        self.comm.bcast_array(self.alpha)
+        dual, lam = self.dual, self.dual.lam
+        alpha = self.alpha[self._rows]
+        hinge = dual.block_sums(np.maximum(0.0, 1.0 - dual.y * dual.scores(self.w)))
+        (v,), (hinge_sum, alpha_sum) = dual.adjoint([dual.y * alpha], [hinge, dual.block_sums(alpha)])
+        objective = 0.5 * lam * float(self.w @ self.w) + hinge_sum / dual.n
+        lower_bound = lam * (alpha_sum - 0.5 * float(v @ v))
+        return objective, lower_bound, self.w.copy(), time.perf_counter() - started
+
+
+def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=None,
+                 callback=None, seed=0):
+    """Minimize the L2-regularized hinge risk by dual coordinate descent with shrinking.
+
+    Every row of the progress table is a certificate: J at the current w, the best J so far, the lower
+    bound ``max lam D(alpha)`` over the certificates (a dual value at a feasible point, hence certified
+    by weak duality) and the gap between the two. ``iteration`` counts the passes over the data.
+
+    Parameters
+    ----------
+    risk : prbmrm.distributed.oracle.DistributedRisk
+        The hinge risk oracle on rank 0; the solver uses its data blocks and communicator (the other ranks
+        serve it, as for BMRM).
+    w0 : ndarray
+        Only its length is used: the descent starts from the dual point 0 (w = 0).
+    lam : float
+        Regularization constant, > 0.
+    regularizer : object
+        Must be the L2 regularizer ``||w||^2 / 2``.
+    epsilon, rel_epsilon : float
+        Stop when the gap is at most `epsilon`, or at most `rel_epsilon` times the best objective (0
+        disables either).
+    max_iter : int
+        Stop after this many passes (with a last certificate).
+    idle_age : None
+        Accepted for a signature common to all solvers; no bundle is kept.
+    callback : callable, optional
+        Called with a :class:`Progress` per certificate (``planes`` is 0); raising StopIteration stops
+        the solver.
+    seed : int
+        Seeds the order in which each pass visits each block's rows.
+
+    Returns
+    -------
+    Result
+        ``w`` is the certified iterate of least J, ``w_last`` the last one certified.
+
+    Raises
+    ------
+    UsageError
+        If the risk is not the hinge loss of a DistributedRisk, the regularizer is not L2 or the labels
+        are not -1/+1.
+    """
+    if not hasattr(risk, "attach") or getattr(risk.loss, "name", None) != "hinge":
+        raise UsageError("solver 'dcd' solves the hinge loss's dual: it needs the hinge loss's "
+                         "DistributedRisk (its data), not another loss or a plain function")
+    if getattr(regularizer, "name", None) != "l2":
+        raise UsageError("solver 'dcd' needs the l2 regularizer")
+    if len(w0) != risk.dim:
+        raise UsageError(f"w0 has length {len(w0)}, the data {risk.dim}")
+    ranks = risk.attach(DualDescentRanks, lam, seed)
+    if ranks.dual.problem is not None:
+        raise UsageError(f"solver 'dcd': {ranks.dual.problem}")
+    recorder = Recorder(epsilon, rel_epsilon, callback)
+    best_objective, best_w, lower_bound, last_spread, last_certified = np.inf, None, -np.inf, np.inf, 0
+    started, data_seconds = time.perf_counter(), 0.0
+    for t in range(1, max_iter + 1):
+        spread, active, seconds = risk.request(_PASS)
+        data_seconds += seconds
+        if not (spread <= 0.5 * last_spread or t - last_certified >= CERTIFY_EVERY or t == max_iter):
+            continue
+        objective, bound, w, certify_seconds = risk.request(_CERTIFY)
+        if not (np.isfinite(objective) and np.isfinite(bound)):
+            raise InputError(f"the objective or its dual is not finite after pass {t}")
+        if objective < best_objective:
+            best_objective, best_w = objective, w
+        lower_bound = max(lower_bound, bound)
+        seconds = time.perf_counter() - started
+        row = Progress(t, objective, best_objective, lower_bound, best_objective - lower_bound, 0,
+                       data_seconds + certify_seconds, 0.0, seconds - data_seconds - certify_seconds,
+                       time.perf_counter() - recorder.started)
+        if recorder.record(row):
+            break
+        last_spread, last_certified = spread, t
+        started, data_seconds = time.perf_counter(), 0.0
+        if active < risk.n_total and spread < RESET_SPREAD:
+            risk.request(_RESET)
+    return recorder.result(best_w, best_objective, w)

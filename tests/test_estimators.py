@@ -326,7 +326,8 @@ def test_features_no_example_has_get_weight_zero_and_the_run_the_same_optimum():
 def test_the_default_solver_is_picked_on_the_columns_trained_on():
     # Hashed-text-like data (a few percent of 2^18 columns used, few nonzeros per used column): the
     # estimator trains on the used columns with the default solver, auto, whose pick measures them,
-    # bitwise as fit does on the same compacted data (BMRM here; the full width's would be too).
+    # bitwise as fit does on the same compacted data (dual coordinate descent for the hinge loss on these
+    # few nonzeros; BMRM where they are more than auto.DCD_NONZEROS).
     from prbmrm.estimators import _used_columns
 
     rng = np.random.default_rng(3)
@@ -338,7 +339,7 @@ def test_the_default_solver_is_picked_on_the_columns_trained_on():
 
     with threadpool_limits(1):  # as the estimators run
         result, _, _ = run((compact, y), loss="hinge", lam=1e-3, bias=True, comm=SerialComm())
-    assert "(bmrm: " in result.message
+    assert "(dcd: " in result.message
     np.testing.assert_array_equal(model.coef_[0, used], result.w[:-1])
     assert model.n_iter_ == result.nit
 

@@ -70,10 +70,12 @@ class _BMRMEstimator(BaseEstimator):
         ``{"tau": 0.9}`` for ``quantile``.
     solver : str or None, default None
         A key of :data:`prbmrm.solvers.SOLVERS`; None: that of
-        :func:`prbmrm.solvers.default_solver` (``bmrm`` with `warm_start`,
-        whose planes carry over, else ``auto`` for a quadratic `reg`: the
-        solver :func:`prbmrm.solvers.auto.pick_solver` picks from the
-        measured data, on the columns some example has).
+        :func:`prbmrm.solvers.default_solver` (``auto`` for a quadratic
+        `reg`: the solver :func:`prbmrm.solvers.auto.pick_solver` picks
+        from the measured data, on the columns some example has); with
+        `warm_start`, ``auto`` for the hinge loss with ``l2`` (its pick on
+        modest data, dual coordinate descent, carries its dual point over),
+        else ``bmrm``, whose planes carry over.
     reg : str, default "l2"
         A key of :data:`prbmrm.regularizers.REGULARIZERS`.
     epsilon, rel_epsilon : float or None, default None
@@ -94,7 +96,9 @@ class _BMRMEstimator(BaseEstimator):
         with the same loss, solver, regularizer and bias, whatever its `lam`
         and whichever estimator object made it (so the clones GridSearchCV
         fits share it): from its w and, for BMRM, its cutting planes, which
-        bound the empirical risk for every lam (as on a lambda path). The
+        bound the empirical risk for every lam (as on a lambda path), or, for
+        dual coordinate descent, its dual point (each alpha_i's place in its
+        box, feasible for every lam). The
         optimum is certified as always, but the w returned within the gap
         then depends on the fits made before. The data are found by a cheap
         key (shapes, nonzeros and a sample of their values) and the earlier
@@ -183,8 +187,10 @@ class _BMRMEstimator(BaseEstimator):
         comm = get_comm()
         if loss_params is None:
             loss_params = self.loss_params
-        # None: fit picks by the data; a warm start wants planes that carry over (BMRM).
-        solver = self.solver or (default_solver(self.lam, self.reg, True) if self.warm_start else None)
+        # None: fit picks by the data. A warm start wants what carries over: for the hinge loss with l2, auto
+        # (whose pick there, dual coordinate descent, starts from the dual point); else BMRM's planes.
+        carried = "auto" if loss == "hinge" and self.reg == "l2" else default_solver(self.lam, self.reg, True)
+        solver = self.solver or (carried if self.warm_start else None)
         key = _fit_key(X, y, options, (loss, loss_params, self.bias, solver, self.reg)) if self.warm_start else None
         n_features = X.shape[1]
         # With solver None, fit's default (auto) measures the columns trained on, as any data.

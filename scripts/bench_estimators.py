@@ -23,8 +23,9 @@ per (loss, lam) on all rows follows, with the seconds of its risk
 evaluations and of its subproblems (the share the subproblem takes); with
 ``--email``, the fits of the grid in GridSearchCV's order (each lam on each
 fold, then the refit at the best lam), cold and with ``warm_start=True``: the
-solver, iterations, CPU seconds and their part outside the iterations
-(validation, the data's copies and blocks, the oracle).
+solver, iterations (and dual coordinate descent's passes), CPU seconds, and
+the wall seconds of the risk evaluations (dcd: passes and certificates) and of
+the subproblems.
 
     python scripts/bench_estimators.py [--lams 1e-2 1e-3 1e-4] [--repeats 1] [--per-fit]
 """
@@ -137,8 +138,8 @@ def email_per_fit(lams, X, y, best):
     from prbmrm.estimators import BMRMClassifier
 
     folds = list(StratifiedKFold(3).split(X, y)) + [(np.arange(len(y)), None)]
-    print(f"{'start':<5} {'lam':>7} {'fold':>5} {'solver':<9} {'iters':>6} {'cpu s':>7} {'in iters':>8} "
-          f"{'outside':>8} {'gap':>9}")
+    print(f"{'start':<5} {'lam':>7} {'fold':>5} {'solver':<9} {'iters':>6} {'passes':>6} {'cpu s':>7} "
+          f"{'risk s':>7} {'sub s':>7} {'gap':>9}")
     for warm in (False, True):
         total = 0.0
         for lam, fold in [(lam, f) for lam in lams for f in range(3)] + [(best, 3)]:
@@ -149,11 +150,13 @@ def email_per_fit(lams, X, y, best):
                 fitted = BMRMClassifier(lam=lam, warm_start=warm).fit(X[rows], y[rows])
             cpu = time.process_time() - cpu
             total += cpu
-            # The iterations' own seconds (wall clock: on a busy machine they may exceed the CPU's).
-            inside = float(fitted.history_["seconds_total"][-1])
-            solver = fitted.message_.rsplit("(", 1)[-1].split(":")[0] if "(" in fitted.message_ else "bmrm"
+            message = fitted.message_
+            solver = message.rsplit("(", 1)[-1].split(":")[0] if "(" in message else "bmrm"
+            passes = message.split(" after ")[1].split()[0] if " passes" in message else "-"
+            # The iterations' risk and subproblem seconds are wall clock: on a busy machine above the CPU's.
+            risk, sub = (float(np.sum(fitted.history_[f"seconds_{k}"])) for k in ("risk", "subproblem"))
             print(f"{'warm' if warm else 'cold':<5} {lam:7.0e} {'all' if fold == 3 else fold:>5} {solver:<9} "
-                  f"{fitted.n_iter_:6d} {cpu:7.3f} {inside:8.3f} {cpu - inside:8.3f} {fitted.gap_:9.3g}")
+                  f"{fitted.n_iter_:6d} {passes:>6} {cpu:7.3f} {risk:7.3f} {sub:7.3f} {fitted.gap_:9.3g}")
         print(f"{'warm' if warm else 'cold'}: {total:.2f} CPU s in the fits; load average {os.getloadavg()[0]:.1f}")
 
 

@@ -247,9 +247,9 @@ def test_warm_start_reuses_the_planes_of_the_same_training_data_only():
 
     X, y = a9a(2000)
     lam, m = 1e-3, X.shape[0]
-    BMRMClassifier(lam=1e-2, warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
-    warm = BMRMClassifier(lam=lam, warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
-    cold = BMRMClassifier(lam=lam, solver="bmrm", rel_epsilon=0, epsilon=1e-6).fit(X, y)  # warm_start's solver
+    BMRMClassifier(lam=1e-2, solver="bmrm", warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
+    warm = BMRMClassifier(lam=lam, solver="bmrm", warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
+    cold = BMRMClassifier(lam=lam, solver="bmrm", rel_epsilon=0, epsilon=1e-6).fit(X, y)
     assert warm.n_iter_ < cold.n_iter_
     assert abs(warm.objective_ - cold.objective_) <= 1e-6
     svc = LinearSVC(loss="hinge", C=1.0 / (lam * m), tol=1e-8, max_iter=200000).fit(X, y)
@@ -259,8 +259,34 @@ def test_warm_start_reuses_the_planes_of_the_same_training_data_only():
         warm.objective_, rel=1e-12)
     assert warm.objective_ - warm.gap_ <= liblinear + 1e-9 and warm.objective_ <= liblinear + 1e-6
     # Other data: nothing to reuse, the fit is the cold one.
-    half = BMRMClassifier(lam=lam, warm_start=True).fit(X[:1000], y[:1000])
+    half = BMRMClassifier(lam=lam, solver="bmrm", warm_start=True).fit(X[:1000], y[:1000])
     np.testing.assert_array_equal(half.coef_, BMRMClassifier(lam=lam, solver="bmrm").fit(X[:1000], y[:1000]).coef_)
+
+
+def test_warm_start_of_the_hinge_loss_carries_the_dual_point():
+    # For the hinge loss with l2, warm_start runs auto, whose pick here is dual coordinate descent: a fit
+    # after another lam's on the same data starts from that fit's dual point (its first certificate's bound
+    # beyond a cold start's) and certifies the optimum of a cold fit and LIBLINEAR's; on other data it is the
+    # cold fit, bitwise. (It saves no passes here: 1e-4's point is no closer to 1e-3's optimum than 0 is.)
+    from sklearn.svm import LinearSVC
+
+    X, y = a9a(2000)
+    lam, m = 1e-3, X.shape[0]
+
+    BMRMClassifier(lam=1e-4, warm_start=True, rel_epsilon=1e-5).fit(X, y)
+    warm = BMRMClassifier(lam=lam, warm_start=True, rel_epsilon=1e-5).fit(X, y)
+    cold = BMRMClassifier(lam=lam, rel_epsilon=1e-5).fit(X, y)
+    assert "(dcd: " in warm.message_ and "(dcd: " in cold.message_
+    assert warm.history_["lower_bound"][0] > cold.history_["lower_bound"][0]
+    assert warm.objective_ - warm.gap_ <= cold.objective_ and cold.objective_ - cold.gap_ <= warm.objective_
+    svc = LinearSVC(loss="hinge", C=1.0 / (lam * m), tol=1e-8, max_iter=200000).fit(X, y)
+    Xb, yb = with_bias(X), np.where(y > 0, 1.0, -1.0)
+    liblinear = hinge_objective(Xb, yb, np.r_[svc.coef_.ravel(), svc.intercept_], lam)
+    assert hinge_objective(Xb, yb, np.r_[warm.coef_.ravel(), warm.intercept_], lam) == pytest.approx(
+        warm.objective_, rel=1e-12)
+    assert warm.objective_ - warm.gap_ <= liblinear + 1e-9 and liblinear <= warm.objective_ + 1e-9
+    half = BMRMClassifier(lam=lam, warm_start=True).fit(X[:1000], y[:1000])
+    np.testing.assert_array_equal(half.coef_, BMRMClassifier(lam=lam).fit(X[:1000], y[:1000]).coef_)
 
 
 def test_warm_starts_carry_across_a_grid_of_lambdas_in_grid_search():
@@ -352,7 +378,7 @@ def test_a_warm_start_of_other_data_under_the_same_key_is_not_used(monkeypatch):
     monkeypatch.setattr(estimators, "_fit_key", lambda *args: "collision")
     monkeypatch.setattr(estimators, "_WARM_STARTS", type(estimators._WARM_STARTS)())
     X, y = a9a(1500)
-    options = dict(lam=1e-3, warm_start=True, rel_epsilon=0, epsilon=1e-6)
+    options = dict(lam=1e-3, solver="bmrm", warm_start=True, rel_epsilon=0, epsilon=1e-6)
     other = X.copy()
     other.data = other.data * 3.0  # the same shapes and nonzeros, another risk
     BMRMClassifier(**options).fit(other, y)

@@ -176,7 +176,8 @@ class _Continuation:
 
 
 def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10,
-                  bundle_size=0, bundle_memory=0, callback=None, first="", handover=1, state=None, checkpoint=None):
+                  bundle_size=0, bundle_memory=0, callback=None, first="", handover=1, state=None, checkpoint=None,
+                  dual=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with the solver :func:`pick_solver` names, handing over
     to BMRM if it stalls.
 
@@ -197,6 +198,9 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     handover : int
         1: watch the first solver and hand over to BMRM when it stalls or
         stops making progress (status 4); 0: never.
+    dual : ndarray, optional
+        A start for dual coordinate descent (:func:`~prbmrm.solvers.dcd.minimize_dcd`'s `dual`), used
+        if that is the pick.
     state, checkpoint
         As for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`: a run that writes
         checkpoints (or resumes) runs one solver, without hand-over; the
@@ -223,6 +227,8 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     limits = {"bundle_size": bundle_size, "bundle_memory": bundle_memory}
     if "bundle_size" in inspect.signature(get_solver(name)).parameters:
         options.update(limits)
+    if dual is not None and "dual" in inspect.signature(get_solver(name)).parameters:
+        options["dual"] = dual
     watch = _Watch(callback, max_iter) if handover and name != "bmrm" else None
     result = get_solver(name)(risk, w0, lam, regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
                               max_iter=max_iter, idle_age=idle_age, callback=watch or callback, **options)

@@ -135,9 +135,14 @@ class DualDescentRanks:
         lower_bound = lam * (alpha_sum - 0.5 * float(v @ v))
         return objective, lower_bound, self.w.copy(), time.perf_counter() - started
 
+    def start_from(self, fractions):
+        """Start from ``alpha = fractions * C`` and its w (rank 0, before the first pass)."""
+        self.alpha = np.clip(np.asarray(fractions, dtype=np.float64), 0.0, 1.0) * self.upper
+        self.w = np.asarray(self._X.T @ (self._y * self.alpha), dtype=np.float64).ravel()
+
 
 def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=None,
-                 callback=None, seed=0):
+                 callback=None, seed=0, dual=None):
     """Minimize the L2-regularized hinge risk by dual coordinate descent with shrinking.
 
     Every row of the progress table is a certificate: J at the current w, the best J so far, the lower
@@ -167,7 +172,10 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
         Called with a :class:`Progress` per certificate (``planes`` is 0); raising StopIteration stops
         the solver.
     seed : int
-        Seeds the order in which each pass visits each block's rows.
+        Seeds the order in which each pass visits the rows.
+    dual : ndarray, optional
+        Rank 0: a start, the ``dual`` of an earlier result on the same data (any lam): each alpha_i as
+        a fraction of its box ``[0, 1 / (lam n)]``. None: alpha = 0.
 
     Returns
     -------
@@ -191,6 +199,10 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
     ranks = risk.attach(DualDescentRanks, lam, seed)
     if ranks.dual.problem is not None:
         raise UsageError(f"solver 'dcd': {ranks.dual.problem}")
+    if dual is not None:
+        if len(dual) != risk.n_total:
+            raise UsageError(f"a dual start of {len(dual)} examples for data of {risk.n_total}")
+        ranks.start_from(dual)
     recorder = Recorder(epsilon, rel_epsilon, callback)
     best_objective, best_w, last_spread, lower_bound, passes = np.inf, None, np.inf, -np.inf, 0
     for t in range(1, max_iter + 1):
@@ -217,4 +229,5 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
             risk.request(_RESET)
     result = recorder.result(best_w, best_objective, w)
     result.message = f"{result.message} after {passes} passes"
+    result.dual = ranks.alpha / ranks.upper
     return result

@@ -139,3 +139,30 @@ def test_dcd_run_is_the_same_on_every_rank_count(comm, mpi_tmp_path):
         np.testing.assert_array_equal(result.w, expected.w)
         for column in ("objective", "best_objective", "lower_bound", "gap"):
             np.testing.assert_array_equal(result.history[column], expected.history[column])
+
+
+def test_a_dual_start_from_another_lam_certifies_the_same_optimum(a9a_600):
+    # The dual point of a fit at one lam, its alpha_i as fractions of the box, is feasible at any lam: a
+    # fit started from it certifies the same optimum as a cold fit (cvxpy's, and inside the cold bracket).
+    X, y = a9a_600
+    lam = 1e-4
+    w = cp.Variable(X.shape[1])
+    problem = cp.Problem(cp.Minimize(0.5 * lam * cp.sum_squares(w) + cp.sum(cp.pos(1 - cp.multiply(y, X @ w)))
+                                     / len(y)))
+    problem.solve(solver=cp.CLARABEL)
+
+    def run(lam, dual=None):
+        risk = DistributedRisk(get_loss("hinge"), X, y, len(y), SerialComm(), blocks=[0, 300, 600])
+        return minimize(risk, np.zeros(risk.dim), lam, method="dcd", rel_epsilon=1e-4, dual=dual)
+
+    cold = run(lam)
+    for other in (1e-2, 1e-6):
+        start = run(other).dual
+        assert np.all((start >= 0) & (start <= 1)) and np.any(start > 0)
+        warm = run(lam, start)
+        assert warm.success and warm.gap <= 1e-4 * warm.fun
+        assert problem.value * (1 - 1e-7) <= warm.fun <= problem.value * (1 + 1e-4)
+        assert warm.lower_bound <= problem.value * (1 + 1e-7)
+        assert cold.lower_bound <= warm.fun and warm.lower_bound <= cold.fun
+    with pytest.raises(UsageError, match="dual start of 5 examples"):
+        run(lam, np.zeros(5))

@@ -280,7 +280,7 @@ assert not r.SERVICES, sorted(r.SERVICES)  # a fresh process has imported no sol
 X, y = np.array([[1.0, 1.0], [-1.0, 1.0]]), np.array([1.0, -1.0])
 oracle = r.DistributedRisk(get_loss("hinge"), X, y, 2, SerialComm())
 for name, args in (("pragam", [0.001, True, None]), ("argsup", []), ("tron", [0.0]),
-                   ("planes", [0.001, "l2", {}, 10, 0, 0])):
+                   ("planes", [0.001, "l2", {}, 10, 0, 0]), ("dcd", [0.001, 0])):
     built = oracle._build_service([name, args])
     assert type(built) is r.SERVICES[name] and type(built).__module__ == r.SERVICE_MODULES[name], name
 assert sorted(r.SERVICES) == sorted(r.SERVICE_MODULES)

@@ -106,18 +106,19 @@ def test_dcd_and_bmrm_brackets_overlap_on_hashed_text():
         assert runs[other].lower_bound <= runs[method].fun and runs[method].lower_bound <= runs[other].fun
 
 
-def test_dcd_refuses_what_it_cannot_solve():
+@pytest.mark.parametrize("method", ["dcd", "pragam", "pragam_b"])
+def test_the_hinge_duals_refuse_what_they_cannot_solve(method):
     X = np.random.default_rng(0).normal(size=(20, 3))
     y = np.where(X[:, 0] > 0, 1.0, -1.0)
     logistic = DistributedRisk(get_loss("logistic"), X, y, 20, SerialComm())
     with pytest.raises(UsageError, match="hinge"):
-        minimize(logistic, np.zeros(3), 0.1, method="dcd")
+        minimize(logistic, np.zeros(3), 0.1, method=method)
     with pytest.raises(UsageError, match="hinge"):
-        minimize(lambda w: (0.0, w), np.zeros(3), 0.1, method="dcd")
+        minimize(lambda w: (0.0, w), np.zeros(3), 0.1, method=method)
     hinge = DistributedRisk(get_loss("hinge"), X, y, 20, SerialComm())
     with pytest.raises(UsageError, match="l2"):
-        minimize(hinge, np.zeros(3), 0.1, method="dcd", reg="l1")
-    assert "dcd" in SOLVERS
+        minimize(hinge, np.zeros(3), 0.1, method=method, reg="l1")
+    assert method in SOLVERS
 
 
 @pytest.mark.distributed

@@ -81,6 +81,7 @@ class DualDescentRanks:
         local = sp.vstack([sp.csr_matrix(X, dtype=np.float64) for X, _ in risk.blocks], format="csr") \
             if risk.blocks else sp.csr_matrix((0, risk.dim))
         local.sort_indices()
+        self._local = local  # its products by row are the blocks' products, bitwise: one call per certificate
         counts = self.comm.gather_counts(local.shape[0])
         self._rows = slice(int(np.sum(counts[:self.comm.rank])), int(np.sum(counts[:self.comm.rank + 1])))
         nonzeros = int(self.comm.allreduce_sum(np.array([local.nnz], dtype=np.int64))[0])
@@ -95,7 +96,8 @@ class DualDescentRanks:
             self._X = sp.csr_matrix((data, indices, np.concatenate([[0], np.cumsum(lengths)])),
                                     shape=(risk.n_total, risk.dim))
             self._y = self.comm.allgatherv_array(self.dual.y, risk.n_total)
-            self._diagonal = np.asarray(self._X.multiply(self._X).sum(axis=1), dtype=np.float64).ravel()
+            rows = np.repeat(np.arange(risk.n_total), lengths)
+            self._diagonal = np.bincount(rows, weights=data * data, minlength=risk.n_total)
             self._reset()
         else:
             self.comm.allgatherv_array(self.dual.y, risk.n_total)
@@ -129,7 +131,7 @@ class DualDescentRanks:
         self.comm.bcast_array(self.alpha)
         dual, lam = self.dual, self.dual.lam
         alpha = self.alpha[self._rows]
-        hinge = dual.block_sums(np.maximum(0.0, 1.0 - dual.y * dual.scores(self.w)))
+        hinge = dual.block_sums(np.maximum(0.0, 1.0 - dual.y * (self._local @ self.w)))
         (v,), (hinge_sum, alpha_sum) = dual.adjoint([dual.y * alpha], [hinge, dual.block_sums(alpha)])
         objective = 0.5 * lam * float(self.w @ self.w) + hinge_sum / dual.n
         lower_bound = lam * (alpha_sum - 0.5 * float(v @ v))

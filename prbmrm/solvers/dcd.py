@@ -13,21 +13,21 @@ LIBLINEAR's shrinking: an example at a bound whose gradient points out of the bo
 pass's extreme projected gradients is skipped until the active set is reset.
 
 The passes are sequential, one example after the other, in a random order of all examples drawn anew
-each pass from ``(seed, pass)`` (an order random only within the canonical blocks, visited in turn,
-converged 8x slower on email-like text). Rank 0 therefore gathers every rank's rows in canonical order and
-runs the passes alone: 1, 2 or 3 ranks run the same floating-point operations in the same order, bitwise
-the same w. The ranks gain no speed (they serve the certificates' sums): this solver is for problems of
-modest size (see :data:`prbmrm.solvers.auto.DCD_NONZEROS`), where LIBLINEAR's method needs a fraction of
-the bundle methods' time at small lam.
+each pass from one generator seeded with `seed` (an order random only within the canonical blocks,
+visited in turn, converged 8x slower on email-like text). Rank 0 therefore gathers every rank's rows in
+canonical order and runs the passes and the certificates alone: 1, 2 or 3 ranks run the same
+floating-point operations in the same order, bitwise the same run. The ranks gain no speed: this solver
+is for problems of modest size (see :data:`prbmrm.solvers.auto.DCD_NONZEROS`), where LIBLINEAR's method
+needs a fraction of the bundle methods' time at small lam.
 
 An iteration (a row of the progress table) is a run of passes that ends in a certificate: after the first
 pass, after a pass whose spread of projected gradients (LIBLINEAR's stopping measure) fell below half of
-its value at the last certificate, or after :data:`CERTIFY_EVERY` passes. A certificate is one
-reproducible sum over the canonical blocks: J at rank 0's w (the hinge sums per block) and
-``lam D(alpha)`` (``sum_i y_i alpha_i x_i`` and the sums of alpha).
+its value at the last certificate, or after :data:`CERTIFY_EVERY` passes. A certificate is J at the
+passes' w and ``lam D(alpha)``, with ``sum_i alpha_i y_i x_i`` computed afresh (one product over the
+gathered rows each).
 
 Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.distributed.oracle`,
-:mod:`prbmrm.kernels.sparse`, :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.dual`.
+:mod:`prbmrm.kernels.sparse`, :mod:`prbmrm.solvers.base`.
 """
 
 import time
@@ -39,7 +39,6 @@ from ..distributed.oracle import service
 from ..errors import InputError, UsageError
 from ..kernels.sparse import hinge_dual_pass
 from .base import Progress, Recorder
-from .dual import SVMDual
 
 CERTIFY_EVERY = 32
 """Passes between certificates at most."""
@@ -53,11 +52,11 @@ _PASS, _CERTIFY, _RESET = 0, 1, 2
 
 @service("dcd")
 class DualDescentRanks:
-    """The part of dual coordinate descent that runs on every rank.
+    """The part of dual coordinate descent that runs on every rank: the gathering of the rows.
 
     Built on every rank by ``risk.attach(DualDescentRanks, lam, seed)``, which gathers every rank's rows
-    onto rank 0 in canonical order; ``handle(code)`` runs a pass (code 0, rank 0 alone), a certificate
-    (code 1, every rank) or a reset of the active set (code 2, rank 0 alone). Rank 0 reads the results.
+    and labels onto rank 0 in canonical order; ``handle(code)`` runs a pass (code 0), a certificate
+    (code 1) or a reset of the active set (code 2) on rank 0 alone (the other ranks return None).
 
     Parameters
     ----------
@@ -68,43 +67,41 @@ class DualDescentRanks:
 
     Attributes
     ----------
-    dual : prbmrm.solvers.dual.SVMDual
-        The reproducible sums of the certificates (no offset: a ``--bias`` weight is regularized as any).
     w : ndarray
-        ``sum_i alpha_i y_i x_i`` as updated by the passes (rank 0; on every rank after a certificate).
+        ``sum_i alpha_i y_i x_i`` as updated by the passes (rank 0).
+    problem : str or None
+        Rank 0: why the data do not suit the dual (labels not -1/+1).
     """
 
     def __init__(self, risk, lam, seed):
-        self.dual = SVMDual(risk, lam, False)
-        self.comm, self.seed = risk.comm, int(seed)
-        self.upper = 1.0 / (float(lam) * risk.n_total)
+        self.comm, self.lam = risk.comm, float(lam)
+        self.upper = 1.0 / (self.lam * risk.n_total)
         local = sp.vstack([sp.csr_matrix(X, dtype=np.float64) for X, _ in risk.blocks], format="csr") \
             if risk.blocks else sp.csr_matrix((0, risk.dim))
         local.sort_indices()
-        self._local = local  # its products by row are the blocks' products, bitwise: one call per certificate
-        counts = self.comm.gather_counts(local.shape[0])
-        self._rows = slice(int(np.sum(counts[:self.comm.rank])), int(np.sum(counts[:self.comm.rank + 1])))
         nonzeros = int(self.comm.allreduce_sum(np.array([local.nnz], dtype=np.int64))[0])
-        parts = [self.comm.allgatherv_array(part, limit) for part, limit in (
+        data, indices, lengths, y = [self.comm.allgatherv_array(part, limit) for part, limit in (
             (local.data, nonzeros), (local.indices.astype(np.int64), nonzeros),
-            (np.diff(local.indptr).astype(np.int64), risk.n_total))]
+            (np.diff(local.indptr).astype(np.int64), risk.n_total),
+            (np.concatenate([np.zeros(0)] + [np.asarray(y, dtype=np.float64) for _, y in risk.blocks]),
+             risk.n_total))]
         self.alpha = np.zeros(risk.n_total)
         self.w = np.zeros(risk.dim)
-        self.passes = 0
+        self.problem = None
         if self.comm.is_root:
-            data, indices, lengths = parts
             self._X = sp.csr_matrix((data, indices, np.concatenate([[0], np.cumsum(lengths)])),
                                     shape=(risk.n_total, risk.dim))
-            self._y = self.comm.allgatherv_array(self.dual.y, risk.n_total)
-            rows = np.repeat(np.arange(risk.n_total), lengths)
-            self._diagonal = np.bincount(rows, weights=data * data, minlength=risk.n_total)
+            self._y = y
+            self._diagonal = np.bincount(np.repeat(np.arange(risk.n_total), lengths), weights=data * data,
+                                         minlength=risk.n_total)
+            if not np.all(np.abs(y) == 1.0):
+                self.problem = "the dual of the hinge SVM needs labels in {-1, +1}"
+            self._random = np.random.default_rng(int(seed))
             self._reset()
-        else:
-            self.comm.allgatherv_array(self.dual.y, risk.n_total)
 
     def handle(self, code):
-        """Run the step `code` (0: a pass, 1: a certificate, 2: reset the active set) on this rank."""
-        return (self._pass, self._certify, self._reset)[code]() if code == _CERTIFY or self.comm.is_root else None
+        """Run the step `code` (0: a pass, 1: a certificate, 2: reset the active set) on rank 0."""
+        return (self._pass, self._certify, self._reset)[code]() if self.comm.is_root else None
 
     def _reset(self):
         self.active = np.arange(self._X.shape[0])
@@ -114,27 +111,23 @@ class DualDescentRanks:
         """One pass over the active rows in a random order; returns the spread of the projected gradients,
         the number of active rows and the seconds taken."""
         started = time.perf_counter()
-        order = self.active[np.random.default_rng([self.seed, self.passes]).permutation(self.active.size)]
+        order = self._random.permutation(self.active)
         keep = np.empty(order.size, dtype=np.int8)
         high, low = hinge_dual_pass(self._X.indptr, self._X.indices, self._X.data, self._y, self._diagonal,
                                     order, self.upper, self.before[0], self.before[1], self.alpha, self.w, keep)
-        self.active = np.sort(order[keep.view(bool)])
+        self.active = order[keep.view(bool)]
         # LIBLINEAR's bounds for the next pass's shrinking: none where the pass saw no violation that side.
         self.before = (high if high > 0.0 else np.inf, low if low < 0.0 else -np.inf)
-        self.passes += 1
         return high - low, self.active.size, time.perf_counter() - started
 
     def _certify(self):
-        """J at w and ``lam D(alpha)``, in one reproducible sum; returns them, w and the seconds taken."""
+        """J at w and ``lam D(alpha)`` over the gathered rows; returns them, w and the seconds taken."""
         started = time.perf_counter()
-        self.comm.bcast_array(self.w)
-        self.comm.bcast_array(self.alpha)
-        dual, lam = self.dual, self.dual.lam
-        alpha = self.alpha[self._rows]
-        hinge = dual.block_sums(np.maximum(0.0, 1.0 - dual.y * (self._local @ self.w)))
-        (v,), (hinge_sum, alpha_sum) = dual.adjoint([dual.y * alpha], [hinge, dual.block_sums(alpha)])
-        objective = 0.5 * lam * float(self.w @ self.w) + hinge_sum / dual.n
-        lower_bound = lam * (alpha_sum - 0.5 * float(v @ v))
+        X, y, lam = self._X, self._y, self.lam
+        v = X.T @ (y * self.alpha)  # sum_i alpha_i y_i x_i afresh: the passes' w carries their rounding
+        hinge = float(np.sum(np.maximum(0.0, 1.0 - y * (X @ self.w))))
+        objective = 0.5 * lam * float(self.w @ self.w) + hinge / len(y)
+        lower_bound = lam * (float(np.sum(self.alpha)) - 0.5 * float(v @ v))
         return objective, lower_bound, self.w.copy(), time.perf_counter() - started
 
     def start_from(self, fractions):
@@ -199,8 +192,8 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
     if len(w0) != risk.dim:
         raise UsageError(f"w0 has length {len(w0)}, the data {risk.dim}")
     ranks = risk.attach(DualDescentRanks, lam, seed)
-    if ranks.dual.problem is not None:
-        raise UsageError(f"solver 'dcd': {ranks.dual.problem}")
+    if ranks.problem is not None:
+        raise UsageError(f"solver 'dcd': {ranks.problem}")
     if dual is not None:
         if len(dual) != risk.n_total:
             raise UsageError(f"a dual start of {len(dual)} examples for data of {risk.n_total}")

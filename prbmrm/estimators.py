@@ -97,8 +97,8 @@ class _BMRMEstimator(BaseEstimator):
         and whichever estimator object made it (so the clones GridSearchCV
         fits share it): from its w and, for BMRM, its cutting planes, which
         bound the empirical risk for every lam (as on a lambda path), or, for
-        dual coordinate descent, its dual point (each alpha_i's place in its
-        box, feasible for every lam). The
+        dual coordinate descent, its dual point (clipped to the new lam's
+        box, feasible there). The
         optimum is certified as always, but the w returned within the gap
         then depends on the fits made before. The data are found by a cheap
         key (shapes, nonzeros and a sample of their values) and the earlier

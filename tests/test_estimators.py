@@ -264,15 +264,16 @@ def test_warm_start_reuses_the_planes_of_the_same_training_data_only():
 
 
 def test_warm_start_of_the_hinge_loss_carries_the_dual_point():
-    # For the hinge loss with l2, warm_start runs auto, whose pick here is dual coordinate descent: a fit
-    # after another lam's on the same data starts from that fit's dual point (its first certificate's bound
-    # beyond a cold start's) and certifies the optimum of a cold fit and LIBLINEAR's; on other data it is the
-    # cold fit, bitwise. (It saves few passes: 1e-2's point is little closer to 1e-3's optimum than 0 is.)
+    # For the hinge loss with l2, warm_start runs auto, whose pick on hashed-text-like data is dual coordinate
+    # descent: a fit after another lam's on the same data starts from that fit's dual point (its first
+    # certificate's bound beyond a cold start's) and certifies the optimum of a cold fit and LIBLINEAR's; on
+    # other data it is the cold fit, bitwise.
     from sklearn.svm import LinearSVC
 
-    X, y = a9a(2000)
+    rng = np.random.default_rng(5)
+    X = sp.random(900, 2**16, density=1e-3, format="csr", random_state=rng, data_rvs=rng.random)
+    y = np.where(X @ rng.standard_normal(2**16) + 0.05 * rng.standard_normal(900) > 0, 1, 0)
     lam, m = 1e-3, X.shape[0]
-
     first = BMRMClassifier(lam=1e-2, warm_start=True, rel_epsilon=1e-5).fit(X, y)
     assert " passes (dcd: " in first.message_  # dcd alone: no hand-over to BMRM, whose result keeps no dual point
     warm = BMRMClassifier(lam=lam, warm_start=True, rel_epsilon=1e-5).fit(X, y)
@@ -286,8 +287,8 @@ def test_warm_start_of_the_hinge_loss_carries_the_dual_point():
     assert hinge_objective(Xb, yb, np.r_[warm.coef_.ravel(), warm.intercept_], lam) == pytest.approx(
         warm.objective_, rel=1e-12)
     assert warm.objective_ - warm.gap_ <= liblinear + 1e-9 and liblinear <= warm.objective_ + 1e-9
-    half = BMRMClassifier(lam=lam, warm_start=True).fit(X[:1000], y[:1000])
-    np.testing.assert_array_equal(half.coef_, BMRMClassifier(lam=lam).fit(X[:1000], y[:1000]).coef_)
+    half = BMRMClassifier(lam=lam, warm_start=True).fit(X[:450], y[:450])
+    np.testing.assert_array_equal(half.coef_, BMRMClassifier(lam=lam).fit(X[:450], y[:450]).coef_)
 
 
 def test_warm_starts_carry_across_a_grid_of_lambdas_in_grid_search():

@@ -11,11 +11,14 @@ on any number of ranks), so that 1, 2 or 3 ranks take the same path:
   where the columns' root mean squares spread over more than :data:`SCALE_SPREAD` (kddcup99's raw
   counts: 1.8e5), its conjugate gradients crawl (kddcup99, logistic, lam 1e-4: 117 rows and 1.8x the
   proximal method's CPU), so the rule below applies;
-- the hinge loss with the l2 regularizer on at most :data:`DCD_NONZEROS` nonzeros:
-  :func:`~prbmrm.solvers.dcd.minimize_dcd`, LIBLINEAR's dual coordinate descent, whose passes skip the
-  examples at a bound and need no subproblem (email-like hashed text, a fold of 3,022 x 2^20, lam 1e-5:
-  0.29 CPU s against BMRM's 1.21 s; the 4,534 rows of the refit, where the proximal method took 330
-  iterations);
+- the hinge loss with the l2 regularizer on at least :data:`DCD_WEIGHTS` weights and at most
+  :data:`DCD_NONZEROS` nonzeros: :func:`~prbmrm.solvers.dcd.minimize_dcd`, LIBLINEAR's dual coordinate
+  descent, whose passes cost the nonzeros of the examples not at a bound, where each iteration of the
+  bundle methods does dense work of length d and solves a subproblem (email-like hashed text, 23,210
+  columns used of 2^20, a fold of 3,022 rows, lam 1e-5: 0.09-0.29 CPU s against BMRM's 1.2 s; the
+  4,534 rows of the refit, 0.19-0.31 s where the proximal method took 330 iterations and 2.8 s); on
+  a9a's 124 weights the proximal method's cheap iterations win (hinge, lam 1e-4: 0.09 against 0.15 CPU
+  s; 1e-6: 0.43 against 1.1);
 - the hinge loss otherwise, and any other loss, on data whose nonzeros outnumber the weights by at least
   :data:`PROXIMAL_RATIO`: the proximal bundle method (fewest iterations, its dense O(d) work per
   iteration small beside the data pass);
@@ -46,6 +49,9 @@ SCALE_SPREAD = 1e3
 
 DCD_NONZEROS = 2**24
 """Dual coordinate descent, which gathers the data onto rank 0, is picked on at most this many nonzeros."""
+
+DCD_WEIGHTS = 2**12
+"""Dual coordinate descent is picked on at least this many weights."""
 
 STALL_MIN_ITER = 200
 """The watch lets a solver run at least this many iterations before it may hand over."""
@@ -102,9 +108,10 @@ def pick_solver(risk, regularizer):
     else:
         why = ""
     nonzeros = density(risk) * risk.n_total
-    if risk.loss.name == "hinge" and getattr(regularizer, "name", None) == "l2" and nonzeros <= DCD_NONZEROS:
-        return "dcd", (f"{why}the hinge loss with l2 on about {nonzeros:.3g} nonzeros: dual coordinate descent's "
-                       "passes skip the examples at a bound and need no subproblem")
+    if (risk.loss.name == "hinge" and getattr(regularizer, "name", None) == "l2" and risk.dim >= DCD_WEIGHTS
+            and nonzeros <= DCD_NONZEROS):
+        return "dcd", (f"{why}the hinge loss with l2, {risk.dim} weights and about {nonzeros:.3g} nonzeros: dual "
+                       "coordinate descent's passes need no dense work of length d and no subproblem")
     if nonzeros >= PROXIMAL_RATIO * risk.dim:
         return "proximal", (f"{why}about {nonzeros:.3g} nonzeros for {risk.dim} weights: the proximal bundle "
                             "method's fewer iterations pay for its dense work")

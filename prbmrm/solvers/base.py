@@ -289,10 +289,10 @@ class Result:
     alpha : ndarray or None
         The multipliers of `bundle`'s planes.
     dual : ndarray or None
-        Dual coordinate descent's point: each example's ``alpha_i`` as a
-        fraction of its box, in canonical order;
-        ``minimize_dcd(..., dual=result.dual)`` starts from it at any lam
-        (the box scales with lam, the fractions stay feasible).
+        Dual coordinate descent's point: each example's ``alpha_i`` in
+        ``[0, 1 / (lam n)]``, in canonical order;
+        ``minimize_dcd(..., dual=result.dual)`` starts from it at any lam,
+        clipped to that lam's box.
     solver : str or None
         The key of ``prbmrm.solvers.SOLVERS`` that ran, set by
         :func:`prbmrm.training.fit` (which may pick it by the data's dimension).

@@ -130,9 +130,9 @@ class DualDescentRanks:
         lower_bound = lam * (float(np.sum(self.alpha)) - 0.5 * float(v @ v))
         return objective, lower_bound, self.w.copy(), time.perf_counter() - started
 
-    def start_from(self, fractions):
-        """Start from ``alpha = fractions * C`` and its w (rank 0, before the first pass)."""
-        self.alpha = np.clip(np.asarray(fractions, dtype=np.float64), 0.0, 1.0) * self.upper
+    def start_from(self, alpha):
+        """Start from `alpha` clipped to this box ``[0, C]`` and its w (rank 0, before the first pass)."""
+        self.alpha = np.clip(np.asarray(alpha, dtype=np.float64), 0.0, self.upper)
         self.w = np.asarray(self._X.T @ (self._y * self.alpha), dtype=np.float64).ravel()
 
 
@@ -169,8 +169,8 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
     seed : int
         Seeds the order in which each pass visits the rows.
     dual : ndarray, optional
-        Rank 0: a start, the ``dual`` of an earlier result on the same data (any lam): each alpha_i as
-        a fraction of its box ``[0, 1 / (lam n)]``. None: alpha = 0.
+        Rank 0: a start, the ``dual`` of an earlier result on the same data (any lam), clipped to this
+        lam's box ``[0, C]``, ``C = 1 / (lam n)`` (LIBLINEAR's warm start along C). None: alpha = 0.
 
     Returns
     -------
@@ -224,5 +224,5 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
             risk.request(_RESET)
     result = recorder.result(best_w, best_objective, w)
     result.message = f"{result.message} after {passes} passes"
-    result.dual = ranks.alpha / ranks.upper
+    result.dual = ranks.alpha.copy()
     return result

@@ -43,7 +43,7 @@ def test_zero_one_labels_train_without_positive_and_predict_in_their_own_values(
     assert lines[0] == "labels: 0 -> -1, 1 -> +1 (two classes; --positive LABEL chooses the +1 class)"
     assert lines[1].startswith(f"training on 400 examples x 30 features, {ranks} rank(s): loss hinge, l2 lam 0.001")
     assert "; solver auto (the default for a quadratic regularizer, one lam and 30 weights" in lines[1]
-    assert "): dcd first, as " in lines[1]  # auto's pick on this data, named before the first iteration
+    assert "): proximal first, as " in lines[1]  # auto's pick on this data, named before the first iteration
     assert lines[2].split()[0] == "iter" and sum(line.startswith("labels:") for line in lines) == 1
     labels = tmp_path / "labels.txt"
     done, _ = run_ranks(ranks, ["-m", "prbmrm.cli.predict", "--model", str(model), "--data", str(root / "test.svm"),

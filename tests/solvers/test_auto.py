@@ -34,19 +34,20 @@ def test_pick_follows_the_loss_and_the_data(monkeypatch):
     l2 = get_regularizer("l2")
     assert auto.pick_solver(oracle_of("logistic", X, y), l2)[0] == "tron"
     assert auto.pick_solver(oracle_of("squared_hinge", X, y), l2)[0] == "tron"
-    # The hinge loss with l2 on modest data: dual coordinate descent; on more nonzeros, by the ratio below.
-    assert auto.pick_solver(oracle_of("hinge", X, y), l2)[0] == "dcd"
-    assert auto.pick_solver(oracle_of("hinge", X, y), get_regularizer("quadratic", B=2.0))[0] == "proximal"
-    monkeypatch.setattr(auto, "DCD_NONZEROS", X.nnz // 2)
     assert auto.pick_solver(oracle_of("hinge", X, y), l2)[0] == "proximal"
     # One column in raw counts 10^4 times the others' scale (kddcup99's): not Newton.
     counts = X.tolil()
     counts[:, 0] = np.arange(X.shape[0])[:, None] * 10.0
     picked, why = auto.pick_solver(oracle_of("logistic", counts.tocsr(), y), l2)
     assert picked == "proximal" and "scaled" in why
-    # As many weights as nonzeros (hashed text): BMRM.
+    # As many weights as nonzeros (hashed text): for the hinge loss with l2, dual coordinate descent (not on
+    # more than DCD_NONZEROS nonzeros, nor with another regularizer); BMRM otherwise.
     wide = X.copy()
     wide.resize((X.shape[0], 40 * X.nnz // auto.PROXIMAL_RATIO))
+    assert wide.shape[1] >= auto.DCD_WEIGHTS
+    assert auto.pick_solver(oracle_of("hinge", wide, y), l2)[0] == "dcd"
+    assert auto.pick_solver(oracle_of("hinge", wide, y), get_regularizer("quadratic", B=2.0))[0] == "bmrm"
+    monkeypatch.setattr(auto, "DCD_NONZEROS", X.nnz // 2)
     assert auto.pick_solver(oracle_of("hinge", wide, y), l2)[0] == "bmrm"
 
 

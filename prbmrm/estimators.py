@@ -70,10 +70,12 @@ class _BMRMEstimator(BaseEstimator):
         ``{"tau": 0.9}`` for ``quantile``.
     solver : str or None, default None
         A key of :data:`prbmrm.solvers.SOLVERS`; None: that of
-        :func:`prbmrm.solvers.default_solver` (``bmrm`` with `warm_start`,
-        whose planes carry over, else ``auto`` for a quadratic `reg`: the
-        solver :func:`prbmrm.solvers.auto.pick_solver` picks from the
-        measured data, on the columns some example has).
+        :func:`prbmrm.solvers.default_solver` (``auto`` for a quadratic
+        `reg`: the solver :func:`prbmrm.solvers.auto.pick_solver` picks
+        from the measured data, on the columns some example has); with
+        `warm_start`, ``auto`` for the hinge loss with ``l2`` (its pick on
+        modest data, dual coordinate descent, carries its dual point over),
+        else ``bmrm``, whose planes carry over.
     reg : str, default "l2"
         A key of :data:`prbmrm.regularizers.REGULARIZERS`.
     epsilon, rel_epsilon : float or None, default None
@@ -94,7 +96,9 @@ class _BMRMEstimator(BaseEstimator):
         with the same loss, solver, regularizer and bias, whatever its `lam`
         and whichever estimator object made it (so the clones GridSearchCV
         fits share it): from its w and, for BMRM, its cutting planes, which
-        bound the empirical risk for every lam (as on a lambda path). The
+        bound the empirical risk for every lam (as on a lambda path), or, for
+        dual coordinate descent, its dual point (clipped to the new lam's
+        box, feasible there). The
         optimum is certified as always, but the w returned within the gap
         then depends on the fits made before. The data are found by a cheap
         key (shapes, nonzeros and a sample of their values) and the earlier
@@ -121,6 +125,9 @@ class _BMRMEstimator(BaseEstimator):
     history_ : dict of str to ndarray
         The progress table, one array per column of
         :data:`prbmrm.solvers.HISTORY_COLUMNS`.
+    message_ : str
+        The solver's last word: why it stopped and, for ``auto``, which
+        solver ran and why.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when X has string column names.
@@ -173,8 +180,6 @@ class _BMRMEstimator(BaseEstimator):
         `loss_params` replaces the parameter of that name when given;
         `options` go to :func:`prbmrm.io.split_local` (qid, label_kind).
         """
-        from threadpoolctl import threadpool_limits
-
         from .distributed.comm import get_comm
         from .solvers import default_solver
         from .training import fit
@@ -182,9 +187,11 @@ class _BMRMEstimator(BaseEstimator):
         comm = get_comm()
         if loss_params is None:
             loss_params = self.loss_params
-        # None: fit picks by the data; a warm start wants planes that carry over (BMRM).
-        solver = self.solver or (default_solver(self.lam, self.reg, True) if self.warm_start else None)
-        key = _fit_key(X, y, options, (loss, loss_params, self.bias, solver, self.reg))
+        # None: fit picks by the data. A warm start wants what carries over: for the hinge loss with l2, auto
+        # (whose pick there, dual coordinate descent, starts from the dual point); else BMRM's planes.
+        carried = "auto" if loss == "hinge" and self.reg == "l2" else default_solver(self.lam, self.reg, True)
+        solver = self.solver or (carried if self.warm_start else None)
+        key = _fit_key(X, y, options, (loss, loss_params, self.bias, solver, self.reg)) if self.warm_start else None
         n_features = X.shape[1]
         # With solver None, fit's default (auto) measures the columns trained on, as any data.
         X, used = _used_columns(X, self.reg)
@@ -193,7 +200,7 @@ class _BMRMEstimator(BaseEstimator):
             # One BLAS thread, as the command line runs: threads gain nothing on these small
             # products and lose many-fold on a busy machine.
             # scikit-learn's ConvergenceWarning, with the solver's message, replaces fit's own below.
-            with threadpool_limits(1), warnings.catch_warnings():
+            with _one_thread(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", StoppedEarly)
                 model = fit((X, y, options), loss=loss, loss_params=loss_params, lam=self.lam,
                             bias=self.bias, solver=solver, reg=self.reg, epsilon=self.epsilon,
@@ -205,6 +212,7 @@ class _BMRMEstimator(BaseEstimator):
             _keep_warm_start(key, X, y, options, model.result)
         a = model.attrs
         self.n_iter_, self.objective_, self.gap_, self.history_ = a["iterations"], a["objective"], a["gap"], model.history
+        self.message_ = a["message"]
         if not a["converged"]:
             warnings.warn(f"{a['solver']} stopped before its gap test: {a['message']}", ConvergenceWarning)
         k = model.w.shape[1] if model.w.ndim == 2 else 1
@@ -614,6 +622,18 @@ class BMRMMultilabelClassifier(ClassifierMixin, _BMRMEstimator):
 
         scores = self.decision_function(X)
         return 1.0 - get_loss(self.loss_).metrics(scores, np.asarray(y))["ranking_loss"]
+
+
+_THREADPOOLS = []  # the ThreadpoolController, made on first use: it scans the loaded libraries (8 ms a fit)
+
+
+def _one_thread():
+    """A context in which the BLAS and OpenMP pools run one thread."""
+    if not _THREADPOOLS:
+        from threadpoolctl import ThreadpoolController
+
+        _THREADPOOLS.append(ThreadpoolController())
+    return _THREADPOOLS[0].limit(limits=1)
 
 
 # The regularizers that sum a term per weight, each smallest at 0: a feature no example has gets weight 0.

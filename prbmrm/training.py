@@ -304,7 +304,8 @@ def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         Rank 0: a result (or model) of an earlier run on the same data and
         loss (any lam): start from its w and, for a solver that keeps a
         bundle, its planes and multipliers, which bound R_emp whatever lam
-        (as on a lambda path). One lam only.
+        (as on a lambda path); for dual coordinate descent (also as auto's
+        pick), its dual point. One lam only.
 
     Returns
     -------
@@ -373,8 +374,11 @@ def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
             raise UsageError("a warm start applies to one lambda, not to a path")
         w0 = _flat_weights(warm) if isinstance(warm, Model) and warm.result is None else warm.w
         warm = warm.result if isinstance(warm, Model) else warm
-        if getattr(warm, "bundle", None) is not None and "bundle" in inspect.signature(get_solver(solver)).parameters:
+        parameters = inspect.signature(get_solver(solver)).parameters
+        if getattr(warm, "bundle", None) is not None and "bundle" in parameters:
             options = dict(options, bundle=warm.bundle, alpha=warm.alpha)
+        if getattr(warm, "dual", None) is not None and "dual" in parameters:
+            options = dict(options, dual=warm.dual)
     if report is not None and comm.is_root:
         reason = "as given" if chosen is not None else _default_reason(lam, regularizer, warm, oracle.dim)
         said = f"solver {solver} ({reason})"

@@ -247,9 +247,9 @@ def test_warm_start_reuses_the_planes_of_the_same_training_data_only():
 
     X, y = a9a(2000)
     lam, m = 1e-3, X.shape[0]
-    BMRMClassifier(lam=1e-2, warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
-    warm = BMRMClassifier(lam=lam, warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
-    cold = BMRMClassifier(lam=lam, solver="bmrm", rel_epsilon=0, epsilon=1e-6).fit(X, y)  # warm_start's solver
+    BMRMClassifier(lam=1e-2, solver="bmrm", warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
+    warm = BMRMClassifier(lam=lam, solver="bmrm", warm_start=True, rel_epsilon=0, epsilon=1e-6).fit(X, y)
+    cold = BMRMClassifier(lam=lam, solver="bmrm", rel_epsilon=0, epsilon=1e-6).fit(X, y)
     assert warm.n_iter_ < cold.n_iter_
     assert abs(warm.objective_ - cold.objective_) <= 1e-6
     svc = LinearSVC(loss="hinge", C=1.0 / (lam * m), tol=1e-8, max_iter=200000).fit(X, y)
@@ -259,8 +259,36 @@ def test_warm_start_reuses_the_planes_of_the_same_training_data_only():
         warm.objective_, rel=1e-12)
     assert warm.objective_ - warm.gap_ <= liblinear + 1e-9 and warm.objective_ <= liblinear + 1e-6
     # Other data: nothing to reuse, the fit is the cold one.
-    half = BMRMClassifier(lam=lam, warm_start=True).fit(X[:1000], y[:1000])
+    half = BMRMClassifier(lam=lam, solver="bmrm", warm_start=True).fit(X[:1000], y[:1000])
     np.testing.assert_array_equal(half.coef_, BMRMClassifier(lam=lam, solver="bmrm").fit(X[:1000], y[:1000]).coef_)
+
+
+def test_warm_start_of_the_hinge_loss_carries_the_dual_point():
+    # For the hinge loss with l2, warm_start runs auto, whose pick on hashed-text-like data is dual coordinate
+    # descent: a fit after another lam's on the same data starts from that fit's dual point (its first
+    # certificate's bound beyond a cold start's) and certifies the optimum of a cold fit and LIBLINEAR's; on
+    # other data it is the cold fit, bitwise.
+    from sklearn.svm import LinearSVC
+
+    rng = np.random.default_rng(5)
+    X = sp.random(900, 2**16, density=1e-3, format="csr", random_state=rng, data_rvs=rng.random)
+    y = np.where(X @ rng.standard_normal(2**16) + 0.05 * rng.standard_normal(900) > 0, 1, 0)
+    lam, m = 1e-3, X.shape[0]
+    first = BMRMClassifier(lam=1e-2, warm_start=True, rel_epsilon=1e-5).fit(X, y)
+    assert " passes (dcd: " in first.message_  # dcd alone: no hand-over to BMRM, whose result keeps no dual point
+    warm = BMRMClassifier(lam=lam, warm_start=True, rel_epsilon=1e-5).fit(X, y)
+    cold = BMRMClassifier(lam=lam, rel_epsilon=1e-5).fit(X, y)
+    assert "(dcd: " in warm.message_ and "(dcd: " in cold.message_
+    assert warm.history_["lower_bound"][0] > cold.history_["lower_bound"][0]
+    assert warm.objective_ - warm.gap_ <= cold.objective_ and cold.objective_ - cold.gap_ <= warm.objective_
+    svc = LinearSVC(loss="hinge", C=1.0 / (lam * m), tol=1e-8, max_iter=200000).fit(X, y)
+    Xb, yb = with_bias(X), np.where(y > 0, 1.0, -1.0)
+    liblinear = hinge_objective(Xb, yb, np.r_[svc.coef_.ravel(), svc.intercept_], lam)
+    assert hinge_objective(Xb, yb, np.r_[warm.coef_.ravel(), warm.intercept_], lam) == pytest.approx(
+        warm.objective_, rel=1e-12)
+    assert warm.objective_ - warm.gap_ <= liblinear + 1e-9 and liblinear <= warm.objective_ + 1e-9
+    half = BMRMClassifier(lam=lam, warm_start=True).fit(X[:450], y[:450])
+    np.testing.assert_array_equal(half.coef_, BMRMClassifier(lam=lam).fit(X[:450], y[:450]).coef_)
 
 
 def test_warm_starts_carry_across_a_grid_of_lambdas_in_grid_search():
@@ -326,7 +354,8 @@ def test_features_no_example_has_get_weight_zero_and_the_run_the_same_optimum():
 def test_the_default_solver_is_picked_on_the_columns_trained_on():
     # Hashed-text-like data (a few percent of 2^18 columns used, few nonzeros per used column): the
     # estimator trains on the used columns with the default solver, auto, whose pick measures them,
-    # bitwise as fit does on the same compacted data (BMRM here; the full width's would be too).
+    # bitwise as fit does on the same compacted data (dual coordinate descent for the hinge loss on these
+    # few nonzeros; BMRM where they are more than auto.DCD_NONZEROS).
     from prbmrm.estimators import _used_columns
 
     rng = np.random.default_rng(3)
@@ -338,7 +367,7 @@ def test_the_default_solver_is_picked_on_the_columns_trained_on():
 
     with threadpool_limits(1):  # as the estimators run
         result, _, _ = run((compact, y), loss="hinge", lam=1e-3, bias=True, comm=SerialComm())
-    assert "(bmrm: " in result.message
+    assert "(dcd: " in result.message
     np.testing.assert_array_equal(model.coef_[0, used], result.w[:-1])
     assert model.n_iter_ == result.nit
 
@@ -351,7 +380,7 @@ def test_a_warm_start_of_other_data_under_the_same_key_is_not_used(monkeypatch):
     monkeypatch.setattr(estimators, "_fit_key", lambda *args: "collision")
     monkeypatch.setattr(estimators, "_WARM_STARTS", type(estimators._WARM_STARTS)())
     X, y = a9a(1500)
-    options = dict(lam=1e-3, warm_start=True, rel_epsilon=0, epsilon=1e-6)
+    options = dict(lam=1e-3, solver="bmrm", warm_start=True, rel_epsilon=0, epsilon=1e-6)
     other = X.copy()
     other.data = other.data * 3.0  # the same shapes and nonzeros, another risk
     BMRMClassifier(**options).fit(other, y)

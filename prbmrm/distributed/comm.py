@@ -402,6 +402,25 @@ class SerialComm:
         _check_total(self.gather_counts(local.size), limit, "a gather of samples")
         return local.copy()
 
+    def gatherv_array(self, local, limit, root=0):
+        """Return, on `root`, the 1-D float64 or int64 arrays of all ranks concatenated in rank order (None elsewhere).
+
+        Parameters
+        ----------
+        local : array_like
+            This rank's part (any length, possibly 0).
+        limit : int
+            The most items of the result; a larger total raises on every rank alike.
+
+        Raises
+        ------
+        ProtocolError
+            If the parts add up to more than `limit` items.
+        """
+        local = _typed(local)
+        _check_total(self.gather_counts(local.size), limit, "a gather of rows")
+        return local.copy()
+
     def alltoallv_array(self, send, counts, limit, received_counts=None, allocate=np.empty):
         """Send consecutive parts of `send` to every rank; return what every rank sent here.
 
@@ -617,6 +636,16 @@ class MPIComm(SerialComm):
         displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
         self._wait(self.comm.Iallgatherv([local, self._datatype(local)],
                                          [full, (counts, displs), self._datatype(local)]), "a gather of samples")
+        return full
+
+    def gatherv_array(self, local, limit, root=0):
+        local = _typed(local)
+        counts = self.gather_counts(local.size)
+        _check_total(counts, limit, "a gather of rows")
+        full = np.empty(int(counts.sum()), dtype=local.dtype) if self.rank == root else None
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        self._wait(self.comm.Igatherv([local, self._datatype(local)],
+                                      [full, (counts, displs), self._datatype(local)], root=root), "a gather of rows")
         return full
 
     def alltoallv_array(self, send, counts, limit, received_counts=None, allocate=np.empty):

@@ -82,12 +82,17 @@ SERVICES = {}
 """The services a solver may attach, by name: the only code a message from rank 0 can select."""
 
 SERVICE_MODULES = {"pragam": "prbmrm.solvers.pragam", "argsup": "prbmrm.solvers.sublbfgs",
-                   "tron": "prbmrm.solvers.tron", "planes": "prbmrm.solvers.mirror"}
+                   "tron": "prbmrm.solvers.tron", "planes": "prbmrm.solvers.mirror",
+                   "dcd": "prbmrm.solvers.dcd"}
 """The module that enters each service (solvers load on first use: a serving rank imports it on attach)."""
 
 POINT_SERVICES = ("planes",)
 """The services that make the points (``points = True``, :meth:`DistributedRisk.evaluate_point`): refused where
 :attr:`DistributedRisk.service_points` is False (party mode, whose parties check every w)."""
+
+GATHERING_SERVICES = ("dcd",)
+"""The services that gather every rank's rows onto rank 0: refused where :attr:`DistributedRisk.service_points`
+is False too (party mode, whose data never leave their party)."""
 
 
 def service(name):
@@ -178,7 +183,8 @@ class DistributedRisk:
         False makes :meth:`line` decline (party mode: a line search's breakpoints travel as a maximum, in the clear).
     service_points : bool
         False tells solvers not to send the multipliers of their points (:meth:`evaluate_point`) nor to sum with
-        one limb (:meth:`set_limbs`): party mode, whose parties check the coordinator's w and sum securely.
+        one limb (:meth:`set_limbs`), and the serving ranks to refuse the services that gather the rows
+        (:data:`GATHERING_SERVICES`): party mode, whose parties check the coordinator's w and sum securely.
     """
 
     def __init__(self, loss, X, y, n_total, comm, blocks=None, qid=None):
@@ -704,9 +710,10 @@ class DistributedRisk:
 
     def _build_service(self, message):
         """The service of the attach message ``[name, args]`` (every rank but 0)."""
-        # A list (`in` takes any JSON value); without service points (party mode) none that makes the points.
+        # A list (`in` takes any JSON value); without service points (party mode) none that makes the points
+        # or gathers the rows.
         known = sorted(name for name in {*SERVICES, *SERVICE_MODULES}
-                       if self.service_points or name not in POINT_SERVICES)
+                       if self.service_points or name not in POINT_SERVICES + GATHERING_SERVICES)
         if not (isinstance(message, list) and len(message) == 2 and isinstance(message[1], list) and message[0] in known):
             raise _unexpected(f"the service {str(message)[:100]!r} (known: {', '.join(known)})")
         if message[0] not in SERVICES:

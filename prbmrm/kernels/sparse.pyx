@@ -77,3 +77,58 @@ def csr_rows(const index_t[::1] indptr, const index_t[::1] indices, const double
                 new_indices[at] = indices[k]
                 new_data[at] = data[k]
                 at += 1
+
+
+
+def hinge_dual_pass(const index_t[::1] indptr, const index_t[::1] indices, const double[::1] data,
+                    const double[::1] y, const double[::1] diagonal, const Py_ssize_t[::1] order,
+                    double upper, double largest_before, double smallest_before, double[::1] alpha,
+                    double[::1] w, signed char[::1] keep):
+    """One pass of dual coordinate descent for the hinge SVM over the CSR rows in `order`, with shrinking
+    (Hsieh et al. 2008, Alg. 1 and Sec. 3.2, as LIBLINEAR's ``-s 3``).
+
+    The dual is ``max sum_i alpha_i - ||sum_i alpha_i y_i x_i||^2 / 2`` over ``0 <= alpha_i <= upper``
+    with ``w = sum_i alpha_i y_i x_i`` kept up to date: for each row i in turn, ``G = y_i <x_i, w> - 1``
+    and ``alpha_i`` moves to ``clip(alpha_i - G / diagonal[i], 0, upper)`` (to `upper` for an empty
+    row, ``diagonal[i] == 0``). A row at a bound whose G points out of the box by more than the last
+    pass's extreme projected gradients (`largest_before`, `smallest_before`) is left alone and
+    ``keep[t]`` set to 0 (else 1): shrinking, which only chooses the rows a pass visits. Updates
+    `alpha` and `w` in place; returns the largest and smallest projected gradient of the rows kept.
+    """
+    cdef Py_ssize_t rows = order.shape[0], t, i, k
+    cdef double g, projected, old, change, largest = -1e300, smallest = 1e300
+    _check(indptr, y.shape[0], min(indices.shape[0], data.shape[0]))
+    if alpha.shape[0] != y.shape[0] or diagonal.shape[0] != y.shape[0] or keep.shape[0] != rows:
+        raise ValueError("alpha, diagonal and y differ in length, or keep and order")
+    for t in range(rows):
+        if order[t] < 0 or order[t] >= y.shape[0]:
+            raise ValueError("an entry of order is not a row")
+    with nogil:
+        for t in range(rows):
+            i = order[t]
+            g = 0.0
+            for k in range(indptr[i], indptr[i + 1]):
+                g += data[k] * w[indices[k]]
+            g = y[i] * g - 1.0
+            old = alpha[i]
+            keep[t] = 1
+            projected = g
+            if old == 0.0:
+                if g > largest_before:
+                    keep[t] = 0
+                    continue
+                projected = min(g, 0.0)
+            elif old == upper:
+                if g < smallest_before:
+                    keep[t] = 0
+                    continue
+                projected = max(g, 0.0)
+            largest = max(largest, projected)
+            smallest = min(smallest, projected)
+            if projected == 0.0:
+                continue
+            alpha[i] = min(max(old - g / diagonal[i], 0.0), upper) if diagonal[i] > 0.0 else upper
+            change = (alpha[i] - old) * y[i]
+            for k in range(indptr[i], indptr[i + 1]):
+                w[indices[k]] += change * data[k]
+    return largest, smallest

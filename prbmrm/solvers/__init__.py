@@ -10,7 +10,7 @@ their per-rank steps through its :meth:`~prbmrm.distributed.oracle.DistributedRi
 
 Imports: of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.plugins`, :mod:`prbmrm.regularizers`,
 :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.bundle`; the modules of the solvers (bmrm, lbfgs,
-lsbmrm, pragam, proximal, smooth_lbfgs, sublbfgs, tron, auto) by name, when :data:`SOLVERS` first looks one up.
+lsbmrm, pragam, proximal, smooth_lbfgs, sublbfgs, tron, dcd, auto) by name, when :data:`SOLVERS` first looks one up.
 """
 
 import inspect
@@ -52,7 +52,7 @@ SOLVERS = _Registry({"bmrm": ("bmrm", "minimize_bmrm"), "lsbmrm": ("lsbmrm", "mi
                      "pragam": ("pragam", "minimize_pragam"), "pragam_b": ("pragam", "minimize_pragam_b"),
                      "sublbfgs": ("sublbfgs", "minimize_sublbfgs"), "owlqn": ("sublbfgs", "minimize_owlqn"),
                      "owlqn_star": ("sublbfgs", "minimize_owlqn_star"), "tron": ("tron", "minimize_tron"),
-                     "auto": ("auto", "minimize_auto")})
+                     "dcd": ("dcd", "minimize_dcd"), "auto": ("auto", "minimize_auto")})
 """Registry of solvers by name: the values of ``--solver`` (a read-only mapping to the solver functions)."""
 
 COMMON_OPTIONS = ("epsilon", "rel_epsilon", "max_iter", "idle_age", "callback")

@@ -290,6 +290,11 @@ class Result:
         on from them.
     alpha : ndarray or None
         The multipliers of `bundle`'s planes.
+    dual : ndarray or None
+        Dual coordinate descent's point: each example's ``alpha_i`` in
+        ``[0, 1 / (lam n)]``, in canonical order;
+        ``minimize_dcd(..., dual=result.dual)`` starts from it at any lam,
+        clipped to that lam's box.
     solver : str or None
         The key of ``prbmrm.solvers.SOLVERS`` that ran, set by
         :func:`prbmrm.training.fit` (which may pick it by the data's dimension).
@@ -306,6 +311,7 @@ class Result:
     history: dict = field(default_factory=dict)
     bundle: object = None
     alpha: np.ndarray = None
+    dual: np.ndarray = None
     solver: str = None
 
     @property

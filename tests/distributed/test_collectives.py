@@ -146,14 +146,18 @@ def test_counts_under_mpiexec(ranks, tmp_path):
     assert completed.stdout.count("3 passed") == ranks, completed.stdout[-4000:]
 
 
-def test_a_party_refuses_a_service_that_makes_the_points():
-    # Party mode (service_points False): its parties check every w, so the coordinator may not send multipliers.
+def test_a_party_refuses_a_service_that_makes_the_points_or_gathers_the_rows():
+    # Party mode (service_points False): its parties check every w, so the coordinator may not send multipliers,
+    # and their rows stay theirs, so it may not gather them (dcd).
     from prbmrm.distributed.messages import ProtocolError
+    from prbmrm.solvers import dcd
 
     X, y = np.array([[1.0, 1.0], [-1.0, 1.0]]), np.array([1.0, -1.0])
     oracle = DistributedRisk(get_loss("hinge"), X, y, 2, SerialComm())
     oracle.service_points = False
-    with pytest.raises(ProtocolError, match=r"known: argsup, pragam, tron\)"):
-        oracle._build_service(["planes", [0.001, "l2", {}, 10, 0, 0]])
+    for message in (["planes", [0.001, "l2", {}, 10, 0, 0]], ["dcd", [0.001, 0]]):
+        with pytest.raises(ProtocolError, match=r"known: argsup, pragam, tron\)"):
+            oracle._build_service(message)
     oracle.service_points = True
     assert type(oracle._build_service(["planes", [0.001, "l2", {}, 10, 0, 0]])) is mirror.PlaneMirror
+    assert type(oracle._build_service(["dcd", [0.001, 0]])) is dcd.DualDescentRanks

@@ -28,7 +28,7 @@ def test_default_solver_rule():
     assert default_solver(1e-4, party=True) == "proximal"
 
 
-def test_pick_follows_the_loss_and_the_data():
+def test_pick_follows_the_loss_and_the_data(monkeypatch):
     X, y = load_svmlight("a9a.xz")
     X, y = X[:2000], y[:2000]
     l2 = get_regularizer("l2")
@@ -39,9 +39,14 @@ def test_pick_follows_the_loss_and_the_data():
     counts = X.tolil()
     counts[:, 0] = np.arange(X.shape[0])[:, None] * 10.0
     assert auto.pick_solver(oracle_of("logistic", counts.tocsr(), y), l2)[0] == "tron"
-    # As many weights as nonzeros (hashed text): BMRM.
+    # As many weights as nonzeros (hashed text): for the hinge loss with l2, dual coordinate descent (not on
+    # more than DCD_NONZEROS nonzeros, nor with another regularizer); BMRM otherwise.
     wide = X.copy()
     wide.resize((X.shape[0], 40 * X.nnz // auto.PROXIMAL_RATIO))
+    assert wide.shape[1] >= auto.DCD_WEIGHTS
+    assert auto.pick_solver(oracle_of("hinge", wide, y), l2)[0] == "dcd"
+    assert auto.pick_solver(oracle_of("hinge", wide, y), get_regularizer("quadratic", B=2.0))[0] == "bmrm"
+    monkeypatch.setattr(auto, "DCD_NONZEROS", X.nnz // 2)
     assert auto.pick_solver(oracle_of("hinge", wide, y), l2)[0] == "bmrm"
 
 
@@ -86,6 +91,7 @@ def test_the_default_runs_what_its_pick_runs(tmp_path, monkeypatch):
     X, y = load_demo()
     # The demo's 569 x 30 dense rows count as "few nonzeros per weight": the default must run BMRM's path.
     monkeypatch.setattr(auto, "PROXIMAL_RATIO", 10 ** 9)
+    monkeypatch.setattr(auto, "DCD_NONZEROS", 0)
     runs = {}
     for name, args in (("default", []), ("bmrm", ["--solver", "bmrm"])):
         assert main(["--lam", "1e-3", "--quiet", "--out", str(tmp_path / f"{name}.h5")] + args, SerialComm()) == 0

@@ -29,7 +29,7 @@ from prbmrm.errors import CollectiveError, UsageError
 from prbmrm.losses import get_loss
 from prbmrm.model import load_model
 from prbmrm.distributed.oracle import DistributedRisk, run_distributed
-from prbmrm.solvers import SOLVERS, minimize
+from prbmrm.solvers import minimize
 
 
 def cvxpy_projection(v, y, upper, equality):
@@ -169,12 +169,7 @@ def test_pragam_refuses_what_it_cannot_solve():
     hinge = DistributedRisk(get_loss("hinge"), X, y, 20, SerialComm())
     with pytest.raises(UsageError, match="constant last feature 1"):
         minimize(hinge, np.zeros(3), 0.1, method="pragam_b")
-    logistic = DistributedRisk(get_loss("logistic"), X, y, 20, SerialComm())
-    with pytest.raises(UsageError, match="hinge"):
-        minimize(logistic, np.zeros(3), 0.1, method="pragam")
-    with pytest.raises(UsageError, match="hinge"):
-        minimize(lambda w: (0.0, w), np.zeros(3), 0.1, method="pragam")
-    assert {"pragam", "pragam_b"} <= set(SOLVERS)
+    # The refusals it shares with dcd: tests/solvers/test_dcd.py.
 
 
 def test_lipschitz_estimate_bounds_the_largest_singular_value(a9a_1000):
@@ -280,7 +275,7 @@ assert not r.SERVICES, sorted(r.SERVICES)  # a fresh process has imported no sol
 X, y = np.array([[1.0, 1.0], [-1.0, 1.0]]), np.array([1.0, -1.0])
 oracle = r.DistributedRisk(get_loss("hinge"), X, y, 2, SerialComm())
 for name, args in (("pragam", [0.001, True, None]), ("argsup", []), ("tron", [0.0]),
-                   ("planes", [0.001, "l2", {}, 10, 0, 0])):
+                   ("planes", [0.001, "l2", {}, 10, 0, 0]), ("dcd", [0.001, 0])):
     built = oracle._build_service([name, args])
     assert type(built) is r.SERVICES[name] and type(built).__module__ == r.SERVICE_MODULES[name], name
 assert sorted(r.SERVICES) == sorted(r.SERVICE_MODULES)

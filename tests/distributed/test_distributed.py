@@ -56,6 +56,23 @@ def test_gather_and_scatter_of_scalars(comm):
     np.testing.assert_array_equal(back, 2 * local)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.int64])
+def test_gathered_arrays_reach_rank_0_alone_and_a_total_above_the_limit_is_refused(comm, dtype):
+    from prbmrm.distributed.messages import ProtocolError
+
+    local = (np.arange(comm.rank + 1) + 100 * comm.rank).astype(dtype)
+    total = comm.size * (comm.size + 1) // 2
+    full = comm.gatherv_array(local, total)
+    if comm.is_root:
+        expected = np.concatenate([np.arange(r + 1) + 100 * r for r in range(comm.size)]).astype(dtype)
+        assert full.dtype == dtype
+        np.testing.assert_array_equal(full, expected)
+    else:
+        assert full is None
+    with pytest.raises(ProtocolError):  # on every rank alike, before any rank allocates the whole
+        comm.gatherv_array(local, total - 1)
+
+
 def test_rank_failure_in_the_solver_reaches_every_rank(comm):
     from prbmrm.errors import CollectiveError, InputError
 

@@ -298,8 +298,8 @@ def end_job(job, send, within=120):
         _, stderr = job.communicate(timeout=within)
     except subprocess.TimeoutExpired:
         job.kill()
-        job.communicate()
-        pytest.fail(f"the job did not end within {within} s")
+        _, stderr = job.communicate()
+        pytest.fail(f"the job did not end within {within} s; its stderr:\n{stderr}")
     return job.returncode, time.monotonic() - sent, stderr
 
 

@@ -9,6 +9,7 @@ assertions allow generous margins for a loaded machine.
 import os
 import signal
 import time
+import warnings
 
 import pytest
 
@@ -57,9 +58,13 @@ def test_sigterm_to_mpiexec_while_a_rank_is_stopped_ends_the_job(tmp_path, stopp
     job, path = start_job(tmp_path, 3, "--rank-timeout", "600")
     pids = rank_pids(path)
     stopped(pids[2])
-    status, _, stderr = end_job(job, lambda: job.send_signal(signal.SIGTERM), within=PONG_SECONDS + 10)
+    # Ending at all is the property; how soon depends on the machine's load (6.6-7.5 s for the whole job
+    # alone, beside stress-ng and beside a 16-rank job; once over 15 s in a full parallel suite run).
+    status, seconds, stderr = end_job(job, lambda: job.send_signal(signal.SIGTERM), within=PONG_SECONDS + 60)
     assert status != 0, stderr
     assert "rank 2 of 3 stopped answering (after signal 15" in stderr
+    if seconds > PONG_SECONDS + 10:
+        warnings.warn(f"the job took {seconds:.1f} s to end after SIGTERM (the watch's {PONG_SECONDS} s + 10 s)")
     assert ranks_end(path)
 
 

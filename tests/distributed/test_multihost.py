@@ -90,7 +90,9 @@ def test_bench_scale_runs_on_namespace_hosts_and_checks_the_models(netns, tmp_pa
                           capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, env=netns)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "every model bitwise equal to the 1-process one: True" in done.stdout, done.stdout
-    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if re.match(r"\| (local|netns|1 proc)", line)]
+    # The first table, a row per run (the medians over rounds follow it, after a blank line).
+    runs = done.stdout[done.stdout.index("\n|"):].split("\n\n")[0]
+    rows = [line.split("|")[1:-1] for line in runs.splitlines() if re.match(r"\| (local|netns|1 proc)", line)]
     assert [(place.strip(), int(p)) for place, p, *_ in rows] == [
         ("1 process", 1), ("local", 2), ("netns 1/host 100mbit", 2)], done.stdout
     # The ring's ideal for d = 4096 on 2 ranks: 2 (P - 1) / P x 8 (d + 1) bytes = 32.8 KB, 3 ms at 100 Mbit/s.

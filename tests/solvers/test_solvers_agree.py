@@ -51,7 +51,8 @@ def scene():
 # The multiclass and multilabel lam are large because subLBFGS is slow there at small lam (dna, lam
 # 1e-2: no 1e-3 gap in 5000 iterations; scene, lam 1e-2: stalls at 0.14% above the optimum).
 PROBLEMS = {
-    "hinge-a9a": ("hinge", "l2", 5e-2, a9a, True, ["bmrm", "lsbmrm", "proximal", "sublbfgs", "pragam", "auto"]),
+    "hinge-a9a": ("hinge", "l2", 5e-2, a9a, True,
+                  ["bmrm", "lsbmrm", "proximal", "sublbfgs", "pragam", "dcd", "auto"]),
     "hinge-offset-a9a": ("hinge", "l2", 5e-2, a9a, True, ["pragam_b"], a9a_offset_reference),
     "multiclass-dna": ("multiclass_hinge", "l2", 1.0, dna, False, ["bmrm", "lsbmrm", "proximal", "sublbfgs"]),
     "multilabel-scene": ("multilabel_hinge", "l2", 1.0, scene, False,

@@ -403,23 +403,8 @@ class SerialComm:
         return local.copy()
 
     def gatherv_array(self, local, limit, root=0):
-        """Return, on `root`, the 1-D float64 or int64 arrays of all ranks concatenated in rank order (None elsewhere).
-
-        Parameters
-        ----------
-        local : array_like
-            This rank's part (any length, possibly 0).
-        limit : int
-            The most items of the result; a larger total raises on every rank alike.
-
-        Raises
-        ------
-        ProtocolError
-            If the parts add up to more than `limit` items.
-        """
-        local = _typed(local)
-        _check_total(self.gather_counts(local.size), limit, "a gather of rows")
-        return local.copy()
+        """As :meth:`allgatherv_array`, but the result is on `root` alone (None elsewhere)."""
+        return self.allgatherv_array(local, limit)
 
     def alltoallv_array(self, send, counts, limit, received_counts=None, allocate=np.empty):
         """Send consecutive parts of `send` to every rank; return what every rank sent here.

@@ -14,6 +14,7 @@ sort of (key, index) pairs (six passes through memory) and 790 for
 """
 
 from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy
 
 import numpy as np
@@ -188,11 +189,11 @@ cdef inline bint _below(uint64_t key, int64_t tag, uint64_t split_key, int64_t s
     return (split_key < key) | ((split_key == key) & (split_tag <= tag))
 
 
-cdef inline Py_ssize_t _range_of(uint64_t key, int64_t tag, const uint64_t[::1] split_keys,
-                                 const int64_t[::1] split_tags) noexcept nogil:
-    """The number of splitters at or below (key, tag): a binary search whose steps do not depend on the key
-    (the ranges of scores come at random, and a branch on them is mispredicted half the time)."""
-    cdef Py_ssize_t lo = 0, length = split_keys.shape[0] + 1, half
+cdef inline Py_ssize_t _range_of(uint64_t key, int64_t tag, const uint64_t* split_keys, const int64_t* split_tags,
+                                 Py_ssize_t splits) noexcept nogil:
+    """The number of the `splits` splitters at or below (key, tag): a binary search whose steps do not depend on
+    the key (the ranges of scores come at random, and a branch on them is mispredicted half the time)."""
+    cdef Py_ssize_t lo = 0, length = splits + 1, half
     while length > 1:
         half = length >> 1
         lo += half * _below(key, tag, split_keys[lo + half - 1], split_tags[lo + half - 1])
@@ -225,31 +226,54 @@ def split_ranges(const uint64_t[::1] keys, const int64_t[::1] payload, const int
     counts : int64 array of P
         Written: the number of keys of each range.
     """
-    cdef Py_ssize_t n = keys.shape[0], splits = split_keys.shape[0], i, p
+    cdef Py_ssize_t n = keys.shape[0], splits = split_keys.shape[0], width = rows.shape[1], i, p, at
     cdef bint has_tags = tags is not None
     if (payload.shape[0] != n or (has_tags and tags.shape[0] != n) or split_tags.shape[0] != splits
-            or rows.shape[0] != n or rows.shape[1] != 2 + has_tags or local.shape[0] != n
+            or rows.shape[0] != n or width != 2 + has_tags or local.shape[0] != n
             or counts.shape[0] != splits + 1):
         raise ValueError("the arrays of split_ranges do not agree")
-    offsets = np.zeros(splits + 1, dtype=np.intp)
-    cdef Py_ssize_t[::1] offset = offsets
+    if n == 0:
+        counts[:] = 0
+        return
+    # Raw pointers, the next row of each range in memory of its own (the compiler then knows a row written does
+    # not move it) and one loop per row width: 6.0 ms per 1M keys on 2 ranges against 10.8 through memoryviews
+    # (loaded machine).
+    cdef const uint64_t* key = &keys[0]
+    cdef const int64_t* pay = &payload[0]
+    cdef const int64_t* tag = &tags[0] if has_tags else NULL
+    cdef const uint64_t* split_key = &split_keys[0] if splits else NULL
+    cdef const int64_t* split_tag = &split_tags[0] if splits else NULL
+    cdef int64_t* row = &rows[0, 0]
+    cdef Py_ssize_t* where = &local[0]
+    cdef Py_ssize_t* next_row = <Py_ssize_t*>calloc(splits + 1, sizeof(Py_ssize_t))
+    if next_row == NULL:
+        raise MemoryError()
     with nogil:
         # Two passes, each finding the ranges anew (a search costs less than an array of them).
-        for i in range(splits + 1):
-            counts[i] = 0
         for i in range(n):
-            counts[_range_of(keys[i], tags[i] if has_tags else first + i, split_keys, split_tags)] += 1
-        for i in range(splits):
-            offset[i + 1] = offset[i] + counts[i]
-        for i in range(n):
-            p = _range_of(keys[i], tags[i] if has_tags else first + i, split_keys, split_tags)
-            offset[p] += 1
-            p = offset[p] - 1
-            rows[p, 0] = <int64_t>keys[i]
-            rows[p, 1] = payload[i]
-            if has_tags:
-                rows[p, 2] = tags[i]
-            local[p] = i
+            next_row[_range_of(key[i], tag[i] if has_tags else first + i, split_key, split_tag, splits)] += 1
+        at = 0
+        for p in range(splits + 1):
+            counts[p] = next_row[p]
+            next_row[p], at = at, at + next_row[p]
+        if has_tags:
+            for i in range(n):
+                p = _range_of(key[i], tag[i], split_key, split_tag, splits)
+                at = next_row[p]
+                next_row[p] = at + 1
+                row[3 * at] = <int64_t>key[i]
+                row[3 * at + 1] = pay[i]
+                row[3 * at + 2] = tag[i]
+                where[at] = i
+        else:
+            for i in range(n):
+                p = _range_of(key[i], first + i, split_key, split_tag, splits)
+                at = next_row[p]
+                next_row[p] = at + 1
+                row[2 * at] = <int64_t>key[i]
+                row[2 * at + 1] = pay[i]
+                where[at] = i
+    free(next_row)
 
 
 def roc_keys(const double[::1] f, const double[::1] y, double[::1] c, uint64_t[::1] keys, int64_t[::1] positive):

@@ -54,6 +54,17 @@ def test_sorted_order_is_numpys_stable_sort(n, kind):
     np.testing.assert_array_equal(sorted_order(rows[:, 0].view(np.uint64), rows[:, 1]), np.lexsort((tags, keys)))
 
 
+@pytest.mark.parametrize("n", [2, 3, 64, 5000])
+def test_sorted_order_of_any_bits(n):
+    # Keys about the middle (where the packing puts the sign of a score) and over the whole range of 64 bits.
+    rng = np.random.default_rng(n)
+    middle = np.uint64(2 ** 63)
+    for keys in (np.array([middle, middle - np.uint64(1)] + [middle] * (n - 2), dtype=np.uint64),
+                 middle + rng.integers(-3 * n, 3 * n, size=n).astype(np.int64).astype(np.uint64),
+                 rng.integers(0, 2 ** 64 - 1, size=n, dtype=np.uint64, endpoint=True)):
+        np.testing.assert_array_equal(sorted_order(keys), np.argsort(keys, kind="stable"))
+
+
 @pytest.mark.parametrize("splits", [0, 1, 2, 5, 40])
 @pytest.mark.parametrize("with_tags", [False, True])
 def test_split_ranges_compares_with_every_splitter(splits, with_tags):

@@ -12,8 +12,8 @@ on any number of ranks), so that 1, 2 or 3 ranks take the same path:
   whose root mean squares spread over 1.8e5: logistic, lam 1e-4, 27 rows and a quarter of the proximal
   method's CPU);
 - the hinge loss with the l2 regularizer on at most :data:`DCD_NONZEROS` nonzeros and at least
-  :data:`DCD_WEIGHTS` weights, or on at most :data:`DCD_BOX_NONZEROS` nonzeros with a small dual box
-  (:func:`box_scale` at most :data:`DCD_BOX`):
+  :data:`DCD_WEIGHTS` weights, or on indicator features (:func:`indicators`) of at most
+  :data:`DCD_BOX_NONZEROS` nonzeros with a small dual box (:func:`box_scale` at most :data:`DCD_BOX`):
   :func:`~prbmrm.solvers.dcd.minimize_dcd`, LIBLINEAR's dual coordinate descent, whose passes cost the
   nonzeros of the examples not at a bound, where each iteration of the bundle methods does dense work of
   length d and solves a subproblem (email-like hashed text, 23,210 columns used of 2^20, a fold of 3,022
@@ -23,9 +23,12 @@ on any number of ranks), so that 1, 2 or 3 ranks take the same path:
   in 0.10 s against the proximal method's 98 iterations in 0.26 s; at 1e-5, scale 43, 0.6 against 0.8;
   w8a at scale 2.3 and 23, 0.05 and 0.12 against 0.37 and 1.1), the proximal method's iterations where
   it is large (a9a at lam 1e-6, scale 426: 1.4 against 4.1; kddcup99's raw counts, scale above 10^5:
-  100 passes leave a gap of 0.5) and on many nonzeros, where it needs few iterations (a planted set of
-  200,000 rows and 2M nonzeros at scale 1.2: 20 iterations in 0.18 s against 30 passes in 0.5-0.7 s);
-  a planted set of 30,000 rows at scale 15.6 lies near the line (0.57 against 0.46);
+  100 passes leave a gap of 0.5) and on features of continuous values, whose margins rarely tie, so that
+  the risk is nearly smooth and the proximal method needs few iterations (planted sets, values +-[1, 2]
+  or Gaussian: 200,000 x 1,000 at scale 1.2, 20 iterations in 0.18 s against 30 passes in 0.5-0.7 s;
+  20,000 x 50 dense at scale 25, 24 iterations in 0.06 s against 0.45 s; 30,000 x 2,000 at scale 16,
+  0.46 against 0.57), where a9a's and w8a's 0/1 indicators tie and the proximal method needs 100
+  iterations;
 - the hinge loss otherwise, and any other loss, on data whose nonzeros outnumber the weights by at least
   :data:`PROXIMAL_RATIO`: the proximal bundle method (fewest iterations, its dense O(d) work per
   iteration small beside the data pass);
@@ -61,7 +64,7 @@ DCD_BOX = 50.0
 """Dual coordinate descent is picked on fewer weights where :func:`box_scale` is at most this ..."""
 
 DCD_BOX_NONZEROS = 2**20
-"""... and the nonzeros at most this many."""
+"""... on indicator features of at most this many nonzeros."""
 
 STALL_MIN_ITER = 200
 """The watch lets a solver run at least this many iterations before it may hand over."""
@@ -91,6 +94,15 @@ def box_scale(risk, lam):
         return 0.0
     squares = float(X.multiply(X).sum()) if hasattr(X, "multiply") else float(np.sum(np.square(X)))
     return squares / X.shape[0] / (lam * risk.n_total)
+
+
+def indicators(risk):
+    """Whether every nonzero of the first canonical block is 1 (0/1 features; True for an empty block)."""
+    X = risk.blocks[0][0] if len(risk.blocks) else None
+    if X is None or not hasattr(X, "shape"):
+        return True
+    values = X.data if hasattr(X, "nnz") else np.asarray(X).ravel()
+    return bool(np.all(values[values != 0] == 1.0))
 
 
 def pick_solver(risk, regularizer, lam):
@@ -123,9 +135,9 @@ def pick_solver(risk, regularizer, lam):
             return "dcd", (f"the hinge loss with l2, {risk.dim} weights and about {nonzeros:.3g} nonzeros: dual "
                            "coordinate descent's passes need no dense work of length d and no subproblem")
         scale = box_scale(risk, lam)
-        if scale <= DCD_BOX and nonzeros <= DCD_BOX_NONZEROS:
-            return "dcd", (f"the hinge loss with l2, about {nonzeros:.3g} nonzeros and a dual box {scale:.3g} "
-                           "times the rows' scale: dual coordinate descent needs few passes")
+        if scale <= DCD_BOX and nonzeros <= DCD_BOX_NONZEROS and indicators(risk):
+            return "dcd", (f"the hinge loss with l2, about {nonzeros:.3g} nonzeros of 0/1 features and a dual box "
+                           f"{scale:.3g} times the rows' scale: dual coordinate descent needs few passes")
     if nonzeros >= PROXIMAL_RATIO * risk.dim:
         return "proximal", (f"about {nonzeros:.3g} nonzeros for {risk.dim} weights: the proximal bundle "
                             "method's fewer iterations pay for its dense work")

@@ -34,8 +34,9 @@ def test_pick_follows_the_loss_and_the_data(monkeypatch):
     l2 = get_regularizer("l2")
     assert auto.pick_solver(oracle_of("logistic", X, y), l2, 1e-4)[0] == "tron"
     assert auto.pick_solver(oracle_of("squared_hinge", X, y), l2, 1e-4)[0] == "tron"
-    # The hinge loss on a9a's rows: dual coordinate descent where its box C = 1 / (lam m) is small against the
-    # rows' squared norms (lam 1e-2 here), the proximal method where it is large (lam 1e-4 on 2,000 rows).
+    # The hinge loss on a9a's rows (0/1 indicators): dual coordinate descent where its box C = 1 / (lam m) is
+    # small against the rows' squared norms (lam 1e-2 here), the proximal method where it is large (lam 1e-4
+    # on 2,000 rows) or the features take other values (its box smaller still).
     squares = np.mean(np.linalg.norm(X.toarray(), axis=1) ** 2)
     for lam in (1e-2, 1e-4):
         assert auto.box_scale(oracle_of("hinge", X, y), lam) == pytest.approx(squares / (lam * len(y)), rel=1e-12)
@@ -44,6 +45,8 @@ def test_pick_follows_the_loss_and_the_data(monkeypatch):
     assert auto.pick_solver(oracle_of("hinge", X, y), l2, 1e-2)[0] == "dcd"
     assert auto.pick_solver(oracle_of("hinge", X.toarray(), y), l2, 1e-2)[0] == "dcd"  # dense rows alike
     assert auto.pick_solver(oracle_of("hinge", X, y), l2, 1e-4)[0] == "proximal"
+    assert auto.indicators(oracle_of("hinge", X, y)) and not auto.indicators(oracle_of("hinge", 0.5 * X, y))
+    assert auto.pick_solver(oracle_of("hinge", 0.5 * X, y), l2, 1e-2)[0] == "proximal"
     assert auto.pick_solver(oracle_of("hinge", X, y), get_regularizer("quadratic", B=2.0), 1e-2)[0] == "proximal"
     # One column in raw counts 10^4 times the others' scale (kddcup99's): Newton all the same (preconditioned);
     # for the hinge loss a box small against no row's scale: not dual coordinate descent.

@@ -73,10 +73,17 @@ STALL_FACTOR = 0.5
 """A solver stalls when its gap at iteration t is above this fraction of its gap at iteration t / 2."""
 
 
-def density(risk):
-    """Nonzeros per row of the first canonical block of `risk`'s data (rank 0 holds it on any number of ranks)."""
+def _first_block(risk):
+    """The matrix of the first canonical block of `risk`'s data (rank 0 holds it on any number of ranks), or
+    None."""
     X = risk.blocks[0][0] if len(risk.blocks) else None
-    if X is None or not hasattr(X, "shape") or X.shape[0] == 0:
+    return X if hasattr(X, "shape") else None
+
+
+def density(risk):
+    """Nonzeros per row of the first canonical block of `risk`'s data."""
+    X = _first_block(risk)
+    if X is None or X.shape[0] == 0:
         return 0.0
     nonzeros = X.nnz if hasattr(X, "nnz") else np.count_nonzero(X)
     return nonzeros / X.shape[0]
@@ -84,13 +91,23 @@ def density(risk):
 
 def box_scale(risk, lam):
     """The dual box's size against the rows' scale: LIBLINEAR's ``C = 1 / (lam m)`` times the mean of
-    ``||x_i||^2`` over the first canonical block's rows (0 for an empty block).
+    ``||x_i||^2`` over the first canonical block's rows.
 
-    Dual coordinate descent converges in few passes where this is small (few examples free inside the box,
-    each step ``-G_i / ||x_i||^2`` a small change of w) and slowly where it is large.
+    Dual coordinate descent needs few passes where this is small, many where it is large (a9a: 101 passes
+    at 4.3, 5,889 at 426).
+
+    Parameters
+    ----------
+    risk : prbmrm.distributed.oracle.DistributedRisk
+    lam : float
+
+    Returns
+    -------
+    float
+        0 for an empty block.
     """
-    X = risk.blocks[0][0] if len(risk.blocks) else None
-    if X is None or not hasattr(X, "shape") or X.shape[0] == 0:
+    X = _first_block(risk)
+    if X is None or X.shape[0] == 0:
         return 0.0
     squares = float(X.multiply(X).sum()) if hasattr(X, "multiply") else float(np.sum(np.square(X)))
     return squares / X.shape[0] / (lam * risk.n_total)
@@ -98,8 +115,8 @@ def box_scale(risk, lam):
 
 def indicators(risk):
     """Whether every nonzero of the first canonical block is 1 (0/1 features; True for an empty block)."""
-    X = risk.blocks[0][0] if len(risk.blocks) else None
-    if X is None or not hasattr(X, "shape"):
+    X = _first_block(risk)
+    if X is None:
         return True
     values = X.data if hasattr(X, "nnz") else np.asarray(X).ravel()
     return bool(np.all(values[values != 0] == 1.0))

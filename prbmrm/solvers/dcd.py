@@ -21,7 +21,8 @@ is for problems of modest size (see :data:`prbmrm.solvers.auto.DCD_NONZEROS`), w
 needs a fraction of the bundle methods' time at small lam.
 
 An iteration (a row of the progress table) is a run of passes that ends in a certificate: after the first
-pass, after a pass whose estimate of the gap may meet the gap sought, after one whose estimate fell below
+pass, after a pass whose estimate of the gap may meet the gap sought (and fell below
+:data:`PREDICTED_STEP` of its value at the last certificate), after one whose estimate fell below
 :data:`ESTIMATE_STEP` of its value at the last certificate, or after :data:`CERTIFY_EVERY` passes. A
 pass's estimate is the sum of the gap's terms ``C max(0, -G_i) + alpha_i G_i`` (``G_i = y_i <x_i, w> -
 1``) of the rows it visits, each taken as it comes to the row, at no cost beyond the pass; scaled by the
@@ -50,6 +51,10 @@ CERTIFY_EVERY = 32
 ESTIMATE_STEP = 0.1
 """A certificate follows the pass whose gap estimate fell below this fraction of its value at the last
 certificate (or below the gap sought)."""
+
+PREDICTED_STEP = 0.9
+"""A certificate predicted to succeed follows a pass whose gap estimate is at most this fraction of its value at
+the last certificate."""
 
 RESET_SPREAD = 0.1
 """A failed certificate resets a shrunk active set once the spread of projected gradients is below this
@@ -216,7 +221,10 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
         for _ in range(CERTIFY_EVERY):
             spread, active, estimate, seconds = risk.request(_PASS)
             passes, data_seconds = passes + 1, data_seconds + seconds
-            if scale * estimate <= target or estimate <= ESTIMATE_STEP * last_estimate:
+            # A certificate when the scaled estimate meets the gap sought, after the estimate fell at least by
+            # PREDICTED_STEP (a certificate per pass where it hovers at the target would cost as much again).
+            if (scale * estimate <= target and estimate <= PREDICTED_STEP * last_estimate
+                    or estimate <= ESTIMATE_STEP * last_estimate):
                 break
         objective, bound, w, certify_seconds = risk.request(_CERTIFY)
         if not (np.isfinite(objective) and np.isfinite(bound)):

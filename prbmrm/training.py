@@ -382,8 +382,8 @@ def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
     if report is not None and comm.is_root:
         reason = "as given" if chosen is not None else _default_reason(lam, regularizer, warm, oracle.dim)
         said = f"solver {solver} ({reason})"
-        if solver == "auto":
-            first, why = pick_solver(oracle, regularizer)
+        if solver == "auto" and not path:  # on a path each lam picks its own
+            first, why = pick_solver(oracle, regularizer, lam)
             said += f": {first} first, as {why}; BMRM takes over if it stalls"
         report(describe_run(local, loss_object, regularizer, lam, bias, comm.size, (epsilon, rel_epsilon),
                             stopping.max_iter) + "; " + said)

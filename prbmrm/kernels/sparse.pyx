@@ -93,10 +93,13 @@ def hinge_dual_pass(const index_t[::1] indptr, const index_t[::1] indices, const
     row, ``diagonal[i] == 0``). A row at a bound whose G points out of the box by more than the last
     pass's extreme projected gradients (`largest_before`, `smallest_before`) is left alone and
     ``keep[t]`` set to 0 (else 1): shrinking, which only chooses the rows a pass visits. Updates
-    `alpha` and `w` in place; returns the largest and smallest projected gradient of the rows kept.
+    `alpha` and `w` in place; returns the largest and smallest projected gradient of the rows kept and
+    the sum over them of their duality-gap terms just after their update, ``upper * max(0, -G') +
+    alpha_i G'`` with ``G' = y_i <x_i, w> - 1`` (an estimate of the gap ``P(w) - D(alpha)``, whose terms
+    these are: the rows left alone contribute about 0, the others' G' moved with the later updates).
     """
     cdef Py_ssize_t rows = order.shape[0], t, i, k
-    cdef double g, projected, old, change, largest = -1e300, smallest = 1e300
+    cdef double g, projected, old, change, largest = -1e300, smallest = 1e300, estimate = 0.0
     _check(indptr, y.shape[0], min(indices.shape[0], data.shape[0]))
     if alpha.shape[0] != y.shape[0] or diagonal.shape[0] != y.shape[0] or keep.shape[0] != rows:
         raise ValueError("alpha, diagonal and y differ in length, or keep and order")
@@ -125,10 +128,11 @@ def hinge_dual_pass(const index_t[::1] indptr, const index_t[::1] indices, const
                 projected = max(g, 0.0)
             largest = max(largest, projected)
             smallest = min(smallest, projected)
+            estimate += upper * max(-g, 0.0) + old * g
             if projected == 0.0:
                 continue
             alpha[i] = min(max(old - g / diagonal[i], 0.0), upper) if diagonal[i] > 0.0 else upper
             change = (alpha[i] - old) * y[i]
             for k in range(indptr[i], indptr[i + 1]):
                 w[indices[k]] += change * data[k]
-    return largest, smallest
+    return largest, smallest, estimate

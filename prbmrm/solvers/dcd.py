@@ -21,10 +21,15 @@ is for problems of modest size (see :data:`prbmrm.solvers.auto.DCD_NONZEROS`), w
 needs a fraction of the bundle methods' time at small lam.
 
 An iteration (a row of the progress table) is a run of passes that ends in a certificate: after the first
-pass, after a pass whose spread of projected gradients (LIBLINEAR's stopping measure) fell below half of
-its value at the last certificate, or after :data:`CERTIFY_EVERY` passes. A certificate is J at the
-passes' w and ``lam D(alpha)``, with ``sum_i alpha_i y_i x_i`` computed afresh (one product over the
-gathered rows each).
+pass, after a pass whose estimate of the gap may meet the gap sought (and fell below
+:data:`PREDICTED_STEP` of its value at the last certificate), after one whose estimate fell below
+:data:`ESTIMATE_STEP` of its value at the last certificate, or after :data:`CERTIFY_EVERY` passes. A
+pass's estimate is the sum of the gap's terms ``C max(0, -G_i) + alpha_i G_i`` (``G_i = y_i <x_i, w> -
+1``) of the rows it visits, each taken as it comes to the row, at no cost beyond the pass; scaled by the
+last certificate's gap over its estimate (when that is below 1), it schedules the certificates, which
+cost two products over all rows each (a9a, lam 1e-4: 6 certificates in 101 passes, where certifying
+on LIBLINEAR's measure took 7 in 102). A certificate is J at the passes' w and ``lam D(alpha)``, with
+``sum_i alpha_i y_i x_i`` computed afresh: the estimate never enters the bound.
 
 Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.distributed.oracle`,
 :mod:`prbmrm.kernels.sparse`, :mod:`prbmrm.solvers.base`.
@@ -42,6 +47,14 @@ from .base import Progress, Recorder
 
 CERTIFY_EVERY = 32
 """Passes between certificates at most."""
+
+ESTIMATE_STEP = 0.1
+"""A certificate follows the pass whose gap estimate fell below this fraction of its value at the last
+certificate (or below the gap sought)."""
+
+PREDICTED_STEP = 0.9
+"""A certificate predicted to succeed follows a pass whose gap estimate is at most this fraction of its value at
+the last certificate."""
 
 RESET_SPREAD = 0.1
 """A failed certificate resets a shrunk active set once the spread of projected gradients is below this
@@ -110,16 +123,17 @@ class DualDescentRanks:
 
     def _pass(self):
         """One pass over the active rows in a random order; returns the spread of the projected gradients,
-        the number of active rows and the seconds taken."""
+        the number of active rows, the pass's estimate of the gap (in J's scale) and the seconds taken."""
         started = time.perf_counter()
         order = self._random.permutation(self.active)
         keep = np.empty(order.size, dtype=np.int8)
-        high, low = hinge_dual_pass(self._X.indptr, self._X.indices, self._X.data, self._y, self._diagonal,
-                                    order, self.upper, self.before[0], self.before[1], self.alpha, self.w, keep)
+        high, low, estimate = hinge_dual_pass(self._X.indptr, self._X.indices, self._X.data, self._y,
+                                              self._diagonal, order, self.upper, self.before[0], self.before[1],
+                                              self.alpha, self.w, keep)
         self.active = order[keep.view(bool)]
         # LIBLINEAR's bounds for the next pass's shrinking: none where the pass saw no violation that side.
         self.before = (high if high > 0.0 else np.inf, low if low < 0.0 else -np.inf)
-        return high - low, self.active.size, time.perf_counter() - started
+        return high - low, self.active.size, self.lam * estimate, time.perf_counter() - started
 
     def _certify(self):
         """J at w and ``lam D(alpha)`` over the gathered rows; returns them, w and the seconds taken."""
@@ -200,13 +214,17 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
             raise UsageError(f"a dual start of {len(dual)} examples for data of {risk.n_total}")
         ranks.start_from(dual)
     recorder = Recorder(epsilon, rel_epsilon, callback)
-    best_objective, best_w, last_spread, lower_bound, passes = np.inf, None, np.inf, -np.inf, 0
+    best_objective, best_w, lower_bound, passes = np.inf, None, -np.inf, 0
+    target, last_estimate, scale = 0.0, np.inf, 1.0
     for t in range(1, max_iter + 1):
         started, data_seconds = time.perf_counter(), 0.0
         for _ in range(CERTIFY_EVERY):
-            spread, active, seconds = risk.request(_PASS)
+            spread, active, estimate, seconds = risk.request(_PASS)
             passes, data_seconds = passes + 1, data_seconds + seconds
-            if spread <= 0.5 * last_spread:
+            # A certificate when the scaled estimate meets the gap sought, after the estimate fell at least by
+            # PREDICTED_STEP (a certificate per pass where it hovers at the target would cost as much again).
+            if (scale * estimate <= target and estimate <= PREDICTED_STEP * last_estimate
+                    or estimate <= ESTIMATE_STEP * last_estimate):
                 break
         objective, bound, w, certify_seconds = risk.request(_CERTIFY)
         if not (np.isfinite(objective) and np.isfinite(bound)):
@@ -220,8 +238,12 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
                        time.perf_counter() - recorder.started)
         if recorder.record(row):
             break
-        last_spread = spread
-        if active < risk.n_total and spread < RESET_SPREAD:
+        # The estimate runs high near the end (each row's term is taken before its update): scaled by the last
+        # certificate's gap over it, it says when the next certificate may succeed.
+        target, last_estimate = max(epsilon, rel_epsilon * abs(best_objective)), estimate
+        scale = min(1.0, row.gap / estimate) if estimate > 0.0 else 1.0
+        # The gap is not where the passes' estimate put it: the rows left out of the passes hold the rest.
+        if active < risk.n_total and (estimate <= target or spread < RESET_SPREAD):
             risk.request(_RESET)
     result = recorder.result(best_w, best_objective, w)
     result.message = f"{result.message} after {passes} passes"

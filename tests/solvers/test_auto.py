@@ -32,22 +32,41 @@ def test_pick_follows_the_loss_and_the_data(monkeypatch):
     X, y = load_svmlight("a9a.xz")
     X, y = X[:2000], y[:2000]
     l2 = get_regularizer("l2")
-    assert auto.pick_solver(oracle_of("logistic", X, y), l2)[0] == "tron"
-    assert auto.pick_solver(oracle_of("squared_hinge", X, y), l2)[0] == "tron"
-    assert auto.pick_solver(oracle_of("hinge", X, y), l2)[0] == "proximal"
-    # One column in raw counts 10^4 times the others' scale (kddcup99's): Newton all the same (preconditioned).
+    assert auto.pick_solver(oracle_of("logistic", X, y), l2, 1e-4)[0] == "tron"
+    assert auto.pick_solver(oracle_of("squared_hinge", X, y), l2, 1e-4)[0] == "tron"
+    # The hinge loss on a9a's rows (0/1 indicators): dual coordinate descent where its box C = 1 / (lam m) is
+    # small against the rows' squared norms (lam 1e-2 here), the proximal method where it is large (lam 1e-4
+    # on 2,000 rows) or the features take other values (its box smaller still).
+    squares = np.mean(np.linalg.norm(X.toarray(), axis=1) ** 2)
+    for lam in (1e-2, 1e-4):
+        assert auto.box_scale(oracle_of("hinge", X, y), lam) == pytest.approx(squares / (lam * len(y)), rel=1e-12)
+    assert auto.box_scale(oracle_of("hinge", X, y), 1e-2) <= auto.DCD_BOX < auto.box_scale(oracle_of("hinge", X, y),
+                                                                                        1e-4)
+    assert auto.pick_solver(oracle_of("hinge", X, y), l2, 1e-2)[0] == "dcd"
+    assert auto.pick_solver(oracle_of("hinge", X.toarray(), y), l2, 1e-2)[0] == "dcd"  # dense rows alike
+    assert auto.pick_solver(oracle_of("hinge", X, y), l2, 1e-4)[0] == "proximal"
+    assert auto.indicators(oracle_of("hinge", X, y)) and not auto.indicators(oracle_of("hinge", 0.5 * X, y))
+    assert auto.pick_solver(oracle_of("hinge", 0.5 * X, y), l2, 1e-2)[0] == "proximal"
+    assert auto.pick_solver(oracle_of("hinge", X, y), get_regularizer("quadratic", B=2.0), 1e-2)[0] == "proximal"
+    # One column in raw counts 10^4 times the others' scale (kddcup99's): Newton all the same (preconditioned);
+    # for the hinge loss a box small against no row's scale: not dual coordinate descent.
     counts = X.tolil()
     counts[:, 0] = np.arange(X.shape[0])[:, None] * 10.0
-    assert auto.pick_solver(oracle_of("logistic", counts.tocsr(), y), l2)[0] == "tron"
+    assert auto.pick_solver(oracle_of("logistic", counts.tocsr(), y), l2, 1e-4)[0] == "tron"
+    assert auto.pick_solver(oracle_of("hinge", counts.tocsr(), y), l2, 1e-2)[0] == "proximal"
     # As many weights as nonzeros (hashed text): for the hinge loss with l2, dual coordinate descent (not on
     # more than DCD_NONZEROS nonzeros, nor with another regularizer); BMRM otherwise.
     wide = X.copy()
     wide.resize((X.shape[0], 40 * X.nnz // auto.PROXIMAL_RATIO))
     assert wide.shape[1] >= auto.DCD_WEIGHTS
-    assert auto.pick_solver(oracle_of("hinge", wide, y), l2)[0] == "dcd"
-    assert auto.pick_solver(oracle_of("hinge", wide, y), get_regularizer("quadratic", B=2.0))[0] == "bmrm"
+    assert auto.pick_solver(oracle_of("hinge", wide, y), l2, 1e-4)[0] == "dcd"
+    assert auto.pick_solver(oracle_of("hinge", wide, y), get_regularizer("quadratic", B=2.0), 1e-4)[0] == "bmrm"
     monkeypatch.setattr(auto, "DCD_NONZEROS", X.nnz // 2)
-    assert auto.pick_solver(oracle_of("hinge", wide, y), l2)[0] == "bmrm"
+    assert auto.pick_solver(oracle_of("hinge", wide, y), l2, 1e-4)[0] == "bmrm"
+    # A small box on more than DCD_BOX_NONZEROS nonzeros: the proximal method.
+    monkeypatch.setattr(auto, "DCD_NONZEROS", 2 * X.nnz)
+    monkeypatch.setattr(auto, "DCD_BOX_NONZEROS", X.nnz // 2)
+    assert auto.pick_solver(oracle_of("hinge", X, y), l2, 1e-2)[0] == "proximal"
 
 
 def test_a_stalled_solver_hands_over_to_bmrm(monkeypatch):

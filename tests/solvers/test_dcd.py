@@ -31,7 +31,7 @@ def a9a_600():
 
 def python_pass(X, y, diagonal, order, upper, before, alpha, w):
     """The pass of hinge_dual_pass written out (Hsieh et al. 2008, Alg. 1 with shrinking)."""
-    keep, largest, smallest = [], -np.inf, np.inf
+    keep, largest, smallest, estimate = [], -np.inf, np.inf, 0.0
     for i in order:
         row = X.getrow(i)
         g = y[i] * sum(v * w[j] for j, v in zip(row.indices, row.data)) - 1.0
@@ -41,12 +41,13 @@ def python_pass(X, y, diagonal, order, upper, before, alpha, w):
         keep.append(1)
         projected = min(g, 0.0) if alpha[i] == 0.0 else max(g, 0.0) if alpha[i] == upper else g
         largest, smallest = max(largest, projected), min(smallest, projected)
+        estimate += upper * max(-g, 0.0) + alpha[i] * g  # the row's term of the duality gap, before its update
         if projected != 0.0:
             old = alpha[i]
             alpha[i] = min(max(old - g / diagonal[i], 0.0), upper) if diagonal[i] > 0 else upper
             for j, v in zip(row.indices, row.data):
                 w[j] += (alpha[i] - old) * y[i] * v
-    return largest, smallest, keep
+    return largest, smallest, estimate, keep
 
 
 def test_the_compiled_pass_is_the_loop_written_out(a9a_600):
@@ -60,10 +61,10 @@ def test_the_compiled_pass_is_the_loop_written_out(a9a_600):
     for _ in range(6):
         order = rng.permutation(len(y))
         keep = np.empty(len(y), dtype=np.int8)
-        high, low = hinge_dual_pass(X.indptr, X.indices, X.data, y, diagonal, order, 0.5, before[0], before[1],
-                                    alpha, w, keep)
+        high, low, estimate = hinge_dual_pass(X.indptr, X.indices, X.data, y, diagonal, order, 0.5, before[0],
+                                              before[1], alpha, w, keep)
         expected = python_pass(X, y, diagonal, order, 0.5, before, expected_alpha, expected_w)
-        assert (high, low, keep.tolist()) == expected
+        assert (high, low, estimate, keep.tolist()) == expected
         np.testing.assert_array_equal(alpha, expected_alpha)
         np.testing.assert_array_equal(w, expected_w)
         before = (high if high > 0 else np.inf, low if low < 0 else -np.inf)

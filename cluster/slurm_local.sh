@@ -56,10 +56,11 @@ run() {
 
 stop() {
     local name pid
-    # Jobs first: slurmd leaves a job's processes running when it stops.
+    # Jobs first: slurmd leaves a job's processes running when it stops. A task that ignores
+    # SIGTERM is killed KillWait (30 s) after it, so wait longer than that for the queue to empty.
     if [ -f "$dir/slurmctld.pid" ] && [ -f "$dir/slurm.conf" ]; then
         run scancel --user="$(id -un)" 2>/dev/null || true
-        for _ in $(seq 150); do
+        for _ in $(seq 300); do
             [ -z "$(run squeue -h -o %i 2>/dev/null)" ] && break
             sleep 0.2
         done
@@ -75,7 +76,11 @@ stop() {
     bash "$NETNS" down "$dir/net"   # nothing to do without one
 }
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Two free ports at once (both sockets open together, so they differ), for slurmctld and slurmd.
+free_ports() {
+    python3 -c 'import socket; s = [socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1", 0)) for x in s]; print(*(x.getsockname()[1] for x in s))'
+}
 
 if [ "$action" = stop ]; then stop; exit 0; fi
 if [ "$action" = run ]; then shift 2; [ $# -ge 1 ] || usage; run "$@"; exit; fi
@@ -112,6 +117,8 @@ else
     node_lines="NodeName=$names NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=65536 State=UNKNOWN"
 fi
 
+read -r ctld_port slurmd_port < <(free_ports)
+
 # munge: its own key and socket (munged checks that nobody else may write them).
 dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
 chmod 400 "$dir/munge/munge.key"
@@ -124,8 +131,8 @@ ClusterName=prbmrm-local
 # step ids, so a run of another session must not meet a file an aborted one left.
 FirstJobId=$((RANDOM * 1000 + 1000))
 SlurmctldHost=$ctld
-SlurmctldPort=$(free_port)
-SlurmdPort=$(free_port)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
 SlurmUser=$user
 SlurmdUser=root
 AuthType=auth/munge

@@ -12,6 +12,7 @@ sums over examples are exact in fixed point, so any rank count takes the
 same path. The jobs run this checkout (PYTHONPATH), the one under test.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -33,40 +34,42 @@ SCRIPT = os.path.join(REPO, "cluster", "slurm_local.sh")
 ROW = re.compile(r"^\s*(\d+)\s+-?\d\.\d+e[+-]\d+ ", re.MULTILINE)
 
 
-def start_slurm(directory, cpus, nodes=1):
-    """Start cluster/slurm_local.sh in `directory`; the environment its jobs and clients run in."""
+@contextlib.contextmanager
+def running_slurm(directory, cpus, nodes=1):
+    """Start cluster/slurm_local.sh in `directory` and yield the environment its jobs and clients run in;
+    stop it on the way out, whatever happened (a start that failed or timed out, a failing test)."""
     if os.geteuid() != 0:
         pytest.skip("a local Slurm needs root (slurmd starts jobs as their owners)")
     if shutil.which("slurmctld") is None and os.environ.get("PRBMRM_SLURM_INSTALL") != "1":
         pytest.skip("Slurm is not installed (apt-get install slurm-wlm munge, or PRBMRM_SLURM_INSTALL=1)")
-    started = subprocess.run(["bash", SCRIPT, "start", str(directory), str(cpus), str(nodes)],
-                             capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    if started.returncode != 0:
-        subprocess.run(["bash", SCRIPT, "stop", str(directory)], timeout=120, stdin=subprocess.DEVNULL)
-        pytest.skip(f"cluster/slurm_local.sh could not start Slurm: {started.stderr.strip()[-500:]}")
-    outer = LAUNCHER_SIZE_VARIABLES + SLURM_TASKS_VARIABLES
-    env = {k: v for k, v in os.environ.items() if k not in outer and not k.startswith("SLURM_")}
-    env.update(SLURM_CONF=str(directory / "slurm.conf"), PRBMRM_HOME=REPO,
-               PATH=os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]]),
-               PYTHONPATH=os.pathsep.join([REPO, env.get("PYTHONPATH", "")]))
-    return env
+    try:
+        started = subprocess.run(["bash", SCRIPT, "start", str(directory), str(cpus), str(nodes)],
+                                 capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        if started.returncode != 0:
+            pytest.skip(f"cluster/slurm_local.sh could not start Slurm: {started.stderr.strip()[-500:]}")
+        outer = LAUNCHER_SIZE_VARIABLES + SLURM_TASKS_VARIABLES
+        env = {k: v for k, v in os.environ.items() if k not in outer and not k.startswith("SLURM_")}
+        env.update(SLURM_CONF=str(directory / "slurm.conf"), PRBMRM_HOME=REPO,
+                   PATH=os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]]),
+                   PYTHONPATH=os.pathsep.join([REPO, env.get("PYTHONPATH", "")]))
+        yield env
+    finally:
+        subprocess.run(["bash", SCRIPT, "stop", str(directory)], timeout=180, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
     """The environment of a running single-node Slurm: SLURM_CONF, PRBMRM_HOME, PATH, PYTHONPATH."""
-    directory = tmp_path_factory.mktemp("slurm")
-    yield start_slurm(directory, 4)
-    subprocess.run(["bash", SCRIPT, "stop", str(directory)], timeout=120, stdin=subprocess.DEVNULL)
+    with running_slurm(tmp_path_factory.mktemp("slurm"), 4) as env:
+        yield env
 
 
 @pytest.fixture(scope="module")
 def slurm_nodes(tmp_path_factory):
     """The environment of a running 4-node Slurm, one network-namespace host per node (2 CPUs each)."""
     skip_without_network_namespaces()
-    directory = tmp_path_factory.mktemp("slurm-nodes")
-    yield start_slurm(directory, 2, nodes=4)
-    subprocess.run(["bash", SCRIPT, "stop", str(directory)], timeout=120, stdin=subprocess.DEVNULL)
+    with running_slurm(tmp_path_factory.mktemp("slurm-nodes"), 2, nodes=4) as env:
+        yield env
 
 
 def make_shards(slurm, directory):

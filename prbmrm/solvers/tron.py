@@ -124,7 +124,10 @@ class NewtonRanks:
         self._X, self._y = _compiled_rows(X), np.ascontiguousarray(y, dtype=np.float64)
         self._csr = sp.issparse(self._X)
         self._bounds = np.ascontiguousarray(bounds, dtype=np.intp)
-        self._scores = np.empty(self._X.shape[0])
+        rows = self._X.shape[0]
+        self._scores, self._slope = np.empty(rows), np.empty(rows)
+        self._columns = np.empty((3, rows))  # per row: risk, target risk, alpha (csr_newton_sums' columns)
+        self._curvatures = (np.empty(rows), np.empty(rows))  # the current point's and the trial's, in turn
         # per block: gradient, diagonal of X^T D X, risk, target risk, alphas; for products: X^T D X v, 0
         self._point_partials = np.empty((len(self._bounds) - 1, 2 * risk.dim + 3))
         self._product_partials = np.empty((len(self._bounds) - 1, risk.dim + 1))
@@ -152,12 +155,15 @@ class NewtonRanks:
             csr_matvec(X.indptr, X.indices, X.data, w, f)
         else:
             dense_matvec(X, w, f)
-        values = loss.value(f, y)
-        slope = np.ascontiguousarray(loss.derivative(f, y), dtype=np.float64)
-        rows = ([values, values, np.zeros_like(values)] if loss is target else
-                [values, target.value(f, y), -y * slope])
-        columns = np.ascontiguousarray(np.stack(rows), dtype=np.float64)
-        self._trial = np.ascontiguousarray(loss.curvature(f, y), dtype=np.float64)
+        columns, slope = self._columns, self._slope
+        self._trial = self._curvatures[self._current is self._curvatures[0]]  # not the current point's
+        loss.newton_terms(f, y, columns[0], slope, self._trial)
+        if loss is target:
+            columns[1] = columns[0]
+            columns[2] = 0.0
+        else:
+            columns[1] = target.value(f, y)
+            np.multiply(-y, slope, out=columns[2])
         if self._csr:
             csr_newton_sums(X.indptr, X.indices, X.data, self._bounds, slope, self._trial, columns,
                             self._point_partials)

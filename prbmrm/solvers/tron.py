@@ -225,6 +225,10 @@ class _Newton:
         self.seconds = {"risk": 0.0, "comm": 0.0}
         self.products = 0
         self.accepted = True  # whether the next products are at the last point evaluated
+        # (v, H v) of the conjugate gradients at the current point in order, and how many of them the
+        # running ones have met: after a rejected step the same g, M and H give the same directions up to
+        # the smaller radius (||s||_M grows along them: Steihaug 1983), whose products need no pass again.
+        self._path, self._replayed = [], 0
 
     def _request(self, code, v):
         self.ranks.buffer[:] = v
@@ -233,8 +237,20 @@ class _Newton:
             self.seconds[key] += value
         return answer
 
+    def restart(self):
+        """Start conjugate gradients: :meth:`hessian` replays the products of the last ones while its vectors
+        are theirs bitwise (a rejected step's re-solve)."""
+        self._replayed = 0
+
+    def step(self, accepted):
+        """Take the last :meth:`point` as the current one (`accepted`) or go on from the one before."""
+        self.accepted = accepted
+        if accepted:
+            self._path = []
+
     def smooth(self, delta):
         """Step on the hinge smoothed by `delta` from now on (the next :meth:`point` uses it)."""
+        self._path = []
         self.delta = delta
         self.ranks.buffer[0] = delta
         self.risk.request(_SMOOTHING)
@@ -264,9 +280,15 @@ class _Newton:
 
     def hessian(self, v):
         """Return ``H v`` at the last :meth:`point` if :attr:`accepted`, else at the one before."""
+        k, self._replayed = self._replayed, self._replayed + 1
+        if k < len(self._path) and np.array_equal(self._path[k][0], v):
+            return self._path[k][1]
+        del self._path[k:]
         self.products += 1
         code, self.accepted = (_HESSIAN_NEW if self.accepted else _HESSIAN_OLD), True
-        return self.lam * self.regularizer.subgradient(v) + self._request(code, v)
+        product = self.lam * self.regularizer.subgradient(v) + self._request(code, v)
+        self._path.append((v.copy(), product))
+        return product
 
 
 def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
@@ -276,6 +298,7 @@ def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
 
     Returns ``(s, r, on_boundary)`` with the residual ``r = -g - H s``.
     """
+    newton.restart()
     s = np.zeros_like(g)
     r = -g
     z = r / M
@@ -431,7 +454,7 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
             radius = _SIGMA3 * radius
         else:
             radius = max(radius, min(alpha * snorm, _SIGMA3 * radius))
-        newton.accepted = actual > _ETA0 * predicted
+        newton.step(actual > _ETA0 * predicted)
         if newton.accepted:
             w, f, g, M, gap_s = w_new, f_new, g_new, M_new, gap_new
         if stop:

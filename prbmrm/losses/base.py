@@ -354,6 +354,15 @@ class ScalarLoss(Loss):
         """
         return self._formulas().curvature(f, y)
 
+    def newton_terms(self, f, y, value, slope, curvature):
+        """Write :meth:`value`, :meth:`derivative` and :meth:`curvature` at (`f`, `y`) into the float64 arrays
+        `value`, `slope` and `curvature` (f's length): a built-in loss in one compiled pass, the same bits."""
+        kernel = self.compiled_pass()
+        if kernel is not None and type(self).curvature is ScalarLoss.curvature:
+            kernel.newton_terms(f, y, value, slope, curvature)
+        else:
+            value[:], slope[:], curvature[:] = self.value(f, y), self.derivative(f, y), self.curvature(f, y)
+
     @property
     def twice_differentiable(self):
         """bool: whether :meth:`curvature` is defined (by a subclass, or by the compiled loss)."""

@@ -124,7 +124,10 @@ class NewtonRanks:
         self._X, self._y = _compiled_rows(X), np.ascontiguousarray(y, dtype=np.float64)
         self._csr = sp.issparse(self._X)
         self._bounds = np.ascontiguousarray(bounds, dtype=np.intp)
-        self._scores = np.empty(self._X.shape[0])
+        rows = self._X.shape[0]
+        self._scores, self._slope = np.empty(rows), np.empty(rows)
+        self._columns = np.empty((3, rows))  # per row: risk, target risk, alpha (csr_newton_sums' columns)
+        self._curvatures = (np.empty(rows), np.empty(rows))  # the current point's and the trial's, in turn
         # per block: gradient, diagonal of X^T D X, risk, target risk, alphas; for products: X^T D X v, 0
         self._point_partials = np.empty((len(self._bounds) - 1, 2 * risk.dim + 3))
         self._product_partials = np.empty((len(self._bounds) - 1, risk.dim + 1))
@@ -152,12 +155,15 @@ class NewtonRanks:
             csr_matvec(X.indptr, X.indices, X.data, w, f)
         else:
             dense_matvec(X, w, f)
-        values = loss.value(f, y)
-        slope = np.ascontiguousarray(loss.derivative(f, y), dtype=np.float64)
-        rows = ([values, values, np.zeros_like(values)] if loss is target else
-                [values, target.value(f, y), -y * slope])
-        columns = np.ascontiguousarray(np.stack(rows), dtype=np.float64)
-        self._trial = np.ascontiguousarray(loss.curvature(f, y), dtype=np.float64)
+        columns, slope = self._columns, self._slope
+        self._trial = self._curvatures[self._current is self._curvatures[0]]  # not the current point's
+        loss.newton_terms(f, y, columns[0], slope, self._trial)
+        if loss is target:
+            columns[1] = columns[0]
+            columns[2] = 0.0
+        else:
+            columns[1] = target.value(f, y)
+            np.multiply(-y, slope, out=columns[2])
         if self._csr:
             csr_newton_sums(X.indptr, X.indices, X.data, self._bounds, slope, self._trial, columns,
                             self._point_partials)
@@ -219,6 +225,10 @@ class _Newton:
         self.seconds = {"risk": 0.0, "comm": 0.0}
         self.products = 0
         self.accepted = True  # whether the next products are at the last point evaluated
+        # (v, H v) of the conjugate gradients at the current point in order, and how many of them the
+        # running ones have met: after a rejected step the same g, M and H give the same directions up to
+        # the smaller radius (||s||_M grows along them: Steihaug 1983), whose products need no pass again.
+        self._path, self._replayed = [], 0
 
     def _request(self, code, v):
         self.ranks.buffer[:] = v
@@ -227,8 +237,20 @@ class _Newton:
             self.seconds[key] += value
         return answer
 
+    def restart(self):
+        """Start conjugate gradients: :meth:`hessian` replays the products of the last ones while its vectors
+        are theirs bitwise (a rejected step's re-solve)."""
+        self._replayed = 0
+
+    def step(self, accepted):
+        """Take the last :meth:`point` as the current one (`accepted`) or go on from the one before."""
+        self.accepted = accepted
+        if accepted:
+            self._path = []
+
     def smooth(self, delta):
         """Step on the hinge smoothed by `delta` from now on (the next :meth:`point` uses it)."""
+        self._path = []
         self.delta = delta
         self.ranks.buffer[0] = delta
         self.risk.request(_SMOOTHING)
@@ -258,9 +280,15 @@ class _Newton:
 
     def hessian(self, v):
         """Return ``H v`` at the last :meth:`point` if :attr:`accepted`, else at the one before."""
+        k, self._replayed = self._replayed, self._replayed + 1
+        if k < len(self._path) and np.array_equal(self._path[k][0], v):
+            return self._path[k][1]
+        del self._path[k:]
         self.products += 1
         code, self.accepted = (_HESSIAN_NEW if self.accepted else _HESSIAN_OLD), True
-        return self.lam * self.regularizer.subgradient(v) + self._request(code, v)
+        product = self.lam * self.regularizer.subgradient(v) + self._request(code, v)
+        self._path.append((v.copy(), product))
+        return product
 
 
 def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
@@ -270,6 +298,7 @@ def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
 
     Returns ``(s, r, on_boundary)`` with the residual ``r = -g - H s``.
     """
+    newton.restart()
     s = np.zeros_like(g)
     r = -g
     z = r / M
@@ -425,7 +454,7 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
             radius = _SIGMA3 * radius
         else:
             radius = max(radius, min(alpha * snorm, _SIGMA3 * radius))
-        newton.accepted = actual > _ETA0 * predicted
+        newton.step(actual > _ETA0 * predicted)
         if newton.accepted:
             w, f, g, M, gap_s = w_new, f_new, g_new, M_new, gap_new
         if stop:

@@ -183,6 +183,37 @@ def test_the_curvature_is_inherited_from_the_compiled_loss():
     assert type("Curved", (BinaryLoss,), {"name": "curved", "curvature": lambda self, f, y: 0 * f})().twice_differentiable
 
 
+@pytest.mark.parametrize("name", sorted(TWICE_DIFFERENTIABLE))
+def test_newton_terms_are_value_derivative_and_curvature_bitwise(name):
+    loss = make(LOSSES[name])
+    f, y = scores_and_labels(loss, n=3000, seed=2)
+    f[:3] = [0.0, 40.0, -40.0]  # the logistic's one-exp curvature at its center and far out
+    out = [np.full(f.size, np.nan) for _ in range(3)]
+    loss.newton_terms(f, y, *out)
+    for got, expected in zip(out, (loss.value(f, y), loss.derivative(f, y), loss.curvature(f, y))):
+        assert got.tobytes() == expected.tobytes()
+    with pytest.raises(ValueError):
+        loss.newton_terms(f, y, out[0][:-1], out[1], out[2])
+
+
+def test_newton_terms_of_a_loss_registered_from_outside_are_its_own_formulas():
+    curved = type("Curved", (BinaryLoss,), {"name": "curved", "value": lambda self, f, y: (f - y) ** 2,
+                                            "derivative": lambda self, f, y: 2 * (f - y),
+                                            "curvature": lambda self, f, y: 2 + 0 * f})()
+    f, y = np.linspace(-2.0, 2.0, 9), np.ones(9)
+    out = [np.empty(9) for _ in range(3)]
+    curved.newton_terms(f, y, *out)
+    np.testing.assert_array_equal(np.stack(out), [(f - y) ** 2, 2 * (f - y), np.full(9, 2.0)])
+
+
+def test_the_logistic_curvature_is_the_sigmoids_product():
+    loss = make(LOSSES["logistic"])
+    f = np.concatenate([np.linspace(-40.0, 40.0, 801), [-700.0, 700.0]])
+    for y in (np.ones_like(f), -np.ones_like(f)):
+        z = y * f
+        np.testing.assert_allclose(loss.curvature(f, y), _sigmoid(z) * _sigmoid(-z), rtol=1e-14, atol=0)
+
+
 def newton_data(layout, rows=700, features=41):
     X, y, w = (data_for if layout == "dense" else sparse_data_for)(SCALAR_LOSSES[0](), rows, features)
     rng = np.random.default_rng(3)

@@ -1,11 +1,15 @@
 """TRON: the losses' curvature and the Hessian products against finite differences, its certified gap
 against cvxpy, and its run on 1, 2 and 3 ranks bitwise against one process."""
 
+import io
+import itertools
+import lzma
+
 import cvxpy as cp
 import numpy as np
 import pytest
 
-from helpers import load_svmlight, shared_shards
+from helpers import data_path, load_svmlight, shared_shards
 from prbmrm.solvers import minimize  # first: the base commit's prbmrm.regularizers alone imports circularly
 from prbmrm.distributed.comm import SerialComm
 from prbmrm.distributed.oracle import DistributedRisk, run_distributed
@@ -13,6 +17,7 @@ from prbmrm.errors import UsageError
 from prbmrm.io import load_local
 from prbmrm.losses import get_loss
 from prbmrm.regularizers import get_regularizer
+from prbmrm.solvers import tron
 from prbmrm.solvers.tron import NewtonRanks
 
 SMOOTH = ["logistic", "squared_hinge", "least_squares", "huber", "huber_hinge", "exponential",
@@ -200,3 +205,28 @@ def test_smoothed_hinge_certifies_the_hinge_problem(lam):
     assert result.fun == pytest.approx(hinge, rel=1e-12)
     assert np.all(result.history["lower_bound"] <= optimum + 1e-9)
     assert optimum - 1e-9 <= result.fun <= optimum + 1e-6 + 1e-9
+
+
+def test_a_rejected_steps_re_solve_replays_its_products_bitwise(monkeypatch):
+    """After a rejected step the conjugate gradients start again from the same g, M and H: the products of
+    the directions met before are not requested again, and the run is bitwise the one that requests them."""
+    from sklearn.datasets import load_svmlight_file
+
+    with lzma.open(data_path("kddcup99_10pct.binary.xz")) as f:  # its first rows: the trust region rejects steps
+        X, y = load_svmlight_file(io.BytesIO(b"".join(itertools.islice(f, 2000))))
+    X, y = X.tocsr(), np.where(y > 0, 1.0, -1.0)
+
+    def run():
+        oracle = oracle_of("logistic", X, y)
+        codes, request = [], oracle.request
+        oracle.request = lambda code: (codes.append(code), request(code))[1]
+        result = minimize(oracle, np.zeros(X.shape[1]), 1e-5, method="tron", epsilon=1e-6, rel_epsilon=0)
+        return result, sum(code in (1, 2) for code in codes)
+
+    replayed, fewer = run()
+    monkeypatch.setattr(tron._Newton, "restart", lambda self: self.__dict__.update(_path=[], _replayed=0))
+    requested, products = run()
+    assert replayed.success and fewer < products
+    assert replayed.w.tobytes() == requested.w.tobytes()
+    for column in ("objective", "lower_bound"):
+        assert replayed.history[column].tobytes() == requested.history[column].tobytes()

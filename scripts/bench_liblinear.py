@@ -123,7 +123,9 @@ def objective(X, y, w, loss, lam):
 
 def run_prbmrm(shards, loss, lam, ranks=1, epsilon=TARGET, solver=None):
     """One whole prbmrm process; returns (own seconds, process seconds, iterations, objective, lower bound, status,
-    process CPU seconds)."""
+    process CPU seconds, phases): phases are the history's risk, subproblem and comm seconds summed, reading
+    (the run's seconds before its first iteration: loading the shards) and the rest of the process (start-up, the
+    model written)."""
     from prbmrm.model import load_model
 
     with tempfile.TemporaryDirectory() as out:
@@ -143,8 +145,11 @@ def run_prbmrm(shards, loss, lam, ranks=1, epsilon=TARGET, solver=None):
         if done.returncode != 0:
             raise RuntimeError(f"prbmrm failed: {done.stderr[-2000:]}")
         m = load_model(model)
-        return (float(m.history["seconds_total"][-1]), process, int(m.attrs["iterations"]),
-                float(m.attrs["objective"]), float(m.attrs["lower_bound"]), int(m.attrs["status"]), cpu)
+        own = float(m.history["seconds_total"][-1])
+        phases = {name: float(np.sum(m.history[f"seconds_{name}"])) for name in ("risk", "subproblem", "comm")}
+        phases.update(reading=float(m.attrs["seconds"]) - own, rest=process - float(m.attrs["seconds"]))
+        return (own, process, int(m.attrs["iterations"]), float(m.attrs["objective"]), float(m.attrs["lower_bound"]),
+                int(m.attrs["status"]), cpu, phases)
 
 
 def run_liblinear(problem, X, y, loss, lam, bound, solver, eps):
@@ -350,9 +355,14 @@ def main(argv=None):
                     double = statistics.median(r[0] for r in one[1::2])
                     wall1 = statistics.median(r[1] for r in one[0::2])
                     wall2 = statistics.median(r[1] for r in one[1::2])
+                    phases = [", ".join(f"{phase} {statistics.median(r[7][phase] for r in runs):.2f}"
+                                        for phase in runs[0][7]) for runs in (one[0::2], one[1::2])]
                     print(f"{name} {loss} lam {lam:g}: own seconds 1 rank {single:.2f}, 2 ranks {double:.2f}, "
                           f"ratio {double / single:.2f}; process seconds {wall1:.2f} and {wall2:.2f}, ratio "
-                          f"{wall2 / wall1:.2f} (load {os.getloadavg()[0]:.1f})", flush=True)
+                          f"{wall2 / wall1:.2f}; process CPU seconds (all ranks) "
+                          f"{statistics.median(r[6] for r in one[0::2]):.2f} and "
+                          f"{statistics.median(r[6] for r in one[1::2]):.2f}; phases (rank 0's seconds) 1 rank: {phases[0]}; 2 ranks: {phases[1]} "
+                          f"(load {os.getloadavg()[0]:.1f})", flush=True)
     for note in notes:
         print(note)
 

@@ -36,7 +36,7 @@ Usage (from the repository root)::
 
     PYTHONPATH=$PWD PRBMRM_DATA=/work/shared/data python scripts/bench_liblinear.py [--full]
         [--sets a9a kddcup99 dense-standin planted5m] [--losses hinge logistic] [--lams 1e-4 1e-5 1e-6]
-        [--rounds 3] [--work DIR] [--train-program PATH/TO/liblinear/train] [--no-ranks]
+        [--rounds 3] [--work DIR] [--train-program PATH/TO/liblinear/train] [--no-ranks | --ranks-only]
 """
 
 import argparse
@@ -270,7 +270,9 @@ def main(argv=None):
                                        "(default: a temporary directory)")
     parser.add_argument("--train-program", help="LIBLINEAR's train program (default $LIBLINEAR_TRAIN, else train "
                                                 "on PATH; without one the whole-run columns are n/a)")
-    parser.add_argument("--no-ranks", action="store_true", help="skip planted5m's 1-rank / 2-rank comparison")
+    ranks = parser.add_mutually_exclusive_group()
+    ranks.add_argument("--no-ranks", action="store_true", help="skip planted5m's 1-rank / 2-rank comparison")
+    ranks.add_argument("--ranks-only", action="store_true", help="only planted5m's 1-rank / 2-rank comparison")
     args = parser.parse_args(argv)
     sets = args.sets or (list(SETS) if args.full else ["a9a"])
     rounds = args.rounds or (3 if args.full else 1)
@@ -302,8 +304,8 @@ def main(argv=None):
             notes.append(f"{name}: {X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} nonzeros; `prbmrm shard` into {parts} "
                          f"part(s): " + (f"{seconds:.1f} s" if seconds is not None else "reused from --work")
                          + " (a one-time conversion, not in the process times)")
-            problem = liblinearutil.problem(y, X)
-            for loss in args.losses:
+            problem = None if args.ranks_only else liblinearutil.problem(y, X)
+            for loss in [] if args.ranks_only else args.losses:
                 for lam in args.lams:
                     # A certified bound of min J, not timed: a tight prbmrm run.
                     bound = run_prbmrm(shards, loss, lam, epsilon=1e-7 if loss == "logistic" else 1e-6)[4]

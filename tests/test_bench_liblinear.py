@@ -39,11 +39,10 @@ def test_liblinear_whole_run_gives_the_packages_weights(bench, tmp_path):
     bench.write_svmlight(X, y, path)
     lam = 1e-3
     for solver in ("3", "0"):
-        (seconds, cpu), w = bench.liblinear_whole(program, path, lam, X.shape[0], solver, 1e-6, X.shape[1])
+        _, w = bench.liblinear_whole(program, path, lam, X.shape[0], solver, 1e-6, X.shape[1])
         model = liblinearutil.train(liblinearutil.problem(y, X), liblinearutil.parameter(
             f"-s {solver} -c {1.0 / (lam * X.shape[0])!r} -e 1e-6 -q"))
         reference = np.array([model.w[i] for i in range(X.shape[1])]) * (1 if model.label[0] == 1 else -1)
-        assert seconds > 0 and cpu >= 0
         # Tight eps: the two runs (dual CD visits rows in a random order) agree to far better than 1e-3.
         np.testing.assert_allclose(w, reference, rtol=0, atol=1e-3 * np.abs(reference).max())
         assert bench.objective(X, y, w, "hinge", lam) < bench.objective(X, y, 0 * w, "hinge", lam)

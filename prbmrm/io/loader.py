@@ -174,7 +174,6 @@ def read_shard_rows(metas, bias, as_dense=False):
     else:
         check_memory(metas[0]["path"], 8 * n * (d + bias), f"holding {n} rows of {d + bias} features dense")
         X = np.zeros((n, d + bias)) if sparse else np.empty((n, d + bias))
-        X[:, d:] = 1.0
     row = pos = 0
     for m in metas:
         path, rows, vals = m["path"], np.s_[row:row + m["n"]], np.s_[pos:pos + m["nnz"]]
@@ -212,6 +211,8 @@ def read_shard_rows(metas, bias, as_dense=False):
         row, pos = row + m["n"], pos + m["nnz"]
     if csr:
         X = _with_bias(sp.csr_matrix((data, indices, indptr), shape=(n, d), copy=False), bias)
+    else:
+        X[:, d:] = 1.0  # after the rows: scipy's toarray(out=...) zeroes whole rows, the bias column too
     return X, y, qid
 
 
@@ -221,8 +222,10 @@ def _check_unique_indices(indices, indptr, path, row_offset=0):
     Rows with increasing indices (what the writer makes) pass in one
     vectorized comparison; only otherwise are the indices sorted per row.
     """
-    out_of_order = np.flatnonzero(indices[1:] <= indices[:-1]) + 1
-    if not np.isin(out_of_order, indptr[1:-1]).all():  # not only at the start of a row
+    out_of_order = indices[1:] <= indices[:-1]  # position k: value k + 1 does not follow value k up
+    starts = np.asarray(indptr[1:-1])
+    out_of_order[starts[(starts > 0) & (starts < indices.size)] - 1] = False  # a row may start low
+    if out_of_order.any():  # not only at the start of a row
         rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
         order = np.lexsort((indices, rows))
         same = np.flatnonzero((indices[order][1:] == indices[order][:-1]) & (rows[order][1:] == rows[order][:-1]))
@@ -251,10 +254,12 @@ def _scatter_csr(f, m, out):
         if hi == lo:
             continue
         values, columns = f["X/data"][first + lo:first + hi], f["X/indices"][first + lo:first + hi]
+        starts = indptr[a:b + 1] - lo
         _check_indices(columns, d, path)
-        _check_unique_indices(columns, indptr[a:b + 1] - lo, path, row_offset=rows + a)
-        check_finite(values, path, indptr=indptr[a:b + 1] - lo, row_offset=rows + a)
-        out[np.repeat(np.arange(a, b), np.diff(indptr[a:b + 1])), columns] = values
+        _check_unique_indices(columns, starts, path, row_offset=rows + a)
+        check_finite(values, path, indptr=starts, row_offset=rows + a)
+        # scipy's CSR-to-dense loop writes straight into the rows (no index arrays of the block's size).
+        sp.csr_matrix((values, columns, starts), shape=(b - a, out.shape[1])).toarray(out=out[a:b])
 
 
 def _dense_layout(sparse, nonzeros, rows, features, dense):

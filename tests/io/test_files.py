@@ -260,6 +260,31 @@ def test_duplicate_csr_indices_are_refused(tmp_path):
         load_local(str(tmp_path), SerialComm())
 
 
+@pytest.mark.parametrize("dense", [False, True])
+def test_duplicate_check_takes_empty_rows_and_descending_row_starts(tmp_path, dense):
+    """Rows that start below the index their predecessor ended on pass, empty rows (first, inner, last) too;
+    a column given twice is found in the row after empty ones, against a brute-force count."""
+    from prbmrm.distributed.comm import SerialComm
+    from prbmrm.io import load_local, write_shards
+
+    rows = [[], [], [5, 9], [0, 1], [], [3], [2, 7, 8], []]
+    X = sp.csr_matrix((np.arange(1.0, 1 + sum(map(len, rows))), np.concatenate(rows).astype(np.int32),
+                       np.cumsum([0] + [len(r) for r in rows])), shape=(len(rows), 10))
+    y = np.where(np.arange(len(rows)) % 2, 1.0, -1.0)
+    write_shards(X, y, tmp_path, 1)
+    got = load_local(str(tmp_path), SerialComm(), dense=dense).X
+    np.testing.assert_array_equal(got if dense else got.toarray(), X.toarray())
+    with h5py.File(tmp_path / "part-00000.h5", "r+") as f:
+        indptr, indices = f["X/indptr"][()], f["X/indices"][()]
+        indices[indptr[6] + 2] = indices[indptr[6]]  # row 7 (after the empty row 5): 2, 7, 2
+        f["X/indices"][:] = indices
+    twice = [i + 1 for i in range(len(rows))
+             if len(set(indices[indptr[i]:indptr[i + 1]])) < indptr[i + 1] - indptr[i]]
+    assert twice == [7]
+    with pytest.raises(CollectiveError, match="part-00000.h5: row 7 gives column 2 twice"):
+        load_local(str(tmp_path), SerialComm(), dense=dense)
+
+
 SHARD_LIMITED = """import resource, runpy, sys
 resource.setrlimit(resource.RLIMIT_FSIZE, (16384, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 sys.argv[0] = "prbmrm.cli.shard"

@@ -121,11 +121,13 @@ def sacct(slurm, name):
     return "\n".join(lines)
 
 
-def serial_w(shards, **options):
+def serial_w(shards, workdir, **options):
+    """The 1-process run of the templates' command: with a checkpoint, as they write one (a pick that
+    keeps no checkpoints, dcd or TRON, gives way to the proximal bundle method then)."""
     from prbmrm.distributed.comm import SerialComm
     from prbmrm.training import run
 
-    result, _, _ = run(str(shards), comm=SerialComm(), **options)
+    result, _, _ = run(str(shards), comm=SerialComm(), checkpoint=str(workdir / "serial.ckpt.h5"), **options)
     return result
 
 
@@ -141,7 +143,7 @@ def test_train_template_on_4_tasks_equals_one_process(slurm, shards, tmp_path):
     assert "COMPLETED" in sacct(slurm, "train-4")
     model = load_model(str(tmp_path / "model.h5"))
     assert model.attrs["ranks"] == 4
-    assert_same(model, serial_w(data, lam=1e-3))
+    assert_same(model, serial_w(data, tmp_path, lam=1e-3))
     log = (tmp_path / f"train-4-{job}.out").read_text()
     assert "4 ranks, MPICH" in log and "Abort" not in log
 
@@ -156,7 +158,7 @@ def test_train_template_on_4_namespace_nodes_equals_one_process(slurm_nodes, tmp
     assert f"job {job} (restart 0) on h[1-4]: 4 ranks, MPICH" in log and "Abort" not in log, log
     model = load_model(str(tmp_path / "model.h5"))
     assert model.attrs["ranks"] == 4
-    assert_same(model, serial_w(data, lam=1e-3))
+    assert_same(model, serial_w(data, tmp_path, lam=1e-3))
 
 
 def test_lambda_sweep_as_a_job_array(slurm, shards, tmp_path):
@@ -170,7 +172,7 @@ def test_lambda_sweep_as_a_job_array(slurm, shards, tmp_path):
         model = load_model(str(tmp_path / "sweep" / f"model-lam{lam}.h5"))
         lam = float(lam)
         assert model.attrs["lam"] == lam and model.attrs["ranks"] == 2  # the array's lambda wins over --lam
-        assert_same(model, serial_w(data, lam=lam))
+        assert_same(model, serial_w(data, tmp_path, lam=lam))
         log = (tmp_path / f"prbmrm-sweep-{job}_{task}.out").read_text()
         assert f"3000 examples from {source}: accuracy" in log
 
@@ -239,7 +241,7 @@ def test_preempted_and_requeued_job_resumes_and_equals_one_process(slurm, shards
     assert firsts[0] == 1 and all(a < b for a, b in zip(firsts, firsts[1:])), firsts
     model = load_model(str(tmp_path / "model.h5"))
     assert not (tmp_path / "model.interrupted.h5").exists()  # the finished run removed it
-    assert_same(model, serial_w(data, **options))
+    assert_same(model, serial_w(data, tmp_path, **options))
 
 
 def job_ranks(job):

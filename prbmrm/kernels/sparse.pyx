@@ -94,9 +94,10 @@ def hinge_dual_pass(const index_t[::1] indptr, const index_t[::1] indices, const
     pass's extreme projected gradients (`largest_before`, `smallest_before`) is left alone and
     ``keep[t]`` set to 0 (else 1): shrinking, which only chooses the rows a pass visits. Updates
     `alpha` and `w` in place; returns the largest and smallest projected gradient of the rows kept and
-    the sum over them of their duality-gap terms just after their update, ``upper * max(0, -G') +
-    alpha_i G'`` with ``G' = y_i <x_i, w> - 1`` (an estimate of the gap ``P(w) - D(alpha)``, whose terms
-    these are: the rows left alone contribute about 0, the others' G' moved with the later updates).
+    the sum over them of their duality-gap terms as the pass comes to each row, before its update,
+    ``upper * max(0, -G) + alpha_i G`` with ``G = y_i <x_i, w> - 1`` (an estimate of the gap ``P(w) -
+    D(alpha)``, whose terms these are: the rows left alone contribute about 0, the others' G moved with
+    the later updates).
     """
     cdef Py_ssize_t rows = order.shape[0], t, i, k
     cdef double g, projected, old, change, largest = -1e300, smallest = 1e300, estimate = 0.0

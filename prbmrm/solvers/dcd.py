@@ -89,16 +89,16 @@ class DualDescentRanks:
     def __init__(self, risk, lam, seed):
         self.comm, self.lam = risk.comm, float(lam)
         self.upper = 1.0 / (self.lam * risk.n_total)
-        local = sp.vstack([sp.csr_matrix(X, dtype=np.float64) for X, _ in risk.blocks], format="csr") \
-            if risk.blocks else sp.csr_matrix((0, risk.dim))
-        local.sort_indices()
+        X, y, _ = risk.rows
+        # A copy only where the rows' column indices need sorting: the oracle's own rows stay as they are.
+        local = sp.csr_matrix(X, dtype=np.float64)
+        local = local if local.has_sorted_indices else local.sorted_indices()
         nonzeros = int(self.comm.allreduce_sum(np.array([local.nnz], dtype=np.int64))[0])
         # Onto rank 0 alone: the other ranks never hold more than their own rows.
         data, indices, lengths, y = [self.comm.gatherv_array(part, limit) for part, limit in (
             (local.data, nonzeros), (local.indices.astype(np.int64), nonzeros),
             (np.diff(local.indptr).astype(np.int64), risk.n_total),
-            (np.concatenate([np.zeros(0)] + [np.asarray(y, dtype=np.float64) for _, y in risk.blocks]),
-             risk.n_total))]
+            (np.asarray(y, dtype=np.float64).ravel(), risk.n_total))]
         self.problem = None
         if self.comm.is_root:
             self.alpha = np.zeros(risk.n_total)
@@ -163,7 +163,7 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
     Parameters
     ----------
     risk : prbmrm.distributed.oracle.DistributedRisk
-        The hinge risk oracle on rank 0; the solver uses its data blocks and communicator (the other ranks
+        The hinge risk oracle on rank 0; the solver uses its rows and communicator (the other ranks
         serve it, as for BMRM).
     w0 : ndarray
         Only its length is used: the descent starts from the dual point 0 (w = 0).

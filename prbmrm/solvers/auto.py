@@ -253,10 +253,12 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         if that is the pick.
     state, checkpoint
         As for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`: a run that writes
-        checkpoints (or resumes) runs one solver, without hand-over; the
-        proximal bundle method if the pick keeps no checkpoints (TRON). A
-        `checkpoint` that writes nothing only stops the run (status 5) when it
-        says so.
+        checkpoints (or resumes) runs its pick alone, without hand-over, so
+        that the checkpoint holds that one solver's state and a resumed run
+        continues it (every solver :func:`pick_solver` names keeps
+        checkpoints; a `first` that keeps none gives way to the proximal
+        bundle method). A `checkpoint` that writes nothing only stops the run
+        (status 5) when it says so.
 
     Returns
     -------

@@ -193,6 +193,12 @@ def _interruptible(callback, checkpoint):
     return interruptible
 
 
+def runs_alone(state, checkpoint):
+    """Whether :func:`minimize_auto` with these keywords runs its pick alone, without hand-over: when it
+    resumes or writes checkpoints (the checkpoint then holds that one solver's state)."""
+    return state is not None or getattr(checkpoint, "path", None) is not None
+
+
 class _Continuation:
     """The callback of the second solver: its rows renumbered after the first's, bounds and objectives the
     run's best, and its stop when the run's gap is reached."""
@@ -269,7 +275,7 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
 
     name, why = (first, "named by the caller") if first else pick_solver(risk, regularizer, lam)
     options, keeps = {}, "checkpoint" in inspect.signature(get_solver(name)).parameters
-    if state is not None or getattr(checkpoint, "path", None) is not None:
+    if runs_alone(state, checkpoint):
         if not keeps:
             name, why = "proximal", f"{name} keeps no checkpoints"
         options, handover = {"state": state, "checkpoint": checkpoint}, 0

@@ -221,7 +221,7 @@ def check_bitwise_run(resumed, full):
         np.testing.assert_array_equal(resumed.history[column], full.history[column])
 
 
-# dcd on 2,000 rows of a9a: 17 certificates (iterations) of 3 to 32 passes each.
+# dcd on 2,000 rows of a9a: 71 certificates (iterations), 2,170 passes.
 DCD = dict(solver="dcd", loss="hinge", lam=1e-3, rel_epsilon=1e-6)
 
 

@@ -450,8 +450,9 @@ def test_sigkill_of_a_rank_ends_the_job(tmp_path, rank):
     assert rank_pids(path) == {}  # no rank left behind
 
 
-def test_sigterm_to_rank_0_checkpoints_and_resumes(tmp_path):
-    job, path = start_job(tmp_path)
+@pytest.mark.parametrize("solver", ["bmrm", "dcd", "tron"])
+def test_sigterm_to_rank_0_checkpoints_and_resumes(tmp_path, solver):
+    job, path = start_job(tmp_path, 3, "--solver", solver)
     status, _, stderr = signal_rank(job, path, 0, signal.SIGTERM)
     assert status == 143, stderr
     assert "interrupted by signal 15" in stderr
@@ -460,12 +461,16 @@ def test_sigterm_to_rank_0_checkpoints_and_resumes(tmp_path):
     model = load_model(str(tmp_path / "model.interrupted.h5"))
     assert model.attrs["status"] == 5 and model.attrs["iterations"] == stopped
     # Resume for 15 more iterations and compare with an uninterrupted run of as many.
-    more = dict(solver="bmrm", lam=1e-7, rel_epsilon=0.0, max_iter=stopped + 15)
-    resumed = train(tmp_path, 3, "resumed", "--lam", "1e-7", "--rel-epsilon", "0",
+    more = dict(solver=solver, lam=1e-7, rel_epsilon=0.0, max_iter=stopped + 15)
+    resumed = train(tmp_path, 3, "resumed", "--solver", solver, "--lam", "1e-7", "--rel-epsilon", "0",
                     "--max-iter", str(stopped + 15), "--resume", path)
     full, _, _ = run(**more)
     assert resumed.attrs["iterations"] == full.nit == stopped + 15
     check_same_run(resumed, full)
+    if solver != "bmrm":  # bitwise, but the seconds
+        np.testing.assert_array_equal(resumed.w, full.w)
+        for column in ("objective", "best_objective", "lower_bound", "gap"):
+            np.testing.assert_array_equal(resumed.history[column], full.history[column])
 
 
 def test_sigint_to_mpiexec_stops_every_rank_cleanly(tmp_path):

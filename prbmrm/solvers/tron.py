@@ -322,7 +322,8 @@ class _Newton:
         """The products' side as the group ``tron`` of a checkpoint (:func:`prbmrm.solvers.base.snapshot`): the
         smoothing, that of the curvature the next products use, the ranks' sums' bounds (empty: none yet) and
         the products kept for a re-solve."""
-        bounds = [np.empty(0, dtype=np.int16) if b is None else b.copy() for b in self.ranks.sum_bounds()]
+        bounds = [np.empty(0, dtype=FixedPointSum.EXPONENT_DTYPE) if b is None else b.copy()
+                  for b in self.ranks.sum_bounds()]
         vectors = [np.array([pair[i] for pair in self._path]).reshape(-1, self.risk.dim) for i in (0, 1)]
         return {"tron": {"delta": self.delta, "curvature_delta": self.delta if self.accepted else self.curvature_delta,
                          "accepted": int(self.accepted), "point_sums": bounds[0], "product_sums": bounds[1],
@@ -345,7 +346,8 @@ class _Newton:
         problem = None
         if not all(math.isfinite(d) and (d > 0.0 if self.delta > 0.0 else d == 0.0) for d in (delta, curvature_delta)):
             problem = f"tron/delta or tron/curvature_delta is not a smoothing of the loss {self.risk.loss.name!r}"
-        elif not all(b.dtype.kind in "iu" and b.shape in ((0,), (n,)) and np.all(np.abs(b) <= FixedPointSum.EXPONENT_LIMIT)
+        elif not all(b.dtype.kind in "iu" and b.shape in ((0,), (n,))
+                     and np.all(np.abs(b) <= FixedPointSum.EXPONENT_LIMIT)
                      for b, n in zip(bounds, (2 * dim + 3, dim + 1))):
             problem = "tron/point_sums or tron/product_sums are not bounds of this problem's sums"
         elif not (path[0].shape == path[1].shape and path[0].ndim == 2 and path[0].shape[1] == dim):

@@ -248,7 +248,7 @@ def load_checkpoint(path, key=None):
 
 
 # Where a solver's state keeps vectors of the length of w, and matrices with rows of that length.
-_VECTORS = ("w", "best_w", "w_b", "w_c", "w_t", "center", "g")
+_VECTORS = ("w", "best_w", "w_b", "w_c", "w_t", "center", "g", "preconditioner")
 _ROWS = ("A", "s", "y", "gradient")
 # Groups of cutting planes: below R_emp (their Gram matrix in the regularizer's metric), or below J
 # (the proximal method's model, plain Gram matrix).

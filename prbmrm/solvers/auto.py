@@ -193,6 +193,12 @@ def _interruptible(callback, checkpoint):
     return interruptible
 
 
+def runs_alone(state, checkpoint):
+    """Whether :func:`minimize_auto` with these keywords runs its pick alone, without hand-over: when it
+    resumes or writes checkpoints (the checkpoint then holds that one solver's state)."""
+    return state is not None or getattr(checkpoint, "path", None) is not None
+
+
 class _Continuation:
     """The callback of the second solver: its rows renumbered after the first's, bounds and objectives the
     run's best, and its stop when the run's gap is reached."""
@@ -253,10 +259,12 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         if that is the pick.
     state, checkpoint
         As for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`: a run that writes
-        checkpoints (or resumes) runs one solver, without hand-over; the
-        proximal bundle method if the pick keeps no checkpoints (TRON). A
-        `checkpoint` that writes nothing only stops the run (status 5) when it
-        says so.
+        checkpoints (or resumes) runs its pick alone, without hand-over, so
+        that the checkpoint holds that one solver's state and a resumed run
+        continues it (every solver :func:`pick_solver` names keeps
+        checkpoints; a `first` that keeps none gives way to the proximal
+        bundle method). A `checkpoint` that writes nothing only stops the run
+        (status 5) when it says so.
 
     Returns
     -------
@@ -267,7 +275,7 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
 
     name, why = (first, "named by the caller") if first else pick_solver(risk, regularizer, lam)
     options, keeps = {}, "checkpoint" in inspect.signature(get_solver(name)).parameters
-    if state is not None or getattr(checkpoint, "path", None) is not None:
+    if runs_alone(state, checkpoint):
         if not keeps:
             name, why = "proximal", f"{name} keeps no checkpoints"
         options, handover = {"state": state, "checkpoint": checkpoint}, 0

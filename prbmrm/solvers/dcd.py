@@ -43,7 +43,7 @@ import scipy.sparse as sp
 from ..distributed.oracle import service
 from ..errors import InputError, UsageError
 from ..kernels.sparse import hinge_dual_pass
-from .base import Progress, Recorder
+from .base import Progress, Recorder, snapshot
 
 CERTIFY_EVERY = 32
 """Passes between certificates at most."""
@@ -61,6 +61,8 @@ RESET_SPREAD = 0.1
 (LIBLINEAR's default stopping tolerance, where it does the same)."""
 
 _PASS, _CERTIFY, _RESET = 0, 1, 2
+
+_WORD = 2**64 - 1  # the generator's 128-bit integers are saved as two 64-bit words each
 
 
 @service("dcd")
@@ -145,6 +147,46 @@ class DualDescentRanks:
         lower_bound = lam * (float(np.sum(self.alpha)) - 0.5 * float(v @ v))
         return objective, lower_bound, self.w.copy(), time.perf_counter() - started
 
+    def state(self):
+        """Rank 0's dual point, active set, shrinking bounds and the state of the generator of the orders, as the
+        group ``dcd`` of a checkpoint (:func:`prbmrm.solvers.base.snapshot`); w is the solver's."""
+        generator = self._random.bit_generator.state
+        words = [word for big in (generator["state"]["state"], generator["state"]["inc"])
+                 for word in (big >> 64, big & _WORD)] + [generator["has_uint32"], generator["uinteger"]]
+        return {"dcd": {"alpha": self.alpha.copy(), "active": self.active.copy(), "shrink_high": self.before[0],
+                        "shrink_low": self.before[1], "generator": np.array(words, dtype=np.uint64)}}
+
+    def restore(self, state):
+        """Continue from :meth:`state` and the state's w (rank 0): the next pass is the saved run's next.
+
+        Raises
+        ------
+        InputError
+            If the dual point lies outside the box ``[0, C]`` (its certificates would bound nothing), the
+            active set is not a set of rows, or the generator's state is not 6 words.
+        """
+        saved, n = state["dcd"], self._X.shape[0]
+        alpha, active, words = (np.asarray(saved[key]) for key in ("alpha", "active", "generator"))
+        problem = None
+        if alpha.shape != (n,) or alpha.dtype.kind != "f" or not np.all((alpha >= 0.0) & (alpha <= self.upper)):
+            problem = f"dcd/alpha is not a point of the dual box [0, {self.upper:.6g}] of {n} examples"
+        elif not (active.ndim == 1 and active.dtype.kind in "iu" and np.all((active >= 0) & (active < n))
+                  and np.unique(active).size == active.size):
+            problem = f"dcd/active is not a set of rows of the {n}"
+        elif words.shape != (6,) or words.dtype != np.uint64:
+            problem = "dcd/generator is not the 6 words of the orders' generator"
+        if problem is not None:
+            raise InputError(f"{getattr(state, 'path', 'the state')}: {problem} (damaged, or written for "
+                             "other data or by another solver)")
+        words = [int(word) for word in words]
+        self._random.bit_generator.state = {
+            "bit_generator": self._random.bit_generator.state["bit_generator"],
+            "state": {"state": words[0] << 64 | words[1], "inc": words[2] << 64 | words[3]},
+            "has_uint32": words[4], "uinteger": words[5]}
+        self.alpha, self.active = alpha.astype(np.float64), active.astype(np.int64)
+        self.before = (float(saved["shrink_high"]), float(saved["shrink_low"]))
+        self.w = np.array(state["w"], dtype=np.float64)
+
     def start_from(self, alpha):
         """Start from `alpha` clipped to this box ``[0, C]`` and its w (rank 0, before the first pass)."""
         self.alpha = np.clip(np.asarray(alpha, dtype=np.float64), 0.0, self.upper)
@@ -152,7 +194,7 @@ class DualDescentRanks:
 
 
 def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=None,
-                 callback=None, seed=0, dual=None):
+                 callback=None, seed=0, dual=None, state=None, checkpoint=None):
     """Minimize the L2-regularized hinge risk by dual coordinate descent with shrinking.
 
     Every row of the progress table is a certificate: J at the current w, the best J so far, the lower
@@ -186,6 +228,12 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
     dual : ndarray, optional
         Rank 0: a start, the ``dual`` of an earlier result on the same data (any lam), clipped to this
         lam's box ``[0, C]``, ``C = 1 / (lam n)`` (LIBLINEAR's warm start along C). None: alpha = 0.
+    state, checkpoint
+        As for :func:`~prbmrm.solvers.bmrm.minimize_bmrm` (`state` wins over `dual`); the state holds, under
+        ``dcd`` (:meth:`DualDescentRanks.state`), the dual point of all examples in canonical order (on any
+        number of ranks alike), the active set in its order, the shrinking bounds and the state of the
+        generator of the orders, and besides them the passes' w, the best certified point and bound, the
+        pass count, the certificates' schedule and the history.
 
     Returns
     -------
@@ -209,14 +257,22 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
     ranks = risk.attach(DualDescentRanks, lam, seed)
     if ranks.problem is not None:
         raise UsageError(f"solver 'dcd': {ranks.problem}")
-    if dual is not None:
+    if dual is not None and state is None:
         if len(dual) != risk.n_total:
             raise UsageError(f"a dual start of {len(dual)} examples for data of {risk.n_total}")
         ranks.start_from(dual)
     recorder = Recorder(epsilon, rel_epsilon, callback)
     best_objective, best_w, lower_bound, passes = np.inf, None, -np.inf, 0
     target, last_estimate, scale = 0.0, np.inf, 1.0
-    for t in range(1, max_iter + 1):
+    w, start = None, 1
+    if state is not None:
+        ranks.restore(state)
+        recorder.restore(state)
+        w, best_w, best_objective = state["w"], state["best_w"], state["best_objective"]
+        lower_bound, passes, target = state["lower_bound"], int(state["passes"]), state["target"]
+        last_estimate, scale = state["last_estimate"], state["scale"]
+        start = state["iteration"] + 1
+    for t in range(start, max_iter + 1):
         started, data_seconds = time.perf_counter(), 0.0
         for _ in range(CERTIFY_EVERY):
             spread, active, estimate, seconds = risk.request(_PASS)
@@ -245,6 +301,10 @@ def minimize_dcd(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, m
         # The gap is not where the passes' estimate put it: the rows left out of the passes hold the rest.
         if active < risk.n_total and (estimate <= target or spread < RESET_SPREAD):
             risk.request(_RESET)
+        if recorder.offer(checkpoint, t, lambda: snapshot(
+                recorder, ranks, w=w, best_w=best_w, best_objective=best_objective, lower_bound=lower_bound,
+                passes=passes, target=target, last_estimate=last_estimate, scale=scale, iteration=t)):
+            break
     result = recorder.result(best_w, best_objective, w)
     result.message = f"{result.message} after {passes} passes"
     result.dual = ranks.alpha.copy()

@@ -46,14 +46,14 @@ import scipy.sparse as sp
 
 from ..distributed.exact import FixedPointSum
 from ..distributed.oracle import service
-from ..errors import UsageError
+from ..errors import InputError, UsageError
 from ..kernels.blocks import same_index_dtype
 from ..kernels.scalar import (csr_hessian_sums, csr_newton_sums, dense_hessian_sums, dense_matvec,
                               dense_newton_sums)
 from ..kernels.sparse import csr_matvec
-from .base import Progress, Recorder, check_finite
+from .base import Progress, Recorder, check_finite, snapshot
 
-_POINT, _HESSIAN_NEW, _HESSIAN_OLD, _SMOOTHING = 0, 1, 2, 3
+_POINT, _HESSIAN_NEW, _HESSIAN_OLD, _SMOOTHING, _RESTORE = 0, 1, 2, 3, 4
 
 # Lin, Weng and Keerthi (2008), Sec. 2.1, as in LIBLINEAR's tron.cpp.
 _ETA0, _ETA1, _ETA2 = 1e-4, 0.25, 0.75
@@ -110,7 +110,8 @@ class NewtonRanks:
     the risk's own loss and its dual variables, keeping each row's curvature
     as the trial point's; ``_SMOOTHING`` sets delta to the buffer's first entry; ``_HESSIAN_NEW`` makes
     the trial point (if any) the current one and ``_HESSIAN_OLD`` drops it (a
-    rejected step), then both return ``(1/m) X^T D X v`` at the current point.
+    rejected step), then both return ``(1/m) X^T D X v`` at the current point; ``_RESTORE`` takes a resumed
+    run's state from rank 0 (:meth:`_Newton.restore`).
 
     Each pass is one compiled call over all of this rank's rows (:mod:`prbmrm.kernels.scalar`'s Newton
     passes: with 256 canonical blocks a shard, a call per block cost more than the products), which still
@@ -137,6 +138,27 @@ class NewtonRanks:
         self._smooth(float(delta))
         self._current = self._trial = None  # each row's curvature
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
+        self.restoring = None  # rank 0: the message of a _RESTORE request
+
+    def sum_bounds(self):
+        """The bounds agreed by the point's and the products' exact sums (the same on every rank; None: no sum
+        yet), which decide how the next sums round."""
+        return self._point_sums.exponent, self._product_sums.exponent
+
+    def _restore(self):
+        """Take rank 0's :attr:`restoring`: the sums' bounds, the smoothing, and as the current curvature that of
+        the point in the buffer under the smoothing of the curvature the saved run's next products used."""
+        dim = self.risk.dim
+        message = np.zeros(3 * dim + 8) if self.restoring is None else self.restoring
+        self.risk.comm.bcast_array(message)
+        delta, curvature_delta, *known = message[:4]
+        for sums, given, bounds in zip((self._point_sums, self._product_sums), known,
+                                       np.split(message[4:], [2 * dim + 3])):
+            sums.exponent = bounds.astype(sums.EXPONENT_DTYPE) if given else None
+        self._smooth(float(curvature_delta))
+        self._point(self.buffer)
+        self._current, self._trial = self._trial, None
+        self._smooth(float(delta))
 
     def _smooth(self, delta):
         target = self.risk.loss
@@ -188,6 +210,9 @@ class NewtonRanks:
         if code == _SMOOTHING:
             self._smooth(float(self.buffer[0]))
             return None
+        if code == _RESTORE:
+            self._restore()
+            return None
         received = time.perf_counter()
         error = None
         partials = self._point_partials if code == _POINT else self._product_partials
@@ -221,6 +246,7 @@ class _Newton:
         omega = regularizer.subgradient(np.ones(risk.dim))  # B's diagonal where B is diagonal
         self._omega_diagonal = lam * (omega if np.all(omega > 0) else np.ones(risk.dim))
         self.delta = delta  # the smoothing of the hinge; 0: the loss itself
+        self.curvature_delta = delta  # the smoothing of the ranks' current curvature (a rejected step keeps it)
         self.ranks = risk.attach(NewtonRanks, delta)
         self.seconds = {"risk": 0.0, "comm": 0.0}
         self.products = 0
@@ -285,10 +311,58 @@ class _Newton:
             return self._path[k][1]
         del self._path[k:]
         self.products += 1
+        if self.accepted:  # the ranks take the last point's curvature, made under the smoothing of now
+            self.curvature_delta = self.delta
         code, self.accepted = (_HESSIAN_NEW if self.accepted else _HESSIAN_OLD), True
         product = self.lam * self.regularizer.subgradient(v) + self._request(code, v)
         self._path.append((v.copy(), product))
         return product
+
+    def state(self):
+        """The products' side as the group ``tron`` of a checkpoint (:func:`prbmrm.solvers.base.snapshot`): the
+        smoothing, that of the curvature the next products use, the ranks' sums' bounds (empty: none yet) and
+        the products kept for a re-solve."""
+        bounds = [np.empty(0, dtype=FixedPointSum.EXPONENT_DTYPE) if b is None else b.copy()
+                  for b in self.ranks.sum_bounds()]
+        vectors = [np.array([pair[i] for pair in self._path]).reshape(-1, self.risk.dim) for i in (0, 1)]
+        return {"tron": {"delta": self.delta, "curvature_delta": self.delta if self.accepted else self.curvature_delta,
+                         "accepted": int(self.accepted), "point_sums": bounds[0], "product_sums": bounds[1],
+                         "path_v": vectors[0], "path_hv": vectors[1]}}
+
+    def restore(self, state, w):
+        """Continue from :meth:`state` at the current point `w`: every rank takes the sums' bounds, the smoothing
+        and the curvature at w the saved run's next products used (one pass over the rows).
+
+        Raises
+        ------
+        InputError
+            If the state does not fit this problem (its smoothing, bounds or products), before any rank is
+            told anything.
+        """
+        saved, dim = state["tron"], self.risk.dim
+        delta, curvature_delta = float(saved["delta"]), float(saved["curvature_delta"])
+        bounds = [np.asarray(saved[key]) for key in ("point_sums", "product_sums")]
+        path = [np.asarray(saved[key], dtype=np.float64) for key in ("path_v", "path_hv")]
+        problem = None
+        if not all(math.isfinite(d) and (d > 0.0 if self.delta > 0.0 else d == 0.0) for d in (delta, curvature_delta)):
+            problem = f"tron/delta or tron/curvature_delta is not a smoothing of the loss {self.risk.loss.name!r}"
+        elif not all(b.dtype.kind in "iu" and b.shape in ((0,), (n,))
+                     and np.all(np.abs(b) <= FixedPointSum.EXPONENT_LIMIT)
+                     for b, n in zip(bounds, (2 * dim + 3, dim + 1))):
+            problem = "tron/point_sums or tron/product_sums are not bounds of this problem's sums"
+        elif not (path[0].shape == path[1].shape and path[0].ndim == 2 and path[0].shape[1] == dim):
+            problem = "tron/path_v and tron/path_hv are not products of this problem"
+        if problem is not None:
+            raise InputError(f"{getattr(state, 'path', 'the state')}: {problem} (damaged, or written for other "
+                             "data or by another solver)")
+        message = np.concatenate([[delta, curvature_delta, bounds[0].size, bounds[1].size],
+                                  bounds[0] if bounds[0].size else np.zeros(2 * dim + 3),
+                                  bounds[1] if bounds[1].size else np.zeros(dim + 1)])
+        self.ranks.restoring, self.ranks.buffer[:] = message, w
+        self.risk.request(_RESTORE)
+        self.ranks.restoring = None
+        self.delta, self.curvature_delta, self.accepted = delta, curvature_delta, bool(saved["accepted"])
+        self._path = [(v.copy(), product.copy()) for v, product in zip(*path)]
 
 
 def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
@@ -335,7 +409,8 @@ def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
 
 
 def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10,
-                  callback=None, cg_tol=0.1, max_cg=1000, smoothing=0.1, precondition=math.nan):
+                  callback=None, cg_tol=0.1, max_cg=1000, smoothing=0.1, precondition=math.nan, state=None,
+                  checkpoint=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` by trust-region Newton, certifying the gap.
 
     One row per evaluated point (accepted or not); each reports J there,
@@ -376,6 +451,14 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         logistic, lam 1e-6: 79 Hessian products where none takes 231), 0 for
         the hinge's smoothing (whose curvature 1/delta on the rows near the
         kink swings M between steps: a9a, lam 1e-6, 376 rows against 50).
+    state, checkpoint
+        As for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`; the state holds the
+        current point with its objective, gradient, preconditioner and gap
+        (as first computed: the sums of a later pass may round otherwise),
+        the radius, the best point and bound, the history and, under
+        ``tron`` (:meth:`_Newton.state`), the smoothing, the sums' bounds and
+        the products kept for a re-solve. A resumed run makes one pass over
+        the rows first (each rank's curvature at the current point).
 
     Returns
     -------
@@ -393,7 +476,8 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
                          f"0 <= precondition < 1, got {cg_tol}, {max_cg}, {smoothing} and {precondition}")
     recorder = Recorder(epsilon, rel_epsilon, callback)
     newton = _Newton(risk, lam, regularizer, float(smoothing) if risk.loss.name in SMOOTHED else 0.0, precondition)
-    state = {"iteration": 0, "best": math.inf, "best_w": None, "bound": -math.inf}
+    # `state` is the loop's record from here on; `resumed` the checkpoint's state, if any
+    resumed, state = state, {"iteration": 0, "best": math.inf, "best_w": None, "bound": -math.inf}
     seconds = {"cg": 0.0}
 
     def evaluate(w):
@@ -410,18 +494,33 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
                        newton.seconds["comm"] - before["comm"],
                        time.perf_counter() - recorder.started)
         seconds["cg"] = 0.0
-        return recorder.record(row) or state["iteration"] >= max_iter, f_s, g_s, M, gap_s
+        return recorder.record(row), f_s, g_s, M, gap_s
 
     def smoothing_dominates(gap_s):
         """Whether the smoothed problem is solved so much more closely than J that delta must shrink."""
         return newton.delta > 0.0 and gap_s <= SHRINK_AT * (state["best"] - state["bound"])
 
-    w = np.array(w0, dtype=np.float64)
-    stop, f, g, M, gap_s = evaluate(w)
-    # tron.cpp's first radius ||g||_M (||g|| where M = I); ||g||_M^-1 would be tiny where M is large
-    radius = math.sqrt(float(np.dot(g, M * g)))
-    first = True
+    if resumed is None:
+        w = np.array(w0, dtype=np.float64)
+        stop, f, g, M, gap_s = evaluate(w)
+        # tron.cpp's first radius ||g||_M (||g|| where M = I); ||g||_M^-1 would be tiny where M is large
+        radius = math.sqrt(float(np.dot(g, M * g)))
+        first = True
+    else:
+        recorder.restore(resumed)
+        w, f, g, M, gap_s = (resumed[key] for key in ("w", "objective_s", "g", "preconditioner", "gap_s"))
+        radius, first, stop = resumed["radius"], bool(resumed["first"]), False
+        state.update(iteration=resumed["iteration"], best=resumed["best_objective"], best_w=resumed["best_w"],
+                     bound=resumed["lower_bound"])
+        newton.restore(resumed, w)
+    pending = resumed is None  # whether the last row awaits the checkpoint (a resumed run's had it)
     while not stop:
+        if pending and recorder.offer(checkpoint, state["iteration"], lambda: snapshot(
+                recorder, newton, w=w, objective_s=f, g=g, preconditioner=M, gap_s=gap_s, radius=radius,
+                first=int(first), best_w=state["best_w"], best_objective=state["best"], lower_bound=state["bound"],
+                iteration=state["iteration"])) or state["iteration"] >= max_iter:
+            break
+        pending = True
         if smoothing_dominates(gap_s):
             gap = state["best"] - state["bound"]
             wanted = max(epsilon, rel_epsilon * abs(state["best"]))

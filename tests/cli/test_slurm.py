@@ -122,8 +122,8 @@ def sacct(slurm, name):
 
 
 def serial_w(shards, workdir, **options):
-    """The 1-process run of the templates' command: with a checkpoint, as they write one (a pick that
-    keeps no checkpoints, dcd or TRON, gives way to the proximal bundle method then)."""
+    """The 1-process run of the templates' command: with a checkpoint, as they write one (auto's pick then
+    runs alone, without hand-over: dcd on these rows at lam 1e-2 and 1e-3, the proximal method at 1e-6)."""
     from prbmrm.distributed.comm import SerialComm
     from prbmrm.training import run
 

@@ -1,5 +1,6 @@
 """Any rank count, bitwise: one set of 2 shard files trains to the same bits on 1, 2, 3 and 5 ranks, and a
-checkpoint written on 5 ranks resumes on 3 (and on 2) to the bits of the uninterrupted 1-rank run.
+checkpoint written on 5 ranks resumes on 3 (and on 2) to the bits of the uninterrupted 1-rank run; so do checkpoints of
+dcd and TRON written on 1, 2 or 3 ranks and resumed on as many or another count.
 
 The canonical blocks do not depend on the rank count (:func:`prbmrm.io.load_local`), their sums are added
 exactly (:mod:`prbmrm.distributed.exact`), and the checkpoint keeps the sums' fixed-point bounds. 24 and 64
@@ -53,3 +54,29 @@ def test_a_checkpoint_written_on_5_ranks_resumes_on_another_count_to_the_same_bi
     resumed = train(shards, resumed_on, tmp_path / "resumed.h5", "--resume", str(path))
     assert resumed.attrs["iterations"] == serial.attrs["iterations"] > 25
     np.testing.assert_array_equal(resumed.w, serial.w)
+
+
+NEWTON_OR_DUAL = {"dcd": ["--solver", "dcd"],
+                  "tron": ["--solver", "tron", "--loss", "logistic", "--rel-epsilon", "1e-8"]}
+
+
+@pytest.fixture(scope="module")
+def serial_of(shards, tmp_path_factory):
+    """The uninterrupted 1-rank run of each solver of :data:`NEWTON_OR_DUAL`."""
+    directory = tmp_path_factory.mktemp("serial_of")
+    return {name: train(shards, 1, directory / f"{name}.h5", *options) for name, options in NEWTON_OR_DUAL.items()}
+
+
+@pytest.mark.parametrize("solver", sorted(NEWTON_OR_DUAL))
+@pytest.mark.parametrize("written_on, resumed_on", [(1, 1), (2, 2), (3, 3), (2, 3), (3, 1)])
+def test_dcd_and_tron_resume_on_any_rank_count_to_the_same_bits(shards, serial_of, tmp_path, solver, written_on,
+                                                                 resumed_on):
+    serial, path = serial_of[solver], tmp_path / "state.h5"
+    train(shards, written_on, tmp_path / "part.h5", *NEWTON_OR_DUAL[solver], "--max-iter", "3", "--checkpoint",
+          str(path))
+    assert load_checkpoint(str(path))[1]["iteration"] == 3 < serial.attrs["iterations"]
+    resumed = train(shards, resumed_on, tmp_path / "resumed.h5", *NEWTON_OR_DUAL[solver], "--resume", str(path))
+    assert resumed.attrs["iterations"] == serial.attrs["iterations"] and solver in resumed.attrs["solver"]
+    np.testing.assert_array_equal(resumed.w, serial.w)
+    for column in ("objective", "best_objective", "lower_bound", "gap"):
+        np.testing.assert_array_equal(resumed.history[column], serial.history[column])

@@ -363,7 +363,8 @@ def main(argv=None):
                                           f"({statistics.median(t[1] for t in whole[fastest]):.2f})")
                             ratio_whole = f"{process / wall:.2f}x"
                     else:
-                        peer, ratio = "never within 1e-4 (eps down to 1e-6)", "only prbmrm gets there"
+                        peer = "never within 1e-4 (eps down to 1e-6)"
+                        ratio = "only prbmrm gets there" if reached else "neither gets there"
                         ratio_whole = ratio if program else "n/a"
                     mark = "" if reached else " (gap not reached)"
                     print(f"| {name} | {loss} | {lam:g} | {iterations} / {own:.3f} / {process:.2f} "

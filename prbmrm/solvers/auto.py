@@ -166,8 +166,8 @@ def pick_solver(risk, regularizer):
         common = common_share(risk)
         if common >= DCD_COMMON and nonzeros <= DCD_COMMON_NONZEROS:
             return "dcd", (f"the hinge loss with l2, about {nonzeros:.3g} nonzeros of rows {common:.2g} of whose "
-                           "second moment lies along their mean: dual coordinate descent, if its first pass "
-                           "shows a small box")
+                           "second moment lies along their mean: dual coordinate descent, the proximal method "
+                           "if its first certificate shows a large box")
     if nonzeros >= PROXIMAL_RATIO * risk.dim:
         return "proximal", (f"about {nonzeros:.3g} nonzeros for {risk.dim} weights: the proximal bundle "
                             "method's fewer iterations pay for its dense work")

@@ -319,8 +319,8 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     # one pass leaves a point far from the optimum (a9a, lam 1e-6: 423 iterations from it against 377 from 0).
     start = w0 if watch.handover == "proximal" else result.w
     second = get_solver(watch.handover)(risk, start, lam, regularizer, epsilon=0.0, rel_epsilon=0.0,
-                                max_iter=max_iter - stalled_at, idle_age=idle_age, callback=continuation,
-                                checkpoint=options.get("checkpoint"), **limits)
+                                        max_iter=max_iter - stalled_at, idle_age=idle_age, callback=continuation,
+                                        checkpoint=options.get("checkpoint"), **limits)
     history = {column: np.concatenate([result.history[column],
                                        [getattr(row, column) for row in continuation.rows]])
                for column in HISTORY_COLUMNS}

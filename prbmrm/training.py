@@ -383,7 +383,7 @@ def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         reason = "as given" if chosen is not None else _default_reason(lam, regularizer, warm, oracle.dim)
         said = f"solver {solver} ({reason})"
         if solver == "auto" and not path:  # on a path each lam picks its own
-            first, why = pick_solver(oracle, regularizer, lam)
+            first, why = pick_solver(oracle, regularizer)
             alone = runs_alone(options.get("state"), options.get("checkpoint"))
             said += f": {first} first, as {why}; " + ("no hand-over, as it checkpoints" if alone
                                                       else "BMRM takes over if it stalls")

@@ -56,6 +56,28 @@ def test_bench_solvers_reports_runs_cut_by_the_caps(bench_solvers):
     assert bench_solvers.cell(capped) == f">30 ({capped['seconds_total']:.2f} s)"
 
 
+def test_bench_solvers_certified_times_every_solver_and_auto_to_the_gap(bench_solvers):
+    X, y = load_svmlight("a9a.xz")
+    X, y = X[:500], y[:500]
+    lam = 1e-2
+    risk = bench_solvers.oracle(X, y, "hinge")
+    outcome = bench_solvers.certified(risk, lam, ["dcd", "proximal"], 1e-5, rounds=2)
+    reference = cvxpy_optimum(X.toarray(), y, "hinge", lam)
+    assert list(outcome) == ["dcd", "proximal", "auto"]
+    for run in outcome.values():
+        assert run["seconds"] > 0 and run["gap"] <= 1e-5 and "gap <= epsilon" in run["message"]
+        assert run["lower_bound"] <= reference + 1e-7 and run["fun"] - reference <= 1e-5 + 1e-7
+    assert outcome["auto"]["pick"] == "dcd" and outcome["auto"]["nit"] == outcome["dcd"]["nit"]
+    row = bench_solvers.certified_table({("a9a", "hinge", lam): outcome}, ["dcd", "proximal"]).splitlines()[2]
+    ratio = outcome["auto"]["seconds"] / min(outcome["dcd"]["seconds"], outcome["proximal"]["seconds"])
+    assert row.startswith("| a9a | hinge | 1e-02 | ") and row.endswith(f" (dcd) | {ratio:.2f} |")
+    # A run cut by its cap: no time, its last gap in the table.
+    capped = bench_solvers.certified(risk, lam, ["bmrm"], 1e-9, max_iter=5)
+    assert capped["bmrm"]["seconds"] is None and capped["bmrm"]["nit"] == 5
+    row = bench_solvers.certified_table({("a9a", "hinge", lam): capped}, ["bmrm"]).splitlines()[2]
+    assert f"| gap {capped['bmrm']['gap']:.1e} (5) |" in row
+
+
 def test_bench_peers_runs_bmrm21_and_prbmrm_to_the_same_gap(tmp_path, capsys):
     import lzma
     import shutil

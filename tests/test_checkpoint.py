@@ -296,6 +296,27 @@ def test_auto_keeps_its_pick_when_it_checkpoints(tmp_path):
         check_bitwise_run(resumed, full)
 
 
+@pytest.mark.parametrize("lam, pick", [(1e-2, "dcd"), (1e-6, "proximal")])
+def test_auto_probes_dcd_before_a_run_that_checkpoints(tmp_path, lam, pick):
+    """A run that checkpoints has no hand-over: dual coordinate descent's first certificate, run alone first,
+    picks it or the proximal method (a large box at lam 1e-6), as it would hand over without a checkpoint; a
+    resumed run probes alike and continues the checkpoint's solver to the same bits."""
+    from prbmrm.solvers.auto import large_box
+
+    data = a9a_rows()
+    options = dict(loss="hinge", lam=lam, rel_epsilon=1e-6)
+    probe, _, _ = run(data, solver="dcd", max_iter=1, **options)
+    assert large_box(probe.lower_bound, probe.fun) == (pick == "proximal")
+    full, _, _ = run(data, checkpoint=str(tmp_path / "full.h5"), **options)
+    assert f"({pick}: " in full.message and "then" not in full.message
+    unwatched, _, _ = run(data, **options)
+    assert ("then proximal" in unwatched.message) == (pick == "proximal")
+    path = str(tmp_path / "state.h5")
+    run(data, max_iter=3, checkpoint=path, **options)
+    resumed, _, _ = run(data, resume=path, **options)
+    check_bitwise_run(resumed, full)
+
+
 def forged(path, tmp_path, change):
     """A copy of the checkpoint `path` with `change(state, meta)` made to it."""
     state, meta = load_checkpoint(path)

@@ -64,7 +64,7 @@ def test_verbose_names_the_solver_before_the_first_iteration(capsys):
     assert "; solver auto (the default for a quadratic regularizer" in lines[0]
     # auto's first solver, named as the run starts, is the one that ran (its message names it).
     first = lines[0].split(" first, as ")[0].rsplit("): ", 1)[1]
-    assert first in ("tron", "proximal", "bmrm") and first in model.attrs["message"]
+    assert first in ("tron", "dcd", "proximal", "bmrm") and first in model.attrs["message"]
     assert lines[1].split()[:2] == ["iter", "objective"] and lines[2].split()[0] == "1"
     assert capsys.readouterr().out == ""
     prbmrm.fit(None, lam=1e-3, solver="bmrm", verbose=False)

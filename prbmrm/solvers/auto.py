@@ -1,9 +1,10 @@
-"""The default solver (``--solver auto``): one picked from the problem's measured properties, and a hand-over
-to BMRM when it stops making progress.
+"""The default solver (``--solver auto``): one picked from the problem's measured properties, a probe of dual
+coordinate descent's first certificate on narrow data, and a hand-over to BMRM when a solver stops making
+progress.
 
 The pick, made on rank 0 from what every rank count sees alike (the loss, the regularizer, the model's
-dimension d, the number of examples m and the density of the first canonical block, which rank 0 holds
-on any number of ranks), so that 1, 2 or 3 ranks take the same path:
+dimension d, the number of examples m and the first canonical block's density and rows, which rank 0
+holds on any number of ranks), so that 1, 2 or 3 ranks take the same path:
 
 - a loss with a second derivative (logistic, squared hinge, least squares, Huber, ...):
   :func:`~prbmrm.solvers.tron.minimize_tron`, Newton's method, which needs a handful of data passes
@@ -12,33 +13,47 @@ on any number of ranks), so that 1, 2 or 3 ranks take the same path:
   whose root mean squares spread over 1.8e5: logistic, lam 1e-4, 27 rows and a quarter of the proximal
   method's CPU);
 - the hinge loss with the l2 regularizer on at most :data:`DCD_NONZEROS` nonzeros and at least
-  :data:`DCD_WEIGHTS` weights, or on indicator features (:func:`indicators`) of at most
-  :data:`DCD_BOX_NONZEROS` nonzeros with a small dual box (:func:`box_scale` at most :data:`DCD_BOX`):
-  :func:`~prbmrm.solvers.dcd.minimize_dcd`, LIBLINEAR's dual coordinate descent, whose passes cost the
-  nonzeros of the examples not at a bound, where each iteration of the bundle methods does dense work of
-  length d and solves a subproblem (email-like hashed text, 23,210 columns used of 2^20, a fold of 3,022
-  rows, lam 1e-5: 0.09-0.29 CPU s against BMRM's 1.2 s; the 4,534 rows of the refit, 0.19-0.31 s where
-  the proximal method took 330 iterations and 2.8 s); on narrow data its passes win where the box is
-  small against the rows' scale (absolute gap 1e-4, CPU s: a9a at lam 1e-4, box scale 4.3, 101 passes
-  in 0.10 s against the proximal method's 98 iterations in 0.26 s; at 1e-5, scale 43, 0.6 against 0.8;
-  w8a at scale 2.3 and 23, 0.05 and 0.12 against 0.37 and 1.1), the proximal method's iterations where
-  it is large (a9a at lam 1e-6, scale 426: 1.4 against 4.1; kddcup99's raw counts, scale above 10^5:
-  100 passes leave a gap of 0.5) and on features of continuous values, whose margins rarely tie, so that
-  the risk is nearly smooth and the proximal method needs few iterations (planted sets, values +-[1, 2]
-  or Gaussian: 200,000 x 1,000 at scale 1.2, 20 iterations in 0.18 s against 30 passes in 0.5-0.7 s;
-  20,000 x 50 dense at scale 25, 24 iterations in 0.06 s against 0.45 s; 30,000 x 2,000 at scale 16,
-  0.46 against 0.57), where a9a's and w8a's 0/1 indicators tie and the proximal method needs 100
-  iterations;
+  :data:`DCD_WEIGHTS` weights: :func:`~prbmrm.solvers.dcd.minimize_dcd`, LIBLINEAR's dual coordinate
+  descent, whose passes cost the nonzeros of the examples not at a bound, where each iteration of the
+  bundle methods does dense work of length d and solves a subproblem (email-like hashed text, 23,210
+  columns used of 2^20, a fold of 3,022 rows, lam 1e-5: 0.09-0.29 CPU s against BMRM's 1.2 s; the 4,534
+  rows of the refit, 0.19-0.31 s where the proximal method took 330 iterations and 2.8 s);
+- the hinge loss with l2 on fewer weights, at most :data:`DCD_COMMON_NONZEROS` nonzeros, whose rows have
+  a large common part (:func:`common_share`, the share of their second moment along their mean, at
+  least :data:`DCD_COMMON`): dual coordinate descent, probed (below). The proximal method's iterations
+  follow the common part, dual coordinate descent's passes do not (absolute gap 1e-4, iterations or
+  passes: planted 0/1 rows, 50,000 x 500, 15 ones a row, columns drawn alike, share 0.03: the proximal
+  method 27 and 61 iterations at lam 1e-4 and 1e-5 against dcd's 64 and 470 passes, 0.08 and 0.17 CPU s
+  against 0.18 and 0.9; the same rows with the columns drawn with probabilities 1 / j, share 0.21: 81 and
+  156 iterations against 62 and 383 passes, 0.29 and 0.59 s against 0.17 and 0.60 s; a9a, share 0.45,
+  98 and 230 iterations against 101 and 641 passes, 0.26-0.49 and 0.8-1.0 s against 0.10-0.19 and
+  0.6-0.8 s; a9a's values times a random factor in [1, 2], 137 and 301 iterations: the values' being
+  0/1 does not matter). The planted sets of values +-[1, 2] or Gaussian, whose rows have mean 0, go to
+  the proximal method, which needs few iterations there (200,000 x 1,000: 20-44 iterations in 0.2-0.3
+  s at lam 1e-4 to 1e-6 against dcd's 0.8-18 s);
 - the hinge loss otherwise, and any other loss, on data whose nonzeros outnumber the weights by at least
   :data:`PROXIMAL_RATIO`: the proximal bundle method (fewest iterations, its dense O(d) work per
   iteration small beside the data pass);
 - otherwise (millions of weights over few nonzeros, e.g. hashed text): BMRM, whose work follows the
   planes' nonzeros.
 
+The probe: dual coordinate descent picked on narrow data goes on past its first certificate (one pass from
+alpha = 0) only if that certificate's bound is at least ``1 / DCD_BOX`` of its objective; otherwise the
+proximal method starts from w0. The first pass's bound measures what LIBLINEAR's box ``C = 1 / (lam m)``
+against the rows' squared norms predicts, dcd's passes, where the rows' norms are alike (a9a: the bound
+1.2 / (C mean ||x_i||^2) of the objective at lam 1e-4, 1e-5 and 1e-6, 0.28, 0.028 and 0.003, dcd's
+passes 101, 641 and 5,889), and also where they are not (w8a, 8% of its rows empty and norms of
+coefficient of variation 1: 0.83, 0.61 and 0.56 at lam 1e-4, 1e-5 and 1e-6, whose mean box of 234 times
+the rows' scale at 1e-6 would predict thousands of passes, where dcd needs 945 in 1.0 CPU s against the
+proximal method's 1,116 iterations in 6.5 s and BMRM's 2.5 s). It costs one pass and one certificate
+(a9a at lam 1e-6: 0.04 s of the proximal method's 1.6-2.2). The proximal method starts afresh rather
+than from the pass's point, which set it on a longer path (423 iterations against 377).
+
 The hand-over: the first solver runs under a watch that stops it once its gap has not shrunk by
 :data:`STALL_FACTOR` over the last half of its iterations (from :data:`STALL_MIN_ITER` iterations on);
-BMRM then goes on from the best point found. Both parts' bounds are certified lower bounds of the same
-min J, so the gap of a row is the best objective of the whole run minus the best bound of the whole run.
+BMRM then goes on from the best point found. The bounds of both parts (and the probe's) are certified
+lower bounds of the same min J, so the gap of a row is the best objective of the whole run minus the
+best bound of the whole run.
 
 Imports: numpy; of prbmrm: :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.tron`; the other solvers
 by name through :func:`prbmrm.solvers.get_solver`.
@@ -60,11 +75,17 @@ DCD_NONZEROS = 2**24
 DCD_WEIGHTS = 2**12
 """Dual coordinate descent is picked on at least this many weights."""
 
-DCD_BOX = 50.0
-"""Dual coordinate descent is picked on fewer weights where :func:`box_scale` is at most this ..."""
+DCD_COMMON = 0.06
+"""Dual coordinate descent is picked on fewer weights where :func:`common_share` is at least this (between
+planted 0/1 rows of columns drawn alike, 0.03, and w8a, 0.12) ..."""
 
-DCD_BOX_NONZEROS = 2**20
-"""... on indicator features of at most this many nonzeros."""
+DCD_COMMON_NONZEROS = 2**20
+"""... on at most this many nonzeros ..."""
+
+DCD_BOX = 50.0
+"""... and goes on past its first certificate where that certificate's bound is at least ``1 / DCD_BOX`` of its
+objective (the box at most DCD_BOX times the rows' scale, measured); the proximal bundle method takes over
+otherwise."""
 
 STALL_MIN_ITER = 200
 """The watch lets a solver run at least this many iterations before it may hand over."""
@@ -89,49 +110,40 @@ def density(risk):
     return nonzeros / X.shape[0]
 
 
-def box_scale(risk, lam):
-    """The dual box's size against the rows' scale: LIBLINEAR's ``C = 1 / (lam m)`` times the mean of
-    ``||x_i||^2`` over the first canonical block's rows.
+def common_share(risk):
+    """The share of the rows' second moment along their mean: ``||mean_i x_i||^2 / mean_i ||x_i||^2`` over the
+    first canonical block's rows.
 
-    Dual coordinate descent needs few passes where this is small, many where it is large (a9a: 101 passes
-    at 4.3, 5,889 at 426).
+    0 for rows of zero mean (the planted sets of values +-[1, 2] or Gaussian), ``k / d`` for 0/1 rows of k
+    ones in d columns drawn alike (planted 0/1 rows: 0.03), more where some columns are in most rows (w8a:
+    0.12; a9a, whose categories one-hot encoded have a common value each: 0.45).
 
     Parameters
     ----------
     risk : prbmrm.distributed.oracle.DistributedRisk
-    lam : float
 
     Returns
     -------
     float
-        0 for an empty block.
+        0 for an empty block or rows of zeros.
     """
     X = _first_block(risk)
     if X is None or X.shape[0] == 0:
         return 0.0
     squares = float(X.multiply(X).sum()) if hasattr(X, "multiply") else float(np.sum(np.square(X)))
-    return squares / X.shape[0] / (lam * risk.n_total)
+    mean = np.asarray(X.sum(axis=0)).ravel() / X.shape[0]
+    return float(mean @ mean) / (squares / X.shape[0]) if squares > 0.0 else 0.0
 
 
-def indicators(risk):
-    """Whether every nonzero of the first canonical block is 1 (0/1 features; True for an empty block)."""
-    X = _first_block(risk)
-    if X is None:
-        return True
-    values = X.data if hasattr(X, "nnz") else np.asarray(X).ravel()
-    return bool(np.all(values[values != 0] == 1.0))
-
-
-def pick_solver(risk, regularizer, lam):
+def pick_solver(risk, regularizer):
     """Return ``(name, why)``: the solver :func:`minimize_auto` starts with for `risk` and a quadratic `regularizer`.
 
     Parameters
     ----------
     risk : callable
         The risk oracle; a :class:`prbmrm.distributed.oracle.DistributedRisk` is
-        measured (its loss, dimension, examples and first block's density and row norms).
+        measured (its loss, dimension, examples and first block's density and rows).
     regularizer : object
-    lam : float
 
     Returns
     -------
@@ -151,10 +163,11 @@ def pick_solver(risk, regularizer, lam):
         if risk.dim >= DCD_WEIGHTS:
             return "dcd", (f"the hinge loss with l2, {risk.dim} weights and about {nonzeros:.3g} nonzeros: dual "
                            "coordinate descent's passes need no dense work of length d and no subproblem")
-        scale = box_scale(risk, lam)
-        if scale <= DCD_BOX and nonzeros <= DCD_BOX_NONZEROS and indicators(risk):
-            return "dcd", (f"the hinge loss with l2, about {nonzeros:.3g} nonzeros of 0/1 features and a dual box "
-                           f"{scale:.3g} times the rows' scale: dual coordinate descent needs few passes")
+        common = common_share(risk)
+        if common >= DCD_COMMON and nonzeros <= DCD_COMMON_NONZEROS:
+            return "dcd", (f"the hinge loss with l2, about {nonzeros:.3g} nonzeros of rows {common:.2g} of whose "
+                           "second moment lies along their mean: dual coordinate descent, the proximal method "
+                           "if its first certificate shows a large box")
     if nonzeros >= PROXIMAL_RATIO * risk.dim:
         return "proximal", (f"about {nonzeros:.3g} nonzeros for {risk.dim} weights: the proximal bundle "
                             "method's fewer iterations pay for its dense work")
@@ -162,22 +175,37 @@ def pick_solver(risk, regularizer, lam):
                     "nonzeros")
 
 
-class _Watch:
-    """The callback that stops a solver which has stalled (and passes each row on)."""
+def large_box(lower_bound, objective):
+    """Whether dual coordinate descent's first certificate (its `lower_bound` and `objective`) shows a box too
+    large for its passes: the bound below ``1 / DCD_BOX`` of the objective."""
+    return lower_bound < objective / DCD_BOX
 
-    def __init__(self, callback, max_iter):
+
+class _Watch:
+    """The callback that stops a solver which has stalled, or dual coordinate descent whose first certificate
+    shows a large box (with `probe`), and passes each row on.
+
+    After a stop, ``handover`` names the solver to go on with ("bmrm" after a stall, "proximal" after the
+    probe); None otherwise.
+    """
+
+    def __init__(self, callback, max_iter, probe=False):
         self.callback = callback
         self.gaps = []
         self.max_iter = max_iter
-        self.stalled = False
+        self.probe = probe
+        self.handover = None
 
     def __call__(self, row):
         if self.callback is not None:
             self.callback(row)
         self.gaps.append(row.gap)
         t = len(self.gaps)
+        if self.probe and t == 1 and t < self.max_iter and large_box(row.lower_bound, row.best_objective):
+            self.handover = "proximal"
+            raise StopIteration
         if t >= STALL_MIN_ITER and t < self.max_iter and row.gap > STALL_FACTOR * self.gaps[t // 2 - 1]:
-            self.stalled = True
+            self.handover = "bmrm"
             raise StopIteration
 
 
@@ -263,7 +291,9 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         that the checkpoint holds that one solver's state and a resumed run
         continues it (every solver :func:`pick_solver` names keeps
         checkpoints; a `first` that keeps none gives way to the proximal
-        bundle method). A `checkpoint` that writes nothing only stops the run
+        bundle method). Dual coordinate descent picked on narrow data is
+        probed first, by a run of one certificate, as the hand-over would
+        (on resuming too, so that the solver is the checkpoint's). A `checkpoint` that writes nothing only stops the run
         (status 5) when it says so.
 
     Returns
@@ -273,7 +303,15 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     """
     from . import get_solver
 
-    name, why = (first, "named by the caller") if first else pick_solver(risk, regularizer, lam)
+    name, why = (first, "named by the caller") if first else pick_solver(risk, regularizer)
+    # Dual coordinate descent picked on narrow data is probed: its first certificate says how large the box is.
+    probe = name == "dcd" and not first and risk.dim < DCD_WEIGHTS
+    if probe and runs_alone(state, checkpoint) and max_iter > 1:
+        # A run that checkpoints (or resumes) runs one solver alone: the probe, one certificate of its own,
+        # picks it (alike when the run resumes, so the checkpoint's solver is the one picked).
+        probed = get_solver("dcd")(risk, w0, lam, regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon, max_iter=1)
+        if large_box(probed.lower_bound, probed.fun):
+            name, why = "proximal", f"{why}; its first certificate's bound below 1 / DCD_BOX of its objective"
     options, keeps = {}, "checkpoint" in inspect.signature(get_solver(name)).parameters
     if runs_alone(state, checkpoint):
         if not keeps:
@@ -287,19 +325,24 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         options.update(limits)
     if dual is not None and "dual" in inspect.signature(get_solver(name)).parameters:
         options["dual"] = dual
-    watch = _Watch(callback, max_iter) if handover and name != "bmrm" else None
+    watch = _Watch(callback, max_iter, probe) if handover and name != "bmrm" else None
     result = get_solver(name)(risk, w0, lam, regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
                               max_iter=max_iter, idle_age=idle_age, callback=watch or callback, **options)
     if getattr(callback, "interrupted", False):
         result.status, result.message = 5, _MESSAGES[5]
-    if watch is None or not (watch.stalled or result.status == 4):
+    if watch is not None and watch.handover is None and result.status == 4:
+        watch.handover = "bmrm"
+    if watch is None or watch.handover is None:
         result.message = f"{result.message} ({name}: {why})"
         return result
     stalled_at = result.nit
     continuation = _Continuation(result, epsilon, rel_epsilon, callback)
-    second = get_solver("bmrm")(risk, result.w, lam, regularizer, epsilon=0.0, rel_epsilon=0.0,
-                                max_iter=max_iter - stalled_at, idle_age=idle_age, callback=continuation,
-                                checkpoint=options.get("checkpoint"), **limits)
+    # BMRM goes on from the stalled solver's best point; the proximal method starts afresh from w0, as the probe's
+    # one pass leaves a point far from the optimum (a9a, lam 1e-6: 423 iterations from it against 377 from 0).
+    start = w0 if watch.handover == "proximal" else result.w
+    second = get_solver(watch.handover)(risk, start, lam, regularizer, epsilon=0.0, rel_epsilon=0.0,
+                                        max_iter=max_iter - stalled_at, idle_age=idle_age, callback=continuation,
+                                        checkpoint=options.get("checkpoint"), **limits)
     history = {column: np.concatenate([result.history[column],
                                        [getattr(row, column) for row in continuation.rows]])
                for column in HISTORY_COLUMNS}
@@ -308,5 +351,7 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     joined = Result(w=best_w, fun=continuation.best, lower_bound=continuation.bound,
                     gap=continuation.best - continuation.bound, nit=len(history["iteration"]), status=status,
                     message="", w_last=second.w_last, history=history)
-    joined.message = f"{_MESSAGES[status]} ({name}: {why}; it stalled at iteration {stalled_at}, then bmrm)"
+    said = ("its first certificate's bound below 1 / DCD_BOX of its objective" if watch.handover == "proximal"
+            else f"it stalled at iteration {stalled_at}")
+    joined.message = f"{_MESSAGES[status]} ({name}: {why}; {said}, then {watch.handover})"
     return joined

@@ -4,7 +4,7 @@ and the same default from the command line, fit and the estimators."""
 import numpy as np
 import pytest
 
-from helpers import load_svmlight
+from helpers import cvxpy_optimum, load_svmlight
 from prbmrm.solvers import default_solver, minimize  # first: the base commit's prbmrm.regularizers imports circularly
 import prbmrm.solvers.auto as auto
 from prbmrm.distributed.comm import SerialComm
@@ -32,41 +32,67 @@ def test_pick_follows_the_loss_and_the_data(monkeypatch):
     X, y = load_svmlight("a9a.xz")
     X, y = X[:2000], y[:2000]
     l2 = get_regularizer("l2")
-    assert auto.pick_solver(oracle_of("logistic", X, y), l2, 1e-4)[0] == "tron"
-    assert auto.pick_solver(oracle_of("squared_hinge", X, y), l2, 1e-4)[0] == "tron"
-    # The hinge loss on a9a's rows (0/1 indicators): dual coordinate descent where its box C = 1 / (lam m) is
-    # small against the rows' squared norms (lam 1e-2 here), the proximal method where it is large (lam 1e-4
-    # on 2,000 rows) or the features take other values (its box smaller still).
-    squares = np.mean(np.linalg.norm(X.toarray(), axis=1) ** 2)
-    for lam in (1e-2, 1e-4):
-        assert auto.box_scale(oracle_of("hinge", X, y), lam) == pytest.approx(squares / (lam * len(y)), rel=1e-12)
-    assert auto.box_scale(oracle_of("hinge", X, y), 1e-2) <= auto.DCD_BOX < auto.box_scale(oracle_of("hinge", X, y),
-                                                                                        1e-4)
-    assert auto.pick_solver(oracle_of("hinge", X, y), l2, 1e-2)[0] == "dcd"
-    assert auto.pick_solver(oracle_of("hinge", X.toarray(), y), l2, 1e-2)[0] == "dcd"  # dense rows alike
-    assert auto.pick_solver(oracle_of("hinge", X, y), l2, 1e-4)[0] == "proximal"
-    assert auto.indicators(oracle_of("hinge", X, y)) and not auto.indicators(oracle_of("hinge", 0.5 * X, y))
-    assert auto.pick_solver(oracle_of("hinge", 0.5 * X, y), l2, 1e-2)[0] == "proximal"
-    assert auto.pick_solver(oracle_of("hinge", X, y), get_regularizer("quadratic", B=2.0), 1e-2)[0] == "proximal"
-    # One column in raw counts 10^4 times the others' scale (kddcup99's): Newton all the same (preconditioned);
-    # for the hinge loss a box small against no row's scale: not dual coordinate descent.
+    assert auto.pick_solver(oracle_of("logistic", X, y), l2)[0] == "tron"
+    assert auto.pick_solver(oracle_of("squared_hinge", X, y), l2)[0] == "tron"
+    # The hinge loss with l2 on narrow rows: dual coordinate descent where a large share of the rows' second
+    # moment lies along their mean (a9a's: some categories are in most rows), at any scale (its first
+    # certificate then says whether it goes on: the next test); the proximal method on rows of zero mean or
+    # with another regularizer.
+    dense = X.toarray()
+    share = np.sum(dense.mean(axis=0) ** 2) / np.mean(np.sum(dense ** 2, axis=1))
+    assert auto.common_share(oracle_of("hinge", X, y)) == pytest.approx(share, rel=1e-12) and share > auto.DCD_COMMON
+    assert auto.pick_solver(oracle_of("hinge", X, y), l2)[0] == "dcd"
+    assert auto.pick_solver(oracle_of("hinge", dense, y), l2)[0] == "dcd"  # dense rows alike
+    assert auto.pick_solver(oracle_of("hinge", 0.5 * X, y), l2)[0] == "dcd"
+    signs = np.random.default_rng(0).choice([-1.0, 1.0], size=X.shape)
+    centered = X.multiply(signs).tocsr()  # the same nonzeros, each of a random sign: rows of (nearly) zero mean
+    assert auto.common_share(oracle_of("hinge", centered, y)) < auto.DCD_COMMON
+    assert auto.pick_solver(oracle_of("hinge", centered, y), l2)[0] == "proximal"
+    assert auto.pick_solver(oracle_of("hinge", X, y), get_regularizer("quadratic", B=2.0))[0] == "proximal"
+    # One column in raw counts 10^4 times the others' scale (kddcup99's): Newton all the same (preconditioned).
     counts = X.tolil()
     counts[:, 0] = np.arange(X.shape[0])[:, None] * 10.0
-    assert auto.pick_solver(oracle_of("logistic", counts.tocsr(), y), l2, 1e-4)[0] == "tron"
-    assert auto.pick_solver(oracle_of("hinge", counts.tocsr(), y), l2, 1e-2)[0] == "proximal"
+    assert auto.pick_solver(oracle_of("logistic", counts.tocsr(), y), l2)[0] == "tron"
     # As many weights as nonzeros (hashed text): for the hinge loss with l2, dual coordinate descent (not on
     # more than DCD_NONZEROS nonzeros, nor with another regularizer); BMRM otherwise.
     wide = X.copy()
     wide.resize((X.shape[0], 40 * X.nnz // auto.PROXIMAL_RATIO))
     assert wide.shape[1] >= auto.DCD_WEIGHTS
-    assert auto.pick_solver(oracle_of("hinge", wide, y), l2, 1e-4)[0] == "dcd"
-    assert auto.pick_solver(oracle_of("hinge", wide, y), get_regularizer("quadratic", B=2.0), 1e-4)[0] == "bmrm"
+    assert auto.pick_solver(oracle_of("hinge", wide, y), l2)[0] == "dcd"
+    assert auto.pick_solver(oracle_of("hinge", wide, y), get_regularizer("quadratic", B=2.0))[0] == "bmrm"
     monkeypatch.setattr(auto, "DCD_NONZEROS", X.nnz // 2)
-    assert auto.pick_solver(oracle_of("hinge", wide, y), l2, 1e-4)[0] == "bmrm"
-    # A small box on more than DCD_BOX_NONZEROS nonzeros: the proximal method.
+    assert auto.pick_solver(oracle_of("hinge", wide, y), l2)[0] == "bmrm"
+    # Rows sharing their mean on more than DCD_COMMON_NONZEROS nonzeros: the proximal method.
     monkeypatch.setattr(auto, "DCD_NONZEROS", 2 * X.nnz)
-    monkeypatch.setattr(auto, "DCD_BOX_NONZEROS", X.nnz // 2)
-    assert auto.pick_solver(oracle_of("hinge", X, y), l2, 1e-2)[0] == "proximal"
+    monkeypatch.setattr(auto, "DCD_COMMON_NONZEROS", X.nnz // 2)
+    assert auto.pick_solver(oracle_of("hinge", X, y), l2)[0] == "proximal"
+
+
+@pytest.mark.parametrize("lam", [1e-2, 1e-6])
+def test_dual_coordinate_descent_hands_a_large_box_to_the_proximal_method(lam):
+    X, y = load_svmlight("a9a.xz")
+    X, y = X[:3000], y[:3000]
+    rows = []
+    result = minimize(oracle_of("hinge", X, y), np.zeros(X.shape[1]), lam, method="auto", epsilon=1e-5,
+                      rel_epsilon=0, callback=rows.append)
+    assert result.success and result.gap <= 1e-5
+    first = rows[0]
+    # The box C = 1 / (lam m) against the rows' squared norms: 0.05 at lam 1e-2, 4,600 at 1e-6; dual coordinate
+    # descent's first certificate measures it.
+    handed = first.lower_bound < first.best_objective / auto.DCD_BOX
+    assert handed == (lam == 1e-6)
+    assert ("then proximal" in result.message) == handed and "(dcd:" in result.message
+    assert [row.iteration for row in rows] == list(range(1, result.nit + 1))
+    if handed:  # the proximal method's rows follow the certificate's, its bound joined with dcd's
+        plain = minimize(oracle_of("hinge", X, y), np.zeros(X.shape[1]), lam, method="proximal", epsilon=1e-5,
+                         rel_epsilon=0)
+        assert result.nit == plain.nit + 1
+        np.testing.assert_array_equal(result.history["lower_bound"][1:],
+                                      np.maximum(plain.history["lower_bound"], first.lower_bound))
+    # Every bound below cvxpy's optimum, the best point within the gap of it.
+    optimum = cvxpy_optimum(X, y, "hinge", lam)
+    assert np.all(result.history["lower_bound"] <= optimum + 1e-7)
+    assert result.fun - optimum <= 1e-5 + 1e-7
 
 
 def test_a_stalled_solver_hands_over_to_bmrm(monkeypatch):
@@ -78,7 +104,7 @@ def test_a_stalled_solver_hands_over_to_bmrm(monkeypatch):
     monkeypatch.setattr(auto, "STALL_FACTOR", 0.0)
     rows = []
     result = minimize(oracle_of("hinge", X, y), np.zeros(X.shape[1]), lam, method="auto", epsilon=1e-5,
-                      rel_epsilon=0, callback=rows.append)
+                      rel_epsilon=0, callback=rows.append, first="proximal")
     assert result.success and result.gap <= 1e-5
     assert "stalled at iteration 5, then bmrm" in result.message
     assert [row.iteration for row in rows] == list(range(1, result.nit + 1))
@@ -128,8 +154,8 @@ def test_the_default_runs_what_its_pick_runs(tmp_path, monkeypatch):
 
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("loss", ["logistic", "hinge"])
-def test_the_default_is_bitwise_the_same_on_any_number_of_ranks(comm, mpi_tmp_path, loss):
+@pytest.mark.parametrize("loss, lam", [("logistic", 1e-4), ("hinge", 1e-4), ("hinge", 1e-6)])
+def test_the_default_is_bitwise_the_same_on_any_number_of_ranks(comm, mpi_tmp_path, loss, lam):
     from helpers import shared_shards
     from prbmrm.distributed.oracle import run_distributed
     from prbmrm.io import load_local
@@ -141,7 +167,7 @@ def test_the_default_is_bitwise_the_same_on_any_number_of_ranks(comm, mpi_tmp_pa
         local = load_local(directory, communicator, bias=True)
         oracle = DistributedRisk(get_loss(loss), local.X, local.y, local.n_examples_total, communicator,
                                  local.blocks)
-        return run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), 1e-4, method="auto",
+        return run_distributed(oracle, lambda risk: minimize(risk, np.zeros(oracle.dim), lam, method="auto",
                                                              epsilon=1e-6, rel_epsilon=0))
 
     result = run(comm)
@@ -150,3 +176,5 @@ def test_the_default_is_bitwise_the_same_on_any_number_of_ranks(comm, mpi_tmp_pa
         assert result.success and result.message == expected.message and result.nit == expected.nit
         assert np.array_equal(result.w, expected.w)
         assert np.array_equal(result.history["lower_bound"], expected.history["lower_bound"])
+        # At lam 1e-6 dual coordinate descent's first certificate hands over to the proximal method.
+        assert ("then proximal" in result.message) == (lam == 1e-6)

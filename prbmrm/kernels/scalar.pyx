@@ -54,24 +54,32 @@ cdef inline double mask(bint condition) noexcept nogil:
     return 1.0 if condition else 0.0
 
 
+cdef inline double expit_of(double z, double e) noexcept nogil:
+    """``1 / (1 + exp(-z))`` without overflow, given ``e = exp(-|z|)``."""
+    if z >= 0.0:
+        return 1.0 / (1.0 + e)
+    return e / (1.0 + e)
+
+
+cdef inline double log1pexp_of(double z, double e) noexcept nogil:
+    """``log(1 + exp(z))`` (numpy's ``logaddexp(0, z)``), given ``e = exp(-|z|)``."""
+    if z == 0.0:
+        return LOG2
+    if z < 0.0:
+        return log1p(e)
+    if z > 0.0:
+        return z + log1p(e)
+    return z + z  # NaN
+
+
 cdef inline double expit(double z) noexcept nogil:
     """``1 / (1 + exp(-z))`` without overflow."""
-    cdef double e
-    if z >= 0.0:
-        return 1.0 / (1.0 + exp(-z))
-    e = exp(z)
-    return e / (1.0 + e)
+    return expit_of(z, exp(-fabs(z)))
 
 
 cdef inline double log1pexp(double z) noexcept nogil:
     """``log(1 + exp(z))``: numpy's ``logaddexp(0, z)``."""
-    if z == 0.0:
-        return LOG2
-    if z < 0.0:
-        return log1p(exp(z))
-    if z > 0.0:
-        return z + log1p(exp(-z))
-    return z + z  # NaN
+    return log1pexp_of(z, exp(-fabs(z)))
 
 
 # The losses: value and derivative in f, labels y (paper 000, Table 5; paper 002, Table 1).
@@ -139,10 +147,13 @@ cdef inline double logistic_derivative(double f, double y) noexcept nogil:
     return -y * expit(-y * f)
 
 
-cdef inline double logistic_curvature(double f, double y) noexcept nogil:
+cdef inline double logistic_curvature_of(double y, double e) noexcept nogil:
     # expit(z) expit(-z) = e / (1 + e)^2 with e = exp(-|z|): one exp, no overflow
-    cdef double e = exp(-fabs(y * f))
     return (y * y) * (e / ((1.0 + e) * (1.0 + e)))
+
+
+cdef inline double logistic_curvature(double f, double y) noexcept nogil:
+    return logistic_curvature_of(y, exp(-fabs(y * f)))
 
 
 cdef inline double huber_hinge_value(double f, double y, double h) noexcept nogil:
@@ -433,6 +444,13 @@ cdef class CyLoss:
     cdef double curvature1(self, double f, double y) noexcept nogil:
         return 0.0
 
+    cdef void newton1(self, double f, double y, double* value, double* slope, double* curvature) noexcept nogil:
+        """Write l, l' and l'' at (f, y) through the three pointers: :meth:`value1`, :meth:`derivative1`
+        and :meth:`curvature1`; a loss whose three share work overrides it (the same bits)."""
+        value[0] = self.value1(f, y)
+        slope[0] = self.derivative1(f, y)
+        curvature[0] = self.curvature1(f, y)
+
     cdef double formula(self, Formula which, double f, double y) noexcept nogil:
         if which == VALUE:
             return self.value1(f, y)
@@ -474,7 +492,7 @@ cdef class CyLoss:
                      double[::1] curvature):
         """Write ``l(f_i, y_i)``, ``l'`` and ``l''`` into `value`, `slope` and `curvature` in one pass (Newton's
         method reads all three at every point: one loop instead of three, each the formula :meth:`value`,
-        :meth:`derivative` and :meth:`curvature` compute, so the same bits)."""
+        :meth:`derivative` and :meth:`curvature` compute, so the same bits; the logistic's three from one exp)."""
         cdef Py_ssize_t i, n = f.shape[0]
         if not self.twice_differentiable:
             raise NotImplementedError(f"{type(self).__name__} has no second derivative")
@@ -482,9 +500,7 @@ cdef class CyLoss:
             raise ValueError("newton_terms: the arrays' shapes do not agree")
         with nogil:
             for i in range(n):
-                value[i] = self.value1(f[i], y[i])
-                slope[i] = self.derivative1(f[i], y[i])
-                curvature[i] = self.curvature1(f[i], y[i])
+                self.newton1(f[i], y[i], &value[i], &slope[i], &curvature[i])
 
     def dense_pass(self, const double[:, ::1] X, const double[::1] y, const double[::1] w,
                    const Py_ssize_t[::1] bounds, double[:, ::1] partials):
@@ -632,6 +648,14 @@ cdef class CyLogistic(CyLoss):
 
     cdef double curvature1(self, double f, double y) noexcept nogil:
         return logistic_curvature(f, y)
+
+    cdef void newton1(self, double f, double y, double* value, double* slope, double* curvature) noexcept nogil:
+        # One exp for the three: each formula takes exp(-|y f|), the same bits as computed apart
+        cdef double z = -y * f
+        cdef double e = exp(-fabs(z))
+        value[0] = log1pexp_of(z, e)
+        slope[0] = -y * expit_of(z, e)
+        curvature[0] = logistic_curvature_of(y, e)
 
 
 cdef class CyHuberHinge(CyLoss):

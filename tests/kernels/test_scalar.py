@@ -187,7 +187,8 @@ def test_the_curvature_is_inherited_from_the_compiled_loss():
 def test_newton_terms_are_value_derivative_and_curvature_bitwise(name):
     loss = make(LOSSES[name])
     f, y = scores_and_labels(loss, n=3000, seed=2)
-    f[:3] = [0.0, 40.0, -40.0]  # the logistic's one-exp curvature at its center and far out
+    # the logistic's one exp for the three at its center (both zeros), far out and where exp underflows
+    f[:6] = [0.0, -0.0, 40.0, -40.0, 750.0, -750.0]
     out = [np.full(f.size, np.nan) for _ in range(3)]
     loss.newton_terms(f, y, *out)
     for got, expected in zip(out, (loss.value(f, y), loss.derivative(f, y), loss.curvature(f, y))):

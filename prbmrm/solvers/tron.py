@@ -277,6 +277,9 @@ class _Newton:
     def smooth(self, delta):
         """Step on the hinge smoothed by `delta` from now on (the next :meth:`point` uses it)."""
         self._path = []
+        # The next point is the current one under `delta`: its products take that point's curvature, also
+        # after a rejected step (whose products took the point before, under the former smoothing).
+        self.accepted = True
         self.delta = delta
         self.ranks.buffer[0] = delta
         self.risk.request(_SMOOTHING)

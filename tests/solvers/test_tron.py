@@ -230,3 +230,26 @@ def test_a_rejected_steps_re_solve_replays_its_products_bitwise(monkeypatch):
     assert replayed.w.tobytes() == requested.w.tobytes()
     for column in ("objective", "lower_bound"):
         assert replayed.history[column].tobytes() == requested.history[column].tobytes()
+
+
+def test_after_a_rejected_step_a_new_smoothing_takes_its_own_curvature():
+    """A new smoothing re-evaluates the current point: the products after it are those of a run that starts
+    there under that smoothing, whether the step before was accepted or rejected."""
+    X, y = load_svmlight("a9a.xz")
+    X, y = X[:1000], y[:1000]
+    w, v = np.full(X.shape[1], 0.05), np.linspace(-1.0, 1.0, X.shape[1])
+    l2 = get_regularizer("l2")
+
+    def newton(delta):
+        return tron._Newton(oracle_of("hinge", X, y), 1e-3, l2, delta, precondition=0.01)
+
+    fresh = newton(0.05)
+    fresh.point(w)
+    expected = fresh.hessian(v)
+    stepped = newton(0.5)
+    stepped.point(w)
+    stepped.point(w + v)  # a trial step ...
+    stepped.step(False)   # ... rejected
+    stepped.smooth(0.05)
+    stepped.point(w)
+    assert stepped.hessian(v).tobytes() == expected.tobytes()

@@ -293,8 +293,9 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         checkpoints; a `first` that keeps none gives way to the proximal
         bundle method). Dual coordinate descent picked on narrow data is
         probed first, by a run of one certificate, as the hand-over would
-        (on resuming too, so that the solver is the checkpoint's). A `checkpoint` that writes nothing only stops the run
-        (status 5) when it says so.
+        (on resuming too, so that the solver is the checkpoint's). A
+        `checkpoint` that writes nothing only stops the run (status 5) when
+        it says so.
 
     Returns
     -------

@@ -210,7 +210,10 @@ class Watch:
                 self._pinged_for_signal = self.signalled is not None
                 answer = self.silent_ranks(request)
                 if answer is None:
-                    return  # the collective completed meanwhile
+                    # The collective completed meanwhile, so this ping proved nothing: the next wait pings
+                    # again at once (a rank stopped after this collective would otherwise go unnamed).
+                    self._pinged_for_signal = False
+                    return
                 silent, busy = answer
                 if silent:
                     self._end(silent, what, waited)

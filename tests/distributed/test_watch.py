@@ -1,0 +1,91 @@
+"""The watch's waits, on a fake communicator whose ranks never answer (no MPI job needed)."""
+
+import pytest
+
+from prbmrm.distributed import watch
+
+
+class Request:
+    """A nonblocking request that completes once `done()` says so."""
+
+    def __init__(self, done=lambda: False):
+        self.done = done
+
+    def Test(self):
+        return self.done()
+
+
+class SilentComm:
+    """Rank 0 of 3; the other ranks never answer (stopped processes)."""
+
+    def __init__(self):
+        self.sent = 0
+
+    def Dup(self):
+        return self
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 3
+
+    def Isend(self, buffer, dest, tag):
+        self.sent += 1
+        return Request()
+
+    def Iprobe(self, source, tag, status):
+        return False
+
+
+class Ended(Exception):
+    pass
+
+
+class FakeMPI:
+    THREAD_MULTIPLE = 3
+    INT64_T = None
+    ANY_SOURCE = -1
+    Status = object
+
+    @staticmethod
+    def Query_thread():
+        return FakeMPI.THREAD_MULTIPLE
+
+
+@pytest.fixture
+def silent_watch(monkeypatch):
+    monkeypatch.setattr(watch, "PONG_SECONDS", 0.2)
+    monkeypatch.setattr(watch, "POLL_SECONDS", 0.01)
+    monkeypatch.setattr(watch, "SIGNAL_GRACE", 3.0)
+
+    def abort(MPI, status):
+        raise Ended(status)
+
+    monkeypatch.setattr(watch, "abort", abort)
+    comm = SilentComm()
+    w = watch.Watch(FakeMPI, comm, timeout=600)
+    yield w, comm
+    w.close()
+
+
+def test_a_signal_makes_the_wait_ping_at_once_and_name_the_silent_ranks(silent_watch, capsys):
+    w, _ = silent_watch
+    w.request_stop(15)
+    with pytest.raises(Ended) as ended:
+        w.wait(Request(), "the sum")
+    assert ended.value.args == (watch.EXIT_SILENT_RANK,)
+    assert "ranks 1, 2 of 3 stopped answering (after signal 15" in capsys.readouterr().err
+
+
+def test_a_collective_completing_during_the_signals_ping_leaves_the_next_wait_to_ping(silent_watch, capsys):
+    """The ranks took part in the first collective and stopped before the next; the first one's ping proves
+    nothing about them, so the next wait pings at once rather than waiting out the signal's grace."""
+    w, comm = silent_watch
+    w.request_stop(15)
+    w.wait(Request(lambda: comm.sent > 0), "the first sum")  # completes while its ping waits
+    with pytest.raises(Ended) as ended:
+        w.wait(Request(), "the next sum")
+    assert ended.value.args == (watch.EXIT_SILENT_RANK,)
+    assert "stopped answering (after signal 15, the next sum waited" in capsys.readouterr().err
+

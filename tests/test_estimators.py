@@ -224,7 +224,6 @@ def test_errors_are_value_errors(estimator, message):
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
 def test_every_rank_gets_the_coefficients_of_a_serial_run(comm):
     X, y = a9a(2000)
     model = BMRMClassifier(lam=1e-2).fit(X, y)

@@ -153,7 +153,6 @@ def test_the_default_runs_what_its_pick_runs(tmp_path, monkeypatch):
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize("loss, lam", [("logistic", 1e-4), ("hinge", 1e-4), ("hinge", 1e-6)])
 def test_the_default_is_bitwise_the_same_on_any_number_of_ranks(comm, mpi_tmp_path, loss, lam):
     from helpers import shared_shards

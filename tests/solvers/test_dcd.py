@@ -123,7 +123,6 @@ def test_the_hinge_duals_refuse_what_they_cannot_solve(method):
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
 def test_dcd_run_is_the_same_on_every_rank_count(comm, mpi_tmp_path):
     X, y = load_svmlight("a9a.xz")
     directory = shared_shards(comm, mpi_tmp_path, X[:2000], y[:2000], parts=comm.size + 2)

@@ -211,7 +211,6 @@ def test_stop_from_the_callback_ends_the_path(a9a_part):
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
 def test_path_on_ranks_equals_serial(comm):
     lam = LamPath(3, 1e-2)  # from the l1 lam_max, computed on rank 0 while the others serve
     path = training.run(None, lam=lam, reg="l1", bias=True, comm=comm)[0]

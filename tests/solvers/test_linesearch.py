@@ -228,7 +228,6 @@ def ranked_oracle(comm, directory, loss_name, y):
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize("loss", ["hinge", "multiclass_hinge", "logistic"])
 def test_step_and_run_are_the_same_on_any_number_of_ranks(comm, mpi_tmp_path, loss):
     X, y = load_svmlight("dna.scale.xz") if loss == "multiclass_hinge" else dna_binary()

@@ -137,7 +137,6 @@ def test_usage_errors():
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
 def test_sublbfgs_run_equals_serial_run(comm, mpi_tmp_path):
     check_run_against_serial(comm, mpi_tmp_path, "hinge", 1e-4, rows=3000, method="sublbfgs", rel_epsilon=1e-3)
 

@@ -161,7 +161,6 @@ def test_max_iter_is_reported():
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize("loss, lam, epsilon", [("logistic", 1e-5, 1e-8), ("squared_hinge", 1e-5, 1e-8),
                                                 ("hinge", 1e-3, 1e-5)])
 def test_ranks_give_bitwise_the_run_of_one_process(comm, mpi_tmp_path, loss, lam, epsilon):

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..losses.base import ScalarLoss
-from .sparse import csr_matvec, csr_rmatvec, csr_rows
+from .sparse import compiled_rows, csr_matvec, csr_rmatvec, csr_rows
 
 
 # Rows per chunk of a block are chosen so that one chunk's nonzeros (12 bytes each)
@@ -195,17 +195,10 @@ def dense_scalar_pass(dense, X, y, bounds, w, partials):
     dense.dense_pass(X, y, np.ascontiguousarray(w, dtype=np.float64), bounds, partials)
 
 
-def compiled_rows(X):
-    """Whether the compiled CSR products (:mod:`prbmrm.kernels.sparse`) take `X` as it is: a CSR matrix of
-    float64 values whose indptr and indices share one type."""
-    return (sp.issparse(X) and X.format == "csr" and X.dtype == np.float64
-            and X.indptr.dtype == X.indices.dtype and X.indices.dtype in (np.int32, np.int64))
-
-
 def block_scores(X, blocks, w, out=None):
     """The scores ``X @ w`` of this rank's rows, as the blocks (`blocks`: their ``(X, y, qid)`` views) give them.
 
-    CSR rows (:func:`compiled_rows`) in one compiled pass, into `out` if given
+    CSR rows (:func:`~prbmrm.kernels.sparse.compiled_rows`) in one compiled pass, into `out` if given
     (float64, one per row): a row's sum is scipy's, whichever block holds it.
     """
     if compiled_rows(X):
@@ -218,7 +211,7 @@ def block_scores(X, blocks, w, out=None):
 def block_gradients(X, blocks, bounds, v, partials):
     """Write ``X_b.T @ v_b`` of each block b (rows between `bounds`) into the gradient part of ``partials[b]``.
 
-    CSR rows (:func:`compiled_rows`) through the compiled loop, which adds
+    CSR rows (:func:`~prbmrm.kernels.sparse.compiled_rows`) through the compiled loop, which adds
     in the order of scipy's ``X_b.T @ v_b`` (bitwise its result) without
     its checks and temporaries of length d.
     """

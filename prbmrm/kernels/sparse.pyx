@@ -14,6 +14,9 @@ The indices must lie within the matrix (the loader checks the shards');
 
 from libc.stdint cimport int32_t, int64_t
 
+import numpy as np
+import scipy.sparse as sp
+
 ctypedef fused index_t:
     int32_t
     int64_t
@@ -22,6 +25,13 @@ ctypedef fused index_t:
 cdef _check(const index_t[::1] indptr, Py_ssize_t rows, Py_ssize_t nonzeros):
     if indptr.shape[0] != rows + 1 or (rows and (indptr[0] < 0 or indptr[rows] > nonzeros)):
         raise ValueError("the CSR arrays do not agree (indptr, indices, data and the rows)")
+
+
+def compiled_rows(X):
+    """Whether these products take `X` as it is: a CSR matrix of float64 values whose indptr and indices
+    share one type (int32 or int64)."""
+    return (sp.issparse(X) and X.format == "csr" and X.dtype == np.float64
+            and X.indptr.dtype == X.indices.dtype and X.indices.dtype in (np.int32, np.int64))
 
 
 def csr_matvec(const index_t[::1] indptr, const index_t[::1] indices, const double[::1] data,
@@ -53,6 +63,25 @@ def csr_rmatvec(const index_t[::1] indptr, const index_t[::1] indices, const dou
             for k in range(indptr[i], indptr[i + 1]):
                 out[indices[k]] += data[k] * c
 
+
+def csr_rmatmat(const index_t[::1] indptr, const index_t[::1] indices, const double[::1] data,
+                const double[:, ::1] V, double[:, ::1] out):
+    """Add ``X^T V`` onto `out` (d x k): ``out[j, :] += data[k] * V[i, :]`` over the rows i of X in order
+    and their nonzeros, the order of scipy's ``csc_matvecs`` for ``X.T @ V``.
+
+    `indptr` has one entry more than `V` has rows, as in :func:`csr_rmatvec`.
+    """
+    cdef Py_ssize_t rows = V.shape[0], width = V.shape[1], i, k, j
+    cdef double c
+    _check(indptr, rows, min(indices.shape[0], data.shape[0]))
+    if out.shape[1] != width:
+        raise ValueError("out and V differ in their number of columns")
+    with nogil:
+        for i in range(rows):
+            for k in range(indptr[i], indptr[i + 1]):
+                c = data[k]
+                for j in range(width):
+                    out[indices[k], j] += c * V[i, j]
 
 def csr_rows(const index_t[::1] indptr, const index_t[::1] indices, const double[::1] data,
              const Py_ssize_t[::1] rows, const index_t[::1] new_indptr, index_t[::1] new_indices,

@@ -16,8 +16,8 @@ Parameters given as files (``--loss-param cost=FILE`` and so on) are read
 when the loss is made, so a bad file fails before any data is loaded; their
 shape is checked against the classes in :meth:`prepare`.
 
-Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.losses.base`,
-:mod:`prbmrm.losses.line`.
+Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.kernels.sparse`,
+:mod:`prbmrm.losses.base`, :mod:`prbmrm.losses.line`.
 """
 
 import math
@@ -26,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import UsageError
+from ..kernels.sparse import compiled_rows, csr_rmatmat
 from .base import Loss, _format_labels, near_kink
 from .line import EnvelopeLine
 
@@ -35,7 +36,16 @@ _SPARSE_OUTPUTS = 32
 
 
 def flat_gradient(X, G):
-    """Return ``(X.T @ G).ravel()``: the d x k gradient of one block, flat."""
+    """Return ``(X.T @ G).ravel()``: the d x k gradient of one block, flat.
+
+    CSR rows with a dense G take the compiled product, bitwise scipy's (the
+    same additions in the same order) without building ``X.T``, which cost
+    ten times the product itself on the small blocks of a rank's rows.
+    """
+    if compiled_rows(X) and not sp.issparse(G):
+        grad = np.zeros((X.shape[1], G.shape[1]))
+        csr_rmatmat(X.indptr, X.indices, X.data, np.ascontiguousarray(G, dtype=np.float64), grad)
+        return grad.ravel()
     grad = X.T @ G
     if sp.issparse(grad):
         grad = grad.toarray()

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from prbmrm.kernels.blocks import block_gradients, block_scores, compiled_rows, row_block
+from prbmrm.kernels.blocks import block_gradients, block_scores, row_block
+from prbmrm.kernels.sparse import compiled_rows
 
 
 @pytest.mark.parametrize("kind", ["int32", "int64", "mixed", "dense"])

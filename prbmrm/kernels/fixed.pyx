@@ -8,12 +8,32 @@ bookkeeping. Each entry goes through the same float64 operations as that
 numpy form (a product by a power of two, floor, a difference, rint, a cast
 of an integer-valued float), which are exact or correctly rounded, so the
 limbs are bitwise those; their sums over rows are integer sums, exact in
-any order. The partials may be a slice of columns of a wider array (the sums go a chunk of columns at a
+any order. floor and rint are written out (:func:`_floor`, :func:`_rint`): the
+C library's are calls, not instructions, on the baseline x86-64 ISA, and cost
+most of the pass. The partials may be a slice of columns of a wider array (the sums go a chunk of columns at a
 time).
 """
 
-from libc.math cimport fabs, floor, isnan, ldexp, rint
+from libc.math cimport fabs, isnan, ldexp
 from libc.stdint cimport int64_t
+
+
+cdef double _INTEGERS = 4503599627370496.0  # 2^52: from here up every float64 is an integer
+
+
+cdef inline int64_t _floor(double x) noexcept nogil:
+    """floor(x) for |x| < 2^63: the truncation (toward zero, exact), less one where it rounded up."""
+    cdef int64_t t = <int64_t>x
+    return t - (<double>t > x)  # t converts back exactly: below 2^52 it is small, above it is x
+
+
+cdef inline int64_t _rint(double x) noexcept nogil:
+    """rint(x) (the nearest integer, ties to even) for 0 <= x < 2^63: below 2^52, x + 2^52 lies where the floats
+    are the integers, so the sum rounds x's fraction away as rint does, and taking 2^52 off again is exact (the
+    kernels are built without value-changing optimizations, setup.py)."""
+    if x < _INTEGERS:
+        x = (x + _INTEGERS) - _INTEGERS
+    return <int64_t>x
 
 
 def column_max_abs(const double[:, :] partials, double[::1] out):
@@ -45,7 +65,8 @@ def fixed_point_limbs(const double[:, :] partials, const double[::1] scale, int 
     ``2^(2 bits)`` on the grid (the bounds guarantee it), and the rows few enough for the integer sums.
     """
     cdef Py_ssize_t rows = partials.shape[0], n = partials.shape[1], k, j
-    cdef double down = ldexp(1.0, -bits), up = ldexp(1.0, bits), s, h
+    cdef double down = ldexp(1.0, -bits), up = ldexp(1.0, bits), s
+    cdef int64_t h
     if scale.shape[0] != n or high.shape[0] != n or low.shape[0] != n:
         raise ValueError("one scale and one limb of each kind per column")
     with nogil:
@@ -55,6 +76,6 @@ def fixed_point_limbs(const double[:, :] partials, const double[::1] scale, int 
         for k in range(rows):
             for j in range(n):
                 s = partials[k, j] * scale[j]
-                h = floor(s * down)
-                high[j] += <int64_t>h
-                low[j] += <int64_t>rint(s - h * up)
+                h = _floor(s * down)
+                high[j] += h
+                low[j] += _rint(s - <double>h * up)  # exact, in [0, 2^bits)

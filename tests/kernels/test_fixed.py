@@ -42,6 +42,29 @@ def test_limbs_are_the_numpy_steps_bitwise(k, n, bits):
     assert (low >= 0).all()
 
 
+
+@pytest.mark.parametrize("bits", [40, 51, 52, 53, 60])
+def test_limbs_of_entries_at_the_roundings_edges_are_the_numpy_steps(bits):
+    # On the grid: halfway points (rint to even), the limbs' boundaries and the floats next to them, integers
+    # from 2^51 to 2^53 (where float64 loses its fraction bits), the largest entry allowed below 2^(2 bits),
+    # signed zeros and subnormal partials.
+    up = 2.0 ** bits
+    edges = np.array([0.5, 1.5, 2.5, 2.0 ** 51 - 0.5, 2.0 ** 51 + 0.5, 2.0 ** 52 - 0.5, 2.0 ** 52, 2.0 ** 52 + 1,
+                      2.0 ** 53 + 2, up - 0.5, up - 1.0, up, up + 0.5, 3 * up, np.nextafter(up, 0),
+                      np.nextafter(up, np.inf), np.nextafter(2.0 ** (2 * bits), 0)])
+    grid = np.concatenate([edges, -edges, [0.0, -0.0]])
+    exponent = np.arange(len(grid)) % 7 - 3
+    scale = np.ldexp(1.0, 2 * bits - exponent)
+    partials = np.vstack([grid / scale, np.full(len(grid), 5e-324), np.full(len(grid), -1e-310)])
+    high, low = np.empty(len(grid), dtype=np.int64), np.empty(len(grid), dtype=np.int64)
+    for row in partials:  # each entry's limbs alone, then their sums
+        fixed_point_limbs(row[None], scale, bits, high, low)
+        expected_high, expected_low = numpy_limbs(row[None], exponent, bits)
+        np.testing.assert_array_equal(high, expected_high)
+        np.testing.assert_array_equal(low, expected_low)
+    fixed_point_limbs(partials, scale, bits, high, low)
+    np.testing.assert_array_equal(np.stack([high, low]), np.stack(numpy_limbs(partials, exponent, bits)))
+
 def test_column_maxima_are_numpys_and_keep_nan():
     partials = partials_of(5, 30, 20)
     partials[4, 3], partials[7, 5], partials[9, 5] = np.nan, np.inf, np.nan

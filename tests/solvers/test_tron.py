@@ -252,3 +252,49 @@ def test_after_a_rejected_step_a_new_smoothing_takes_its_own_curvature():
     stepped.smooth(0.05)
     stepped.point(w)
     assert stepped.hessian(v).tobytes() == expected.tobytes()
+
+
+class DenseProducts:
+    """The Hessian products of a dense H, counted, for the conjugate gradients alone."""
+
+    def __init__(self, H):
+        self.H, self.products = H, 0
+
+    def restart(self):
+        pass
+
+    def hessian(self, v):
+        self.products += 1
+        return self.H @ v
+
+
+def test_conjugate_gradients_find_a_step_of_small_residual_before_their_own_residual_is_small():
+    """With `enough`, the step returned has ``-g - H s`` as its residual, of plain norm at most `enough`, inside
+    the region with the model decreasing; on a Hessian of unevenly scaled columns (LIBLINEAR's preconditioner
+    spans 1 to 4e3) the smoothing of the CG steps finds it in fewer products than a plain preconditioned CG's
+    own residual gets there (written out here)."""
+    rng = np.random.default_rng(4)
+    m, d, lam = 400, 60, 1e-4
+    X = rng.normal(size=(m, d)) * rng.lognormal(0, 1.5, d)
+    H = X.T @ (rng.uniform(0, 0.25, m)[:, None] * X) / m + lam * np.eye(d)
+    g = 1e-3 * rng.normal(size=d)
+    M = 0.99 + 0.01 * np.diag(H) / lam
+    enough = 0.1 * np.linalg.norm(g)
+
+    s, r, z = np.zeros(d), -g, -g / M
+    p, plain = z.copy(), 0
+    while np.linalg.norm(r) > enough:
+        Hp = H @ p
+        plain += 1
+        alpha = (z @ r) / (p @ Hp)
+        s, r_new = s + alpha * p, r - alpha * Hp
+        z_new = r_new / M
+        p = z_new + (z_new @ r_new) / (z @ r) * p
+        r, z = r_new, z_new
+
+    newton = DenseProducts(H)
+    step, residual, on_boundary = tron._conjugate_gradient(newton, g, M, 1e9, 1e-12, 1000, enough)
+    assert np.linalg.norm(residual) <= enough and not on_boundary
+    np.testing.assert_allclose(residual, -g - H @ step, rtol=0, atol=1e-9 * np.linalg.norm(g))
+    assert g @ step + step @ H @ step / 2 < 0
+    assert newton.products < plain  # 14 against 21

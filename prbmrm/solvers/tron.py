@@ -378,7 +378,7 @@ def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
     norm of its residual ``-g - H t`` (affine in t: no Hessian product), and is taken once that norm is at
     most `enough` inside the region with the model decreasing. CG's residual swings in the plain norm
     (preconditioned CG minimizes another norm) while the smoothed one never grows: a9a, logistic, lam 1e-6
-    reaches the last step's `enough` in 23 products instead of 39.
+    reaches half the certificate's residual (sqrt(2 lam 1e-4) / 2) at its last step in 23 products instead of 39.
 
     Returns ``(s, r, on_boundary)`` with the residual ``r = -g - H s``.
     """
@@ -551,9 +551,10 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
             continue
         started = time.perf_counter()
         # Without smoothing the gap is the Fenchel-Young gap of lam Omega, ||grad J||^2 / (2 lam) for l2:
-        # a residual (the model's next gradient) below sqrt(2 lam gap) / 2 is all the wanted gap needs.
+        # a residual (the model's next gradient) below 3/4 sqrt(2 lam gap) is all the wanted gap needs, a
+        # quarter left for the step's nonlinearity (a9a's certifying steps: 0.1-24% of sqrt(2 lam gap)).
         wanted = max(epsilon, rel_epsilon * abs(state["best"]))
-        enough = 0.0 if newton.delta > 0.0 else 0.5 * math.sqrt(2.0 * lam * wanted)
+        enough = 0.0 if newton.delta > 0.0 else 0.75 * math.sqrt(2.0 * lam * wanted)
         s, r, on_boundary = _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough)
         gs = float(np.dot(g, s))
         predicted = -0.5 * (gs - float(np.dot(s, r)))

@@ -347,7 +347,7 @@ def test_damaged_dcd_checkpoints_are_refused(tmp_path, change, message):
 @pytest.mark.parametrize("change, message", [
     (lambda s: s["tron"]["point_sums"].__setitem__(0, 5000), "tron/point_sums or tron/product_sums are not bounds"),
     (lambda s: s["tron"].update(product_sums=s["tron"]["product_sums"][:-1]), "are not bounds of this problem"),
-    (lambda s: s["tron"].update(delta=0.5), "tron/delta or tron/curvature_delta is not a smoothing of the loss"),
+    (lambda s: s["tron"].update(delta=0.5), "tron/delta is not a smoothing of the loss"),
     (lambda s: s["tron"].update(path_v=np.zeros((1, 3))), "tron/path_v and tron/path_hv are not products"),
     (lambda s: s.update(preconditioner=s["preconditioner"][:-1]), "preconditioner has shape"),
     (lambda s: s.update(best_objective=s["best_objective"] * 0.5), "best_objective .* is not the objective"),

@@ -148,18 +148,17 @@ class NewtonRanks:
 
     def _restore(self):
         """Take rank 0's :attr:`restoring`: the sums' bounds, the smoothing, and as the current curvature that of
-        the point in the buffer under the smoothing of the curvature the saved run's next products used."""
+        the point in the buffer."""
         dim = self.risk.dim
-        message = np.zeros(3 * dim + 8) if self.restoring is None else self.restoring
+        message = np.zeros(3 * dim + 7) if self.restoring is None else self.restoring
         self.risk.comm.bcast_array(message)
-        delta, curvature_delta, *known = message[:4]
+        delta, *known = message[:3]
         for sums, given, bounds in zip((self._point_sums, self._product_sums), known,
-                                       np.split(message[4:], [2 * dim + 3])):
+                                       np.split(message[3:], [2 * dim + 3])):
             sums.exponent = bounds.astype(sums.EXPONENT_DTYPE) if given else None
-        self._smooth(float(curvature_delta))
+        self._smooth(float(delta))
         self._point(self.buffer)
         self._current, self._trial = self._trial, None
-        self._smooth(float(delta))
 
     def _smooth(self, delta):
         target = self.risk.loss
@@ -247,7 +246,6 @@ class _Newton:
         omega = regularizer.subgradient(np.ones(risk.dim))  # B's diagonal where B is diagonal
         self._omega_diagonal = lam * (omega if np.all(omega > 0) else np.ones(risk.dim))
         self.delta = delta  # the smoothing of the hinge; 0: the loss itself
-        self.curvature_delta = delta  # the smoothing of the ranks' current curvature (a rejected step keeps it)
         self.ranks = risk.attach(NewtonRanks, delta)
         self.seconds = {"risk": 0.0, "comm": 0.0}
         self.products = 0
@@ -315,8 +313,6 @@ class _Newton:
             return self._path[k][1]
         del self._path[k:]
         self.products += 1
-        if self.accepted:  # the ranks take the last point's curvature, made under the smoothing of now
-            self.curvature_delta = self.delta
         code, self.accepted = (_HESSIAN_NEW if self.accepted else _HESSIAN_OLD), True
         product = self.lam * self.regularizer.subgradient(v) + self._request(code, v)
         self._path.append((v.copy(), product))
@@ -324,18 +320,17 @@ class _Newton:
 
     def state(self):
         """The products' side as the group ``tron`` of a checkpoint (:func:`prbmrm.solvers.base.snapshot`): the
-        smoothing, that of the curvature the next products use, the ranks' sums' bounds (empty: none yet) and
-        the products kept for a re-solve."""
+        smoothing (that of every curvature since the last point: :meth:`smooth` evaluates the point anew), the
+        ranks' sums' bounds (empty: none yet) and the products kept for a re-solve."""
         bounds = [np.empty(0, dtype=FixedPointSum.EXPONENT_DTYPE) if b is None else b.copy()
                   for b in self.ranks.sum_bounds()]
         vectors = [np.array([pair[i] for pair in self._path]).reshape(-1, self.risk.dim) for i in (0, 1)]
-        return {"tron": {"delta": self.delta, "curvature_delta": self.delta if self.accepted else self.curvature_delta,
-                         "accepted": int(self.accepted), "point_sums": bounds[0], "product_sums": bounds[1],
+        return {"tron": {"delta": self.delta, "accepted": int(self.accepted), "point_sums": bounds[0], "product_sums": bounds[1],
                          "path_v": vectors[0], "path_hv": vectors[1]}}
 
     def restore(self, state, w):
         """Continue from :meth:`state` at the current point `w`: every rank takes the sums' bounds, the smoothing
-        and the curvature at w the saved run's next products used (one pass over the rows).
+        and the curvature at w (one pass over the rows).
 
         Raises
         ------
@@ -344,12 +339,12 @@ class _Newton:
             told anything.
         """
         saved, dim = state["tron"], self.risk.dim
-        delta, curvature_delta = float(saved["delta"]), float(saved["curvature_delta"])
+        delta = float(saved["delta"])
         bounds = [np.asarray(saved[key]) for key in ("point_sums", "product_sums")]
         path = [np.asarray(saved[key], dtype=np.float64) for key in ("path_v", "path_hv")]
         problem = None
-        if not all(math.isfinite(d) and (d > 0.0 if self.delta > 0.0 else d == 0.0) for d in (delta, curvature_delta)):
-            problem = f"tron/delta or tron/curvature_delta is not a smoothing of the loss {self.risk.loss.name!r}"
+        if not (math.isfinite(delta) and (delta > 0.0 if self.delta > 0.0 else delta == 0.0)):
+            problem = f"tron/delta is not a smoothing of the loss {self.risk.loss.name!r}"
         elif not all(b.dtype.kind in "iu" and b.shape in ((0,), (n,))
                      and np.all(np.abs(b) <= FixedPointSum.EXPONENT_LIMIT)
                      for b, n in zip(bounds, (2 * dim + 3, dim + 1))):
@@ -359,13 +354,13 @@ class _Newton:
         if problem is not None:
             raise InputError(f"{getattr(state, 'path', 'the state')}: {problem} (damaged, or written for other "
                              "data or by another solver)")
-        message = np.concatenate([[delta, curvature_delta, bounds[0].size, bounds[1].size],
+        message = np.concatenate([[delta, bounds[0].size, bounds[1].size],
                                   bounds[0] if bounds[0].size else np.zeros(2 * dim + 3),
                                   bounds[1] if bounds[1].size else np.zeros(dim + 1)])
         self.ranks.restoring, self.ranks.buffer[:] = message, w
         self.risk.request(_RESTORE)
         self.ranks.restoring = None
-        self.delta, self.curvature_delta, self.accepted = delta, curvature_delta, bool(saved["accepted"])
+        self.delta, self.accepted = delta, bool(saved["accepted"])
         self._path = [(v.copy(), product.copy()) for v, product in zip(*path)]
 
 

@@ -83,6 +83,7 @@ def csr_rmatmat(const index_t[::1] indptr, const index_t[::1] indices, const dou
                 for j in range(width):
                     out[indices[k], j] += c * V[i, j]
 
+
 def csr_rows(const index_t[::1] indptr, const index_t[::1] indices, const double[::1] data,
              const Py_ssize_t[::1] rows, const index_t[::1] new_indptr, index_t[::1] new_indices,
              double[::1] new_data):

@@ -42,7 +42,6 @@ def test_limbs_are_the_numpy_steps_bitwise(k, n, bits):
     assert (low >= 0).all()
 
 
-
 @pytest.mark.parametrize("bits", [40, 51, 52, 53, 60])
 def test_limbs_of_entries_at_the_roundings_edges_are_the_numpy_steps(bits):
     # On the grid: halfway points (rint to even), the limbs' boundaries and the floats next to them, integers
@@ -64,6 +63,7 @@ def test_limbs_of_entries_at_the_roundings_edges_are_the_numpy_steps(bits):
         np.testing.assert_array_equal(low, expected_low)
     fixed_point_limbs(partials, scale, bits, high, low)
     np.testing.assert_array_equal(np.stack([high, low]), np.stack(numpy_limbs(partials, exponent, bits)))
+
 
 def test_column_maxima_are_numpys_and_keep_nan():
     partials = partials_of(5, 30, 20)

@@ -390,7 +390,7 @@ def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
         # `enough` bounds the plain norm, the gap's (not the M^-1-norm, which M's scale sets)
         if math.sqrt(zr) <= tolerance or math.sqrt(float(np.dot(r, r))) <= enough:
             break
-        if (math.sqrt(float(np.dot(smoothed_r, smoothed_r))) <= enough
+        if (enough > 0.0 and math.sqrt(float(np.dot(smoothed_r, smoothed_r))) <= enough
                 and float(np.dot(smoothed, M * smoothed)) <= radius * radius
                 and float(np.dot(g, smoothed)) < float(np.dot(smoothed, smoothed_r))):  # the model decreases
             return smoothed, smoothed_r, False

@@ -41,7 +41,7 @@ from .party.session import load_party
 from .regularizers import get_regularizer
 from .distributed.oracle import DistributedRisk, run_distributed
 from .solvers import MAX_ITER_STATUS, SOLVERS, default_solver, get_solver, minimize, solver_options
-from .solvers.auto import pick_solver, runs_alone
+from .solvers.auto import pick_solver, runs_alone, successor
 from .solvers.lsbmrm import check_theta
 from .solvers.path import LamPath, PathProgress, PathResult, minimize_path
 from .structured import RaggedExamples
@@ -385,8 +385,8 @@ def run(data=None, *, loss="hinge", loss_params=None, lam=1e-4, bias=False, solv
         if solver == "auto" and not path:  # on a path each lam picks its own
             first, why = pick_solver(oracle, regularizer)
             alone = runs_alone(options.get("state"), options.get("checkpoint"))
-            said += f": {first} first, as {why}; " + ("no hand-over, as it checkpoints" if alone
-                                                      else "BMRM takes over if it stalls")
+            said += f": {first} first, as {why}; " + ("no hand-over, as it checkpoints" if alone else
+                                                      f"{successor(oracle, regularizer)} takes over if it stalls")
         report(describe_run(local, loss_object, regularizer, lam, bias, comm.size, (epsilon, rel_epsilon),
                             stopping.max_iter) + "; " + said)
         if "state" in options:

@@ -255,10 +255,11 @@ def test_tron_resume_is_bitwise_the_uninterrupted_run(tmp_path, loss, lam):
         check_bitwise_run(resumed, full)
 
 
-def test_tron_resumes_bitwise_after_a_rejected_step_and_a_new_smoothing(tmp_path):
+@pytest.mark.parametrize("matrix_dim", [0, -1])  # Hessian products; the default, the Hessian as a matrix
+def test_tron_resumes_bitwise_after_a_rejected_step_and_a_new_smoothing(tmp_path, matrix_dim):
     """The hinge's smoothing: TRON resumed after an iteration that rejected its step (the products kept for
-    the re-solve, the curvature of the point before) and after one that shrank delta is bitwise the
-    uninterrupted run."""
+    the re-solve, or the matrix formed again, at the curvature of the point before) and after one that shrank
+    delta is bitwise the uninterrupted run."""
     from prbmrm.distributed.comm import SerialComm
     from prbmrm.distributed.oracle import DistributedRisk
     from prbmrm.losses import get_loss
@@ -270,10 +271,11 @@ def test_tron_resumes_bitwise_after_a_rejected_step_and_a_new_smoothing(tmp_path
     loss.prepare(np.array([-1.0, 1.0]), "binary")
     risk = DistributedRisk(loss, X, y, len(y), SerialComm())
     l2, w0 = get_regularizer("l2"), np.zeros(X.shape[1])
-    options = dict(rel_epsilon=1e-4)
+    options = dict(rel_epsilon=1e-4, matrix_dim=matrix_dim)
     states = []
     full = minimize_tron(risk, w0, 1e-3, l2, checkpoint=lambda t, snapshot: states.append(snapshot()), **options)
-    rejected = [s["iteration"] for s in states if not s["tron"]["accepted"] and len(s["tron"]["path_v"])]
+    rejected = [s["iteration"] for s in states
+                if not s["tron"]["accepted"] and (len(s["tron"]["path_v"]) or matrix_dim)]
     smoothed = [b["iteration"] for a, b in zip(states, states[1:]) if b["tron"]["delta"] < a["tron"]["delta"]]
     assert rejected and smoothed
     path = str(tmp_path / "state.h5")

@@ -418,6 +418,68 @@ def dense_hessian_sums(const double[:, ::1] X, const Py_ssize_t[::1] bounds, con
         _hessian_blocks(<const int32_t*>NULL, NULL, &X[0, 0], X.shape[1], True, bounds, curvature, v, partials)
 
 
+cdef void _gram_blocks(const index_t* indptr, const index_t* indices, const double* data, Py_ssize_t d,
+                       bint dense, const Py_ssize_t[::1] bounds, const double[::1] curvature,
+                       double[:, ::1] partials) noexcept nogil:
+    """:func:`csr_gram_sums`, on CSR rows or (`dense`) on the C-contiguous rows of d values at `data`."""
+    cdef Py_ssize_t b, i, j, k, p, q, start, stop
+    cdef double h, x
+    cdef double* partial
+    for b in range(bounds.shape[0] - 1):
+        partial = &partials[b, 0]
+        _zero(partial, partials.shape[1])
+        for i in range(bounds[b], bounds[b + 1]):
+            h = curvature[i]
+            if h == 0.0:
+                continue
+            start = i * d if dense else <Py_ssize_t>indptr[i]
+            stop = start + d if dense else <Py_ssize_t>indptr[i + 1]
+            for p in range(start, stop):
+                x = h * data[p]
+                j = p - start if dense else <Py_ssize_t>indices[p]
+                for q in range(start, stop):
+                    k = q - start if dense else <Py_ssize_t>indices[q]
+                    if k >= j:  # the upper triangle, row by row: entry (j, k) at j (2 d - j - 1) / 2 + k
+                        partial[j * (2 * d - j - 1) // 2 + k] += x * data[q]
+
+
+def csr_gram_sums(const index_t[::1] indptr, const index_t[::1] indices, const double[::1] data,
+                  const Py_ssize_t[::1] bounds, const double[::1] curvature, double[:, ::1] partials):
+    """Fill ``partials[b] = [upper triangle of X_b^T D_b X_b, 0]`` (D the diagonal of `curvature`) for each block
+    b of the CSR rows between `bounds`: the Hessian's data part as a matrix, its upper triangle row by row
+    (``numpy.triu_indices`` order, ``d (d + 1) / 2`` values, d the width of the partials' triangle).
+
+    Each row adds ``D_i x_ij x_ik`` to entry (j, k) in the row's order of nonzeros, rows in order from +0.0
+    (zero curvature skipped), so a block's sums depend on its rows only. Column indices in ``[0, d)``, each
+    at most once in a row (the loader checks both).
+    """
+    cdef Py_ssize_t d = _triangle_side(partials.shape[1] - 1)
+    _check_csr(indptr, indices, data, curvature.shape[0])
+    _check_blocks(bounds, curvature.shape[0], partials, partials.shape[1])
+    with nogil:
+        _gram_blocks(&indptr[0], &indices[0], &data[0], d, False, bounds, curvature, partials)
+
+
+def dense_gram_sums(const double[:, ::1] X, const Py_ssize_t[::1] bounds, const double[::1] curvature,
+                    double[:, ::1] partials):
+    """:func:`csr_gram_sums` on dense rows."""
+    if _triangle_side(partials.shape[1] - 1) != X.shape[1] or curvature.shape[0] != X.shape[0]:
+        raise ValueError("dense_gram_sums: the arrays' shapes do not agree")
+    _check_blocks(bounds, X.shape[0], partials, partials.shape[1])
+    with nogil:
+        _gram_blocks(<const int32_t*>NULL, NULL, &X[0, 0], X.shape[1], True, bounds, curvature, partials)
+
+
+def _triangle_side(Py_ssize_t entries):
+    """The d whose upper triangle has `entries` entries, d (d + 1) / 2; ValueError if there is none."""
+    cdef Py_ssize_t d = <Py_ssize_t>((8 * entries + 1) ** 0.5 - 1) // 2
+    while d * (d + 1) // 2 < entries:
+        d += 1
+    if d * (d + 1) // 2 != entries:
+        raise ValueError(f"{entries} entries are not the upper triangle of a square matrix")
+    return d
+
+
 cdef enum Formula:
     VALUE, DERIVATIVE, CURVATURE
 

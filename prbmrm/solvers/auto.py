@@ -1,6 +1,6 @@
 """The default solver (``--solver auto``): one picked from the problem's measured properties, a probe of dual
-coordinate descent's first certificate on narrow data, and a hand-over to BMRM when a solver stops making
-progress.
+coordinate descent's first certificate on narrow data, and a hand-over (to TRON or BMRM) when a solver stops
+making progress.
 
 The pick, made on rank 0 from what every rank count sees alike (the loss, the regularizer, the model's
 dimension d, the number of examples m and the first canonical block's density and rows, which rank 0
@@ -51,7 +51,8 @@ than from the pass's point, which set it on a longer path (423 iterations agains
 
 The hand-over: the first solver runs under a watch that stops it once its gap has not shrunk by
 :data:`STALL_FACTOR` over the last half of its iterations (from :data:`STALL_MIN_ITER` iterations on);
-BMRM then goes on from the best point found. The bounds of both parts (and the probe's) are certified
+the :func:`successor` then goes on from the best point found: TRON with the Hessian as a matrix for the hinge
+on at most :data:`~prbmrm.solvers.tron.MATRIX_DIM` weights, else BMRM. The bounds of both parts (and the probe's) are certified
 lower bounds of the same min J, so the gap of a row is the best objective of the whole run minus the
 best bound of the whole run.
 
@@ -64,7 +65,7 @@ import inspect
 import numpy as np
 
 from .base import _MESSAGES, HISTORY_COLUMNS, Progress, Result
-from .tron import newton_ready
+from .tron import MATRIX_DIM, SMOOTHED, newton_ready
 
 PROXIMAL_RATIO = 16
 """The proximal bundle method is picked when the data's nonzeros are at least this many times the weights."""
@@ -175,6 +176,18 @@ def pick_solver(risk, regularizer):
                     "nonzeros")
 
 
+def successor(risk, regularizer):
+    """The solver that goes on after a stall: TRON on the hinge's smoothing where it forms the Hessian as a matrix
+    (d at most :data:`~prbmrm.solvers.tron.MATRIX_DIM`: kddcup99's raw counts, lam 1e-6, where the proximal
+    method stalls at iteration 200 and BMRM after it is at a gap of 0.0176 at iteration 10,000, TRON from the
+    stalled point certifies 1e-4), else BMRM."""
+    loss = getattr(risk, "loss", None)
+    if (getattr(loss, "name", None) in SMOOTHED and risk.dim <= MATRIX_DIM
+            and newton_ready(risk, regularizer) is None):
+        return "tron"
+    return "bmrm"
+
+
 def large_box(lower_bound, objective):
     """Whether dual coordinate descent's first certificate (its `lower_bound` and `objective`) shows a box too
     large for its passes: the bound below ``1 / DCD_BOX`` of the objective."""
@@ -185,15 +198,16 @@ class _Watch:
     """The callback that stops a solver which has stalled, or dual coordinate descent whose first certificate
     shows a large box (with `probe`), and passes each row on.
 
-    After a stop, ``handover`` names the solver to go on with ("bmrm" after a stall, "proximal" after the
+    After a stop, ``handover`` names the solver to go on with (`successor` after a stall, "proximal" after the
     probe); None otherwise.
     """
 
-    def __init__(self, callback, max_iter, probe=False):
+    def __init__(self, callback, max_iter, probe=False, successor="bmrm"):
         self.callback = callback
         self.gaps = []
         self.max_iter = max_iter
         self.probe = probe
+        self.successor = successor
         self.handover = None
 
     def __call__(self, row):
@@ -205,7 +219,7 @@ class _Watch:
             self.handover = "proximal"
             raise StopIteration
         if t >= STALL_MIN_ITER and t < self.max_iter and row.gap > STALL_FACTOR * self.gaps[t // 2 - 1]:
-            self.handover = "bmrm"
+            self.handover = self.successor
             raise StopIteration
 
 
@@ -263,7 +277,7 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
                   bundle_size=0, bundle_memory=0, callback=None, first="", handover=1, state=None, checkpoint=None,
                   dual=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` with the solver :func:`pick_solver` names, handing over
-    to BMRM if it stalls.
+    to the :func:`successor` (TRON or BMRM) if it stalls.
 
     Parameters
     ----------
@@ -280,7 +294,7 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     first : str
         The solver to start with ("" : :func:`pick_solver`'s choice).
     handover : int
-        1: watch the first solver and hand over to BMRM when it stalls or
+        1: watch the first solver and hand over to the :func:`successor` when it stalls or
         stops making progress (status 4); 0: never.
     dual : ndarray, optional
         A start for dual coordinate descent (:func:`~prbmrm.solvers.dcd.minimize_dcd`'s `dual`), used
@@ -326,13 +340,14 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         options.update(limits)
     if dual is not None and "dual" in inspect.signature(get_solver(name)).parameters:
         options["dual"] = dual
-    watch = _Watch(callback, max_iter, probe) if handover and name != "bmrm" else None
+    after = successor(risk, regularizer)
+    watch = _Watch(callback, max_iter, probe, after) if handover and name not in ("bmrm", after) else None
     result = get_solver(name)(risk, w0, lam, regularizer, epsilon=epsilon, rel_epsilon=rel_epsilon,
                               max_iter=max_iter, idle_age=idle_age, callback=watch or callback, **options)
     if getattr(callback, "interrupted", False):
         result.status, result.message = 5, _MESSAGES[5]
     if watch is not None and watch.handover is None and result.status == 4:
-        watch.handover = "bmrm"
+        watch.handover = after
     if watch is None or watch.handover is None:
         result.message = f"{result.message} ({name}: {why})"
         return result
@@ -341,9 +356,10 @@ def minimize_auto(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
     # BMRM goes on from the stalled solver's best point; the proximal method starts afresh from w0, as the probe's
     # one pass leaves a point far from the optimum (a9a, lam 1e-6: 423 iterations from it against 377 from 0).
     start = w0 if watch.handover == "proximal" else result.w
-    second = get_solver(watch.handover)(risk, start, lam, regularizer, epsilon=0.0, rel_epsilon=0.0,
-                                        max_iter=max_iter - stalled_at, idle_age=idle_age, callback=continuation,
-                                        checkpoint=options.get("checkpoint"), **limits)
+    then = get_solver(watch.handover)
+    limits = {key: value for key, value in limits.items() if key in inspect.signature(then).parameters}
+    second = then(risk, start, lam, regularizer, epsilon=0.0, rel_epsilon=0.0, max_iter=max_iter - stalled_at,
+                  idle_age=idle_age, callback=continuation, checkpoint=options.get("checkpoint"), **limits)
     history = {column: np.concatenate([result.history[column],
                                        [getattr(row, column) for row in continuation.rows]])
                for column in HISTORY_COLUMNS}

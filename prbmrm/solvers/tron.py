@@ -15,6 +15,11 @@ blocks' ``X_b^T (D_b * (X_b v))`` (as MPI-LIBLINEAR does it, one per CG step; ex
 products, the same path and the same w). Each evaluated point also gives the value, gradient and
 curvature in one request.
 
+On few weights (:data:`MATRIX_DIM`; by default for the hinge's smoothing) the Hessian is formed instead as a
+d x d matrix at each accepted point, in one pass whose blocks' triangles are added exactly like the products;
+rank 0 factors it (Cholesky) and takes it as CG's preconditioner and the trust region's norm, so that CG takes
+the Newton step at once, its products are rank 0's own, and the step does not depend on the columns' scales.
+
 The certified gap: at any w, ``alpha_i = -l'(f_i, y_i)`` is dual feasible, and for a differentiable
 loss Fenchel-Young's equality turns its dual value into::
 
@@ -43,18 +48,19 @@ import math
 import time
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sp
 
 from ..distributed.exact import FixedPointSum
 from ..distributed.oracle import service
 from ..errors import InputError, UsageError
 from ..kernels.blocks import same_index_dtype
-from ..kernels.scalar import (csr_hessian_sums, csr_newton_sums, dense_hessian_sums, dense_matvec,
-                              dense_newton_sums)
+from ..kernels.scalar import (csr_gram_sums, csr_hessian_sums, csr_newton_sums, dense_gram_sums, dense_hessian_sums,
+                              dense_matvec, dense_newton_sums)
 from ..kernels.sparse import csr_matvec
 from .base import Progress, Recorder, check_finite, snapshot
 
-_POINT, _HESSIAN_NEW, _HESSIAN_OLD, _SMOOTHING, _RESTORE = 0, 1, 2, 3, 4
+_POINT, _HESSIAN_NEW, _HESSIAN_OLD, _SMOOTHING, _RESTORE, _MATRIX = 0, 1, 2, 3, 4, 5
 
 # Lin, Weng and Keerthi (2008), Sec. 2.1, as in LIBLINEAR's tron.cpp.
 _ETA0, _ETA1, _ETA2 = 1e-4, 0.25, 0.75
@@ -72,6 +78,15 @@ PRECONDITION = 0.01
 
 MIN_SMOOTHING = 1e-9
 """The least smoothing delta: below it TRON stops (status 4) when it makes no more progress."""
+
+MATRIX_DIM = 256
+"""TRON forms the Hessian as a matrix on at most this many weights (each canonical block's triangle of
+``d (d + 1) / 2`` values: at most 67 MB over 256 blocks), by default for the hinge's smoothing: its curvature
+1/delta lies on the few rows near the kink, so the matrix costs a fraction of a pass, while products on it
+need hundreds of CG steps where the columns' scales differ (kddcup99, lam 1e-6: certified in 244 rows and
+11.6 s, where the products' TRON ends at 10,000 rows with a gap of 0.066). The twice differentiable losses
+keep the products (a9a and kddcup99, logistic: the matrix's pass and exact sum at every point cost more at
+lam 1e-5 and 1e-6 than the CG steps they save)."""
 
 def newton_ready(risk, regularizer):
     """Return None if TRON applies to `risk` and `regularizer`, else why not (a sentence)."""
@@ -111,8 +126,10 @@ class NewtonRanks:
     the risk's own loss and its dual variables, keeping each row's curvature
     as the trial point's; ``_SMOOTHING`` sets delta to the buffer's first entry; ``_HESSIAN_NEW`` makes
     the trial point (if any) the current one and ``_HESSIAN_OLD`` drops it (a
-    rejected step), then both return ``(1/m) X^T D X v`` at the current point; ``_RESTORE`` takes a resumed
-    run's state from rank 0 (:meth:`_Newton.restore`).
+    rejected step), then both return ``(1/m) X^T D X v`` at the current point; ``_MATRIX`` makes the trial
+    point (if any) the current one and returns the upper triangle of ``(1/m) X^T D X`` there (its bounds
+    agreed afresh, so it keeps no state for a checkpoint); ``_RESTORE`` takes a resumed run's state from rank 0
+    (:meth:`_Newton.restore`).
 
     Each pass is one compiled call over all of this rank's rows (:mod:`prbmrm.kernels.scalar`'s Newton
     passes: with 256 canonical blocks a shard, a call per block cost more than the products), which still
@@ -136,6 +153,7 @@ class NewtonRanks:
         # The blocks' sums are added exactly in fixed point (bitwise the same on any number of ranks).
         self._point_sums = FixedPointSum(2 * risk.dim + 3, risk.n_parts)
         self._product_sums = FixedPointSum(risk.dim + 1, risk.n_parts)
+        self._matrix_partials = self._matrix_sums = None  # for _MATRIX, made at the first
         self._smooth(float(delta))
         self._current = self._trial = None  # each row's curvature
         self.last_seconds = {"risk": 0.0, "comm": 0.0}
@@ -202,6 +220,16 @@ class NewtonRanks:
         else:
             dense_hessian_sums(X, self._bounds, self._current, v, self._product_partials)
 
+    def _matrix(self):
+        """Make the trial point (if any) the current one and fill the blocks' triangles of ``X_b^T D_b X_b``."""
+        if self._trial is not None:
+            self._current, self._trial = self._trial, None
+        X = self._X
+        if self._csr:
+            csr_gram_sums(X.indptr, X.indices, X.data, self._bounds, self._current, self._matrix_partials)
+        else:
+            dense_gram_sums(X, self._bounds, self._current, self._matrix_partials)
+
     def handle(self, code):
         """Answer one request (rank 0's buffer is broadcast first); see the class's description."""
         risk = self.risk
@@ -213,19 +241,27 @@ class NewtonRanks:
         if code == _RESTORE:
             self._restore()
             return None
+        if code == _MATRIX and self._matrix_sums is None:
+            width = risk.dim * (risk.dim + 1) // 2 + 1
+            # bounds agreed afresh for each sum (no state for a checkpoint): the matrix is formed rarely
+            self._matrix_sums = FixedPointSum(width, risk.n_parts, remember=False)
+            self._matrix_partials = np.empty((len(self._bounds) - 1, width))
         received = time.perf_counter()
         error = None
-        partials = self._point_partials if code == _POINT else self._product_partials
+        partials, state = {_POINT: (self._point_partials, self._point_sums),
+                           _MATRIX: (self._matrix_partials, self._matrix_sums)}.get(
+                               code, (self._product_partials, self._product_sums))
         try:
             if code == _POINT:
                 self._point(self.buffer)
+            elif code == _MATRIX:
+                self._matrix()
             else:
                 self._hessian(self.buffer, code == _HESSIAN_NEW)
         except Exception as problem:  # NaN sums tell every rank to check, as the risk's evaluations do
             error = problem
             partials.fill(np.nan)
         computed = time.perf_counter()
-        state = self._point_sums if code == _POINT else self._product_sums
         sums = risk.comm.exact_sum(partials, state, failed=error is not None) / risk.n_total
         if not np.isfinite(sums[-1]):
             risk.comm.check(error)
@@ -237,12 +273,46 @@ class NewtonRanks:
         return sums[-3], sums[:dim], sums[dim:-3], sums[-2], sums[-1]
 
 
+class _Diagonal:
+    """The trust region's metric ``s^T M s`` of a diagonal M and the preconditioner M^-1 (tron.cpp's)."""
+
+    def __init__(self, M):
+        self.M = M
+
+    def apply(self, s):
+        return self.M * s
+
+    def solve(self, r):
+        return r / self.M
+
+
+class _Factored:
+    """The metric ``s^T H s`` of the Hessian H itself and the preconditioner H^-1 by H's Cholesky factor:
+    conjugate gradients then take the Newton step at once, in the metric that the problem's scales do not
+    distort (kddcup99's raw counts, Hessian eigenvalues from 1e-6 to 1e12)."""
+
+    def __init__(self, H, factor):
+        self.H, self.factor = H, factor
+
+    def apply(self, s):
+        return self.H @ s
+
+    def solve(self, r):
+        return scipy.linalg.cho_solve(self.factor, r)
+
+
 class _Newton:
     """Rank 0's end: J, its gradient and Hessian products through the attached :class:`NewtonRanks`."""
 
-    def __init__(self, risk, lam, regularizer, delta, precondition):
+    def __init__(self, risk, lam, regularizer, delta, precondition, matrix=False):
         self.risk, self.lam, self.regularizer = risk, lam, regularizer
         self.precondition = precondition
+        self.matrix = matrix  # whether to form the Hessian as a matrix
+        # where `matrix`: the _Factored metric at the current point (None: not formed yet; False: not positive
+        # definite as rounded, so the diagonal and the products' passes), and lam B as a matrix
+        self._factored = None
+        self._omega_matrix = (lam * np.column_stack([regularizer.subgradient(e) for e in np.eye(risk.dim)])
+                              if matrix else None)
         omega = regularizer.subgradient(np.ones(risk.dim))  # B's diagonal where B is diagonal
         self._omega_diagonal = lam * (omega if np.all(omega > 0) else np.ones(risk.dim))
         self.delta = delta  # the smoothing of the hinge; 0: the loss itself
@@ -272,10 +342,11 @@ class _Newton:
         self.accepted = accepted
         if accepted:
             self._path = []
+            self._factored = None
 
     def smooth(self, delta):
         """Step on the hinge smoothed by `delta` from now on (the next :meth:`point` uses it)."""
-        self._path = []
+        self._path, self._factored = [], None
         # The next point is the current one under `delta`: its products take that point's curvature, also
         # after a rejected step (whose products took the point before, under the former smoothing).
         self.accepted = True
@@ -306,8 +377,27 @@ class _Newton:
         return (objective, self.lam * self.regularizer.subgradient(w) + a, preconditioner, objective - own_dual,
                 regularization + r_target, dual)
 
+    def metric(self, M):
+        """The trust region's metric and the conjugate gradients' preconditioner at the current point: where
+        :attr:`matrix`, the Hessian itself (formed in one pass over the rows at each new point; its products
+        then need none), else the diagonal `M` of :meth:`point`."""
+        if self.matrix and self._factored is None:
+            dim = self.risk.dim
+            H = np.zeros((dim, dim))
+            H[np.triu_indices(dim)] = self._request(_MATRIX, 0.0)
+            H += np.triu(H, 1).T
+            H += self._omega_matrix
+            self.accepted = True  # the ranks' current point is the last one now
+            try:
+                self._factored = _Factored(H, scipy.linalg.cho_factor(H))
+            except np.linalg.LinAlgError:  # rounding made H indefinite
+                self._factored = False
+        return self._factored or _Diagonal(M)
+
     def hessian(self, v):
         """Return ``H v`` at the last :meth:`point` if :attr:`accepted`, else at the one before."""
+        if self._factored:
+            return self._factored.apply(v)
         k, self._replayed = self._replayed, self._replayed + 1
         if k < len(self._path) and np.array_equal(self._path[k][0], v):
             return self._path[k][1]
@@ -361,12 +451,13 @@ class _Newton:
         self.risk.request(_RESTORE)
         self.ranks.restoring = None
         self.delta, self.accepted = delta, bool(saved["accepted"])
+        self._factored = None
         self._path = [(v.copy(), product.copy()) for v, product in zip(*path)]
 
 
-def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
+def _conjugate_gradient(newton, g, metric, radius, cg_tol, max_cg, enough=0.0):
     """Approximately minimize ``g^T s + s^T H s / 2`` within ``||s||_M <= radius`` by conjugate gradients
-    preconditioned with the diagonal M (tron.cpp's trpcg), stopped when the residual's M^-1-norm is at most
+    preconditioned with M (tron.cpp's trpcg; M is the `metric`: :class:`_Diagonal` or :class:`_Factored`), stopped when the residual's M^-1-norm is at most
     `cg_tol` times the first one's or a step of residual plain norm at most `enough` is found.
 
     That step is CG's own or (`enough` > 0) the minimal residual smoothing of its steps (Schoenauer; Zhou and
@@ -381,7 +472,7 @@ def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
     newton.restart()
     s = np.zeros_like(g)
     r = -g
-    z = r / M
+    z = metric.solve(r)
     d = z.copy()
     zr = float(np.dot(z, r))
     tolerance = cg_tol * math.sqrt(zr)
@@ -391,7 +482,7 @@ def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
         if math.sqrt(zr) <= tolerance or math.sqrt(float(np.dot(r, r))) <= enough:
             break
         if (enough > 0.0 and math.sqrt(float(np.dot(smoothed_r, smoothed_r))) <= enough
-                and float(np.dot(smoothed, M * smoothed)) <= radius * radius
+                and float(np.dot(smoothed, metric.apply(smoothed))) <= radius * radius
                 and float(np.dot(g, smoothed)) < float(np.dot(smoothed, smoothed_r))):  # the model decreases
             return smoothed, smoothed_r, False
         Hd = newton.hessian(d)
@@ -400,10 +491,10 @@ def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
             break
         alpha = zr / dHd
         s += alpha * d
-        if float(np.dot(s, M * s)) > radius * radius:
+        if float(np.dot(s, metric.apply(s))) > radius * radius:
             s -= alpha * d
-            Md = M * d
-            sMd, sMs, dMd = float(np.dot(s, Md)), float(np.dot(s, M * s)), float(np.dot(d, Md))
+            Md = metric.apply(d)
+            sMd, sMs, dMd = float(np.dot(s, Md)), float(np.dot(s, metric.apply(s))), float(np.dot(d, Md))
             rsq = radius * radius
             rad = math.sqrt(max(sMd * sMd + dMd * (rsq - sMs), 0.0))
             alpha = (rsq - sMs) / (sMd + rad) if sMd >= 0 else (rad - sMd) / dMd
@@ -418,7 +509,7 @@ def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
                 eta = -float(np.dot(smoothed_r, change)) / squared
                 smoothed += eta * (s - smoothed)
                 smoothed_r += eta * change
-        z = r / M
+        z = metric.solve(r)
         zr_new = float(np.dot(z, r))
         d *= zr_new / zr
         d += z
@@ -427,8 +518,8 @@ def _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough=0.0):
 
 
 def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, max_iter=10000, idle_age=10,
-                  callback=None, cg_tol=0.1, max_cg=1000, smoothing=0.1, precondition=math.nan, state=None,
-                  checkpoint=None):
+                  callback=None, cg_tol=0.1, max_cg=1000, smoothing=0.1, precondition=math.nan, matrix_dim=-1,
+                  state=None, checkpoint=None):
     """Minimize ``J(w) = lam * Omega(w) + R_emp(w)`` by trust-region Newton, certifying the gap.
 
     One row per evaluated point (accepted or not); each reports J there,
@@ -469,6 +560,13 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         logistic, lam 1e-6: 55 Hessian products where none takes 141), 0 for
         the hinge's smoothing (whose curvature 1/delta on the rows near the
         kink swings M between steps: a9a, lam 1e-6, 376 rows against 50).
+    matrix_dim : int
+        On at most this many weights (d), the Hessian is formed as a matrix
+        at each new point (one pass over the rows), its Cholesky factor is
+        the preconditioner and its norm the trust region's, so CG takes the
+        Newton step at once and every product is a d x d one on rank 0
+        (`precondition` is then unused); 0: never; -1 (the default):
+        :data:`MATRIX_DIM` for the hinge's smoothing, 0 for the others.
     state, checkpoint
         As for :func:`~prbmrm.solvers.bmrm.minimize_bmrm`; the state holds the
         current point with its objective, gradient, preconditioner and gap
@@ -489,11 +587,15 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         raise UsageError(problem + " (use --solver lbfgs or bmrm)")
     if math.isnan(precondition):
         precondition = 0.0 if risk.loss.name in SMOOTHED else PRECONDITION
-    if not (cg_tol > 0 and max_cg >= 1 and smoothing > 0 and 0 <= precondition < 1):
-        raise UsageError(f"TRON's solver parameters need cg_tol > 0, max_cg >= 1, smoothing > 0 and "
-                         f"0 <= precondition < 1, got {cg_tol}, {max_cg}, {smoothing} and {precondition}")
+    if matrix_dim == -1:
+        matrix_dim = MATRIX_DIM if risk.loss.name in SMOOTHED else 0
+    if not (cg_tol > 0 and max_cg >= 1 and smoothing > 0 and 0 <= precondition < 1 and 0 <= matrix_dim <= MATRIX_DIM):
+        raise UsageError(f"TRON's solver parameters need cg_tol > 0, max_cg >= 1, smoothing > 0, "
+                         f"0 <= precondition < 1 and 0 <= matrix_dim <= {MATRIX_DIM}, got {cg_tol}, {max_cg}, "
+                         f"{smoothing}, {precondition} and {matrix_dim}")
     recorder = Recorder(epsilon, rel_epsilon, callback)
-    newton = _Newton(risk, lam, regularizer, float(smoothing) if risk.loss.name in SMOOTHED else 0.0, precondition)
+    newton = _Newton(risk, lam, regularizer, float(smoothing) if risk.loss.name in SMOOTHED else 0.0, precondition,
+                     risk.dim <= matrix_dim)
     # `state` is the loop's record from here on; `resumed` the checkpoint's state, if any
     resumed, state = state, {"iteration": 0, "best": math.inf, "best_w": None, "bound": -math.inf}
     seconds = {"cg": 0.0}
@@ -522,7 +624,7 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         w = np.array(w0, dtype=np.float64)
         stop, f, g, M, gap_s = evaluate(w)
         # tron.cpp's first radius ||g||_M (||g|| where M = I); ||g||_M^-1 would be tiny where M is large
-        radius = math.sqrt(float(np.dot(g, M * g)))
+        radius = math.sqrt(float(np.dot(g, newton.metric(M).apply(g))))
         first = True
     else:
         recorder.restore(resumed)
@@ -551,14 +653,15 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         # quarter left for the step's nonlinearity (a9a's certifying steps: 0.1-24% of sqrt(2 lam gap)).
         wanted = max(epsilon, rel_epsilon * abs(state["best"]))
         enough = 0.0 if newton.delta > 0.0 else 0.75 * math.sqrt(2.0 * lam * wanted)
-        s, r, on_boundary = _conjugate_gradient(newton, g, M, radius, cg_tol, max_cg, enough)
+        metric = newton.metric(M)
+        s, r, on_boundary = _conjugate_gradient(newton, g, metric, radius, cg_tol, max_cg, enough)
         gs = float(np.dot(g, s))
         predicted = -0.5 * (gs - float(np.dot(s, r)))
         seconds["cg"] = time.perf_counter() - started  # the CG's own work, beside its products' passes
         w_new = w + s
         stop, f_new, g_new, M_new, gap_new = evaluate(w_new)
         actual = f - f_new
-        snorm = math.sqrt(float(np.dot(s, M * s)))
+        snorm = math.sqrt(float(np.dot(s, metric.apply(s))))
         if first:
             radius, first = min(radius, snorm), False
         alpha = _SIGMA3 if f_new - f - gs <= 0 else max(_SIGMA1, -0.5 * (gs / (f_new - f - gs)))

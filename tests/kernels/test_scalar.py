@@ -284,6 +284,62 @@ def test_the_newton_passes_refuse_arrays_they_cannot_read():
         kernels.dense_hessian_sums(X.toarray(), bounds, curvature, v[:-1], np.empty((1, X.shape[1] + 1)))
 
 
+def gram_sums(X, bounds, curvature):
+    """The compiled blocks' triangles of ``X_b^T D_b X_b`` (one call)."""
+    bounds = np.asarray(bounds, dtype=np.intp)
+    d = X.shape[1]
+    partials = np.empty((len(bounds) - 1, d * (d + 1) // 2 + 1))
+    if sp.issparse(X):
+        kernels.csr_gram_sums(X.indptr, X.indices, X.data, bounds, curvature, partials)
+    else:
+        kernels.dense_gram_sums(X, bounds, curvature, partials)
+    return partials
+
+
+@pytest.mark.parametrize("layout", ["dense", "csr", "csr unsorted"])
+def test_gram_sums_are_the_blocks_hessian_matrices(layout):
+    """Each block's upper triangle (numpy.triu_indices order) of ``X_b^T D X_b``, a trailing 0, against numpy;
+    a row's nonzeros in any order give the same matrix."""
+    X, _, curvature, _, _ = newton_data(layout.split()[0])
+    if layout == "csr unsorted":
+        X = X.copy()
+        for i in range(X.shape[0]):  # reverse each row's nonzeros
+            row = slice(X.indptr[i], X.indptr[i + 1])
+            X.indices[row], X.data[row] = X.indices[row][::-1].copy(), X.data[row][::-1].copy()
+        assert not X.has_sorted_indices
+    bounds = [0, 1, 1, 250, 700]
+    partials = gram_sums(X, bounds, curvature)
+    A = X.toarray() if sp.issparse(X) else X
+    upper = np.triu_indices(A.shape[1])
+    for b, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+        rows = A[start:stop]
+        expected = rows.T @ (curvature[start:stop, None] * rows)
+        np.testing.assert_allclose(partials[b, :-1], expected[upper], rtol=1e-12, atol=1e-12)
+        assert partials[b, -1] == 0.0
+
+
+@pytest.mark.parametrize("layout", ["dense", "csr"])
+def test_gram_sums_of_a_block_do_not_depend_on_the_blocks_held_with_it(layout):
+    X, _, curvature, _, _ = newton_data(layout, rows=900)
+    whole = gram_sums(X, [0, 300, 650, 900], curvature)
+    alone = gram_sums(X[300:650], [0, 350], curvature[300:650])
+    assert whole[1].tobytes() == alone[0].tobytes()
+
+
+def test_the_gram_sums_refuse_arrays_they_cannot_read():
+    X, _, curvature, _, _ = newton_data("csr", rows=10)
+    bounds = np.array([0, 10], dtype=np.intp)
+    d = X.shape[1]
+    for width in (d * (d + 1) // 2, d * (d + 1) // 2 + 2):  # not a triangle and its 0
+        with pytest.raises(ValueError):
+            kernels.csr_gram_sums(X.indptr, X.indices, X.data, bounds, curvature, np.empty((1, width)))
+    with pytest.raises(ValueError):
+        kernels.csr_gram_sums(X.indptr, X.indices, X.data, bounds, curvature[:9],
+                              np.empty((1, d * (d + 1) // 2 + 1)))
+    with pytest.raises(ValueError):
+        kernels.dense_gram_sums(X.toarray()[:, 1:], bounds, curvature, np.empty((1, d * (d + 1) // 2 + 1)))
+
+
 @pytest.fixture
 def compiled(monkeypatch):
     """Take the compiled passes whatever the data's size."""

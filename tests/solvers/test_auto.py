@@ -95,18 +95,23 @@ def test_dual_coordinate_descent_hands_a_large_box_to_the_proximal_method(lam):
     assert result.fun - optimum <= 1e-5 + 1e-7
 
 
-def test_a_stalled_solver_hands_over_to_bmrm(monkeypatch):
+@pytest.mark.parametrize("matrix_dim, successor", [(auto.MATRIX_DIM, "tron"), (0, "bmrm")])
+def test_a_stalled_solver_hands_over(monkeypatch, matrix_dim, successor):
+    """To TRON with the Hessian as a matrix for the hinge on at most MATRIX_DIM weights (a9a's 124 here), else to
+    BMRM."""
     X, y = load_svmlight("a9a.xz")
     X, y = X[:3000], y[:3000]
     lam = 1e-5
-    # A watch that judges every solver stalled after 5 iterations: BMRM goes on and certifies the gap.
+    # A watch that judges every solver stalled after 5 iterations: the successor goes on and certifies the gap.
     monkeypatch.setattr(auto, "STALL_MIN_ITER", 5)
     monkeypatch.setattr(auto, "STALL_FACTOR", 0.0)
+    monkeypatch.setattr(auto, "MATRIX_DIM", matrix_dim)
+    assert auto.successor(oracle_of("hinge", X, y), get_regularizer("l2")) == successor
     rows = []
     result = minimize(oracle_of("hinge", X, y), np.zeros(X.shape[1]), lam, method="auto", epsilon=1e-5,
                       rel_epsilon=0, callback=rows.append, first="proximal")
     assert result.success and result.gap <= 1e-5
-    assert "stalled at iteration 5, then bmrm" in result.message
+    assert f"stalled at iteration 5, then {successor}" in result.message
     assert [row.iteration for row in rows] == list(range(1, result.nit + 1))
     np.testing.assert_array_equal(result.history["iteration"], np.arange(1, result.nit + 1))
     # The joined rows keep the best objective and bound of the whole run.

@@ -207,23 +207,27 @@ class FixedPointSum:
         if not failed:
             dense = not hasattr(partials, "index")
             if dense:
-                # Checked a chunk at a time; all n largest partials are measured only if asked (a rescale).
+                # Checked a chunk at a time as the limbs are made; all n largest partials are measured only
+                # if asked (a rescale).
                 partials = np.atleast_2d(partials)
                 self._largest, self._unmeasured = None, partials
-                overflow = self.exponent is None or any(
-                    self._beyond(_column_largest(partials[:, part]), part) for part in chunks(self.n))
-            else:
-                self.measure(partials)
-                overflow = self.exponent is None or any(
-                    self._beyond(self._largest[part], part) for part in chunks(self.n))
-            if not overflow and dense:
-                for part in chunks(self.n):
-                    sums = self._split(partials[:, part], self.exponent[part])
+                overflow = self.exponent is None
+                for part in [] if overflow else chunks(self.n):
+                    sums = self._split(partials[:, part], self.exponent[part], check=True)
+                    if sums is None:
+                        overflow = True
+                        if out is None:  # the chunks' limbs made so far go
+                            limbs[:] = 0
+                        break
                     if out is None:
                         limbs[:, part] = sums
                     else:
                         self._decode(sums, self.exponent[part], out[part])
-            elif not overflow:
+            else:
+                self.measure(partials)
+                overflow = self.exponent is None or any(
+                    self._reaches(self._largest[part], self.exponent[part]) for part in chunks(self.n))
+            if not overflow and not dense:
                 for index, row in _rows(partials):
                     for part in chunks(len(index)):
                         limbs[:, index[part]] += self._split(row[part], self.exponent[index[part]])
@@ -233,10 +237,11 @@ class FixedPointSum:
         if signal in STOP_SIGNALS:
             status[2 + STOP_SIGNALS.index(signal)] = 1
 
-    def _beyond(self, largest, part):
-        """Whether some of the components `part`, whose largest |partial| is `largest`, reach their bound."""
+    @staticmethod
+    def _reaches(largest, exponent):
+        """Whether some components, whose largest |partial| is `largest`, reach their bound 2^`exponent`."""
         # NaN compares false (measure makes it inf): ask for the finite check too.
-        return not np.all(np.isfinite(largest)) or bool(np.any(largest >= np.ldexp(1.0, self.exponent[part])))
+        return not np.all(np.isfinite(largest)) or bool(np.any(largest >= np.ldexp(1.0, exponent)))
 
     def measure(self, partials):
         """Set :attr:`largest` to this rank's largest |partial| per component."""
@@ -259,10 +264,11 @@ class FixedPointSum:
                 return signum
         return None
 
-    def _split(self, partials, exponent):
+    def _split(self, partials, exponent, check=False):
         """The sums over rows of the limbs of `partials` (one row, or rows of blocks): two on the grid
         2^(exponent - 2 bits), per row and component |high| <= 2^bits, 0 <= low <= 2^bits; one on the grid
-        2^(exponent - bits), |limb| <= 2^bits.
+        2^(exponent - bits), |limb| <= 2^bits. With `check`, None if some |partial| reaches its bound
+        2^exponent or is not finite (without, the bounds must be known to cover them).
 
         Each step is exact or a deterministic rounding (a product by a power of two, floor, the
         difference of two floats that share their leading bits, rint): the same bits on every rank.
@@ -271,10 +277,13 @@ class FixedPointSum:
         (:func:`prbmrm.kernels.fixed.fixed_point_limbs`)."""
         rows = np.atleast_2d(partials)
         if self.limbs == 1:  # each partial rounded once to the nearest multiple of the grid
+            if check and self._reaches(_column_largest(rows), exponent):
+                return None
             return (np.rint(rows * np.ldexp(1.0, self.bits - exponent)).astype(np.int64).sum(axis=0),)
         high, low = np.empty(rows.shape[1], dtype=np.int64), np.empty(rows.shape[1], dtype=np.int64)
-        fixed_point_limbs(rows, np.ldexp(1.0, 2 * self.bits - exponent), self.bits, high, low)
-        return high, low
+        # the kernel checks the bounds as it goes (two limbs fit any partial below its bound)
+        fits = fixed_point_limbs(rows, np.ldexp(1.0, 2 * self.bits - exponent), self.bits, high, low)
+        return (high, low) if fits or not check else None
 
     def rescale(self, largest):
         """Raise the bounds to cover `largest` (the Allreduce-max of every rank's :attr:`largest`).

@@ -58,24 +58,37 @@ def column_max_abs(const double[:, :] partials, double[::1] out):
 
 def fixed_point_limbs(const double[:, :] partials, const double[::1] scale, int bits,
                       int64_t[::1] high, int64_t[::1] low):
-    """Write the sums over rows of the two fixed-point limbs of every entry of `partials` into `high` and `low`.
+    """Write the sums over rows of the two fixed-point limbs of every entry of `partials` into `high` and `low`;
+    return False (the limbs then unfinished) at the first entry that is not below ``2^(2 bits)`` on the grid.
 
     Entry ``p`` of column j is ``s = p * scale[j]`` on the grid (`scale` holds powers of two), its
-    limbs ``h = floor(s * 2^-bits)`` and ``rint(s - h * 2^bits)``. Every entry must be below
-    ``2^(2 bits)`` on the grid (the bounds guarantee it), and the rows few enough for the integer sums.
+    limbs ``h = floor(s * 2^-bits)`` and ``rint(s - h * 2^bits)``. An entry at or beyond ``2^(2 bits)`` on
+    the grid (or NaN) has reached its component's bound: the bounds must grow first
+    (:meth:`prbmrm.distributed.exact.FixedPointSum.rescale`), so the check is the pass itself, not a
+    pass of its own. The rows must be few enough for the integer sums.
     """
-    cdef Py_ssize_t rows = partials.shape[0], n = partials.shape[1], k, j
-    cdef double down = ldexp(1.0, -bits), up = ldexp(1.0, bits), s
-    cdef int64_t h
-    if scale.shape[0] != n or high.shape[0] != n or low.shape[0] != n:
+    cdef bint fits
+    if scale.shape[0] != partials.shape[1] or high.shape[0] != partials.shape[1] or low.shape[0] != partials.shape[1]:
         raise ValueError("one scale and one limb of each kind per column")
     with nogil:
+        fits = _limbs(partials, scale, bits, high, low)
+    return fits
+
+
+cdef bint _limbs(const double[:, :] partials, const double[::1] scale, int bits, int64_t[::1] high,
+                 int64_t[::1] low) noexcept nogil:
+    cdef Py_ssize_t rows = partials.shape[0], n = partials.shape[1], k, j
+    cdef double down = ldexp(1.0, -bits), up = ldexp(1.0, bits), limit = ldexp(1.0, 2 * bits), s
+    cdef int64_t h
+    for j in range(n):
+        high[j] = 0
+        low[j] = 0
+    for k in range(rows):
         for j in range(n):
-            high[j] = 0
-            low[j] = 0
-        for k in range(rows):
-            for j in range(n):
-                s = partials[k, j] * scale[j]
-                h = _floor(s * down)
-                high[j] += h
-                low[j] += _rint(s - <double>h * up)  # exact, in [0, 2^bits)
+            s = partials[k, j] * scale[j]
+            if not fabs(s) < limit:  # NaN compares false too
+                return False
+            h = _floor(s * down)
+            high[j] += h
+            low[j] += _rint(s - <double>h * up)  # exact, in [0, 2^bits)
+    return True

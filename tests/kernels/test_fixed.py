@@ -35,7 +35,7 @@ def test_limbs_are_the_numpy_steps_bitwise(k, n, bits):
     exponent = np.frexp(np.abs(partials).max(axis=0))[1] + 4
     exponent = np.maximum(exponent, exponent.max() - 40)
     high, low = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    fixed_point_limbs(partials, np.ldexp(1.0, 2 * bits - exponent), bits, high, low)
+    assert fixed_point_limbs(partials, np.ldexp(1.0, 2 * bits - exponent), bits, high, low)
     expected_high, expected_low = numpy_limbs(partials, exponent, bits)
     np.testing.assert_array_equal(high, expected_high)
     np.testing.assert_array_equal(low, expected_low)
@@ -63,6 +63,22 @@ def test_limbs_of_entries_at_the_roundings_edges_are_the_numpy_steps(bits):
         np.testing.assert_array_equal(low, expected_low)
     fixed_point_limbs(partials, scale, bits, high, low)
     np.testing.assert_array_equal(np.stack([high, low]), np.stack(numpy_limbs(partials, exponent, bits)))
+
+
+@pytest.mark.parametrize("bits", [40, 52])
+def test_limbs_refuse_an_entry_at_or_beyond_its_bound(bits):
+    """The pass is the bound check: True while every entry lies below 2^(2 bits) on the grid (its component's
+    bound 2^exponent), False at the first entry on or beyond it, infinite or NaN, whichever row or column."""
+    exponent = np.array([0, 3, -2])
+    scale = np.ldexp(1.0, 2 * bits - exponent)
+    bound = np.ldexp(1.0, exponent)
+    high, low = np.empty(3, dtype=np.int64), np.empty(3, dtype=np.int64)
+    below = np.vstack([np.nextafter(bound, 0), -np.nextafter(bound, 0), np.zeros(3)])
+    assert fixed_point_limbs(below, scale, bits, high, low)
+    for bad in (bound[1], -bound[1], 2 * bound[1], np.inf, -np.inf, np.nan):
+        partials = below.copy()
+        partials[2, 1] = bad
+        assert not fixed_point_limbs(partials, scale, bits, high, low)
 
 
 def test_column_maxima_are_numpys_and_keep_nan():

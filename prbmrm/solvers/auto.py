@@ -51,10 +51,10 @@ than from the pass's point, which set it on a longer path (423 iterations agains
 
 The hand-over: the first solver runs under a watch that stops it once its gap has not shrunk by
 :data:`STALL_FACTOR` over the last half of its iterations (from :data:`STALL_MIN_ITER` iterations on);
-the :func:`successor` then goes on from the best point found: TRON with the Hessian as a matrix for the hinge
-on at most :data:`~prbmrm.solvers.tron.MATRIX_DIM` weights, else BMRM. The bounds of both parts (and the probe's) are certified
-lower bounds of the same min J, so the gap of a row is the best objective of the whole run minus the
-best bound of the whole run.
+the :func:`successor` then goes on from the best point found: TRON with the Hessian as a matrix for the
+hinge on at most :data:`~prbmrm.solvers.tron.MATRIX_DIM` weights, else BMRM. The bounds of both parts (and
+the probe's) are certified lower bounds of the same min J, so the gap of a row is the best objective of the
+whole run minus the best bound of the whole run.
 
 Imports: numpy; of prbmrm: :mod:`prbmrm.solvers.base`, :mod:`prbmrm.solvers.tron`; the other solvers
 by name through :func:`prbmrm.solvers.get_solver`.
@@ -65,7 +65,7 @@ import inspect
 import numpy as np
 
 from .base import _MESSAGES, HISTORY_COLUMNS, Progress, Result
-from .tron import MATRIX_DIM, SMOOTHED, newton_ready
+from .tron import MATRIX_DIM, SMOOTHED, matrix_fits, newton_ready
 
 PROXIMAL_RATIO = 16
 """The proximal bundle method is picked when the data's nonzeros are at least this many times the weights."""
@@ -182,8 +182,8 @@ def successor(risk, regularizer):
     method stalls at iteration 200 and BMRM after it is at a gap of 0.0176 at iteration 10,000, TRON from the
     stalled point certifies 1e-4), else BMRM."""
     loss = getattr(risk, "loss", None)
-    if (getattr(loss, "name", None) in SMOOTHED and risk.dim <= MATRIX_DIM
-            and newton_ready(risk, regularizer) is None):
+    if (getattr(loss, "name", None) in SMOOTHED and newton_ready(risk, regularizer) is None
+            and matrix_fits(risk, MATRIX_DIM)):
         return "tron"
     return "bmrm"
 

@@ -80,13 +80,24 @@ MIN_SMOOTHING = 1e-9
 """The least smoothing delta: below it TRON stops (status 4) when it makes no more progress."""
 
 MATRIX_DIM = 256
-"""TRON forms the Hessian as a matrix on at most this many weights (each canonical block's triangle of
-``d (d + 1) / 2`` values: at most 67 MB over 256 blocks), by default for the hinge's smoothing: its curvature
+"""TRON forms the Hessian as a matrix on at most this many weights (:func:`matrix_fits`), by default for the
+hinge's smoothing: its curvature
 1/delta lies on the few rows near the kink, so the matrix costs a fraction of a pass, while products on it
 need hundreds of CG steps where the columns' scales differ (kddcup99, lam 1e-6: certified in 244 rows and
 11.6 s, where the products' TRON ends at 10,000 rows with a gap of 0.066). The twice differentiable losses
 keep the products (a9a and kddcup99, logistic: the matrix's pass and exact sum at every point cost more at
 lam 1e-5 and 1e-6 than the CG steps they save)."""
+
+MATRIX_ENTRIES = 2**24
+"""... and where all canonical blocks' triangles of ``d (d + 1) / 2`` values take at most this many float64
+(128 MiB on a rank that holds every block; d = 256 over two shards' 512 blocks, kddcup99's 118 over 9)."""
+
+
+def matrix_fits(risk, matrix_dim=MATRIX_DIM):
+    """Whether TRON may form the Hessian of `risk` as a matrix: at most `matrix_dim` weights and the blocks'
+    triangles within :data:`MATRIX_ENTRIES`."""
+    return risk.dim <= matrix_dim and risk.n_parts * (risk.dim * (risk.dim + 1) // 2 + 1) <= MATRIX_ENTRIES
+
 
 def newton_ready(risk, regularizer):
     """Return None if TRON applies to `risk` and `regularizer`, else why not (a sentence)."""
@@ -457,8 +468,9 @@ class _Newton:
 
 def _conjugate_gradient(newton, g, metric, radius, cg_tol, max_cg, enough=0.0):
     """Approximately minimize ``g^T s + s^T H s / 2`` within ``||s||_M <= radius`` by conjugate gradients
-    preconditioned with M (tron.cpp's trpcg; M is the `metric`: :class:`_Diagonal` or :class:`_Factored`), stopped when the residual's M^-1-norm is at most
-    `cg_tol` times the first one's or a step of residual plain norm at most `enough` is found.
+    preconditioned with M (tron.cpp's trpcg; M is the `metric`, :class:`_Diagonal` or :class:`_Factored`),
+    stopped when the residual's M^-1-norm is at most `cg_tol` times the first one's or a step of residual plain
+    norm at most `enough` is found.
 
     That step is CG's own or (`enough` > 0) the minimal residual smoothing of its steps (Schoenauer; Zhou and
     Walker, SIAM J. Sci. Comput. 1994): ``t`` moves toward each new CG step as far as minimizes the plain
@@ -561,7 +573,7 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
         the hinge's smoothing (whose curvature 1/delta on the rows near the
         kink swings M between steps: a9a, lam 1e-6, 376 rows against 50).
     matrix_dim : int
-        On at most this many weights (d), the Hessian is formed as a matrix
+        On at most this many weights (d; and :func:`matrix_fits`), the Hessian is formed as a matrix
         at each new point (one pass over the rows), its Cholesky factor is
         the preconditioner and its norm the trust region's, so CG takes the
         Newton step at once and every product is a d x d one on rank 0
@@ -595,7 +607,7 @@ def minimize_tron(risk, w0, lam, regularizer, *, epsilon=0.0, rel_epsilon=1e-3, 
                          f"{smoothing}, {precondition} and {matrix_dim}")
     recorder = Recorder(epsilon, rel_epsilon, callback)
     newton = _Newton(risk, lam, regularizer, float(smoothing) if risk.loss.name in SMOOTHED else 0.0, precondition,
-                     risk.dim <= matrix_dim)
+                     matrix_fits(risk, matrix_dim))
     # `state` is the loop's record from here on; `resumed` the checkpoint's state, if any
     resumed, state = state, {"iteration": 0, "best": math.inf, "best_w": None, "bound": -math.inf}
     seconds = {"cg": 0.0}

@@ -275,6 +275,21 @@ def test_the_hessian_matrix_gives_the_hessian_products():
         assert matrix.hessian(v).tobytes() == (H @ v).tobytes() and matrix.products == 0
 
 
+def test_the_matrix_is_formed_only_where_its_blocks_triangles_fit(monkeypatch):
+    X, y = planted("logistic", d=12)
+    oracle = oracle_of("hinge", X, y)
+    assert tron.matrix_fits(oracle) and not tron.matrix_fits(oracle, matrix_dim=11)
+    per_block = 12 * 13 // 2 + 1
+    monkeypatch.setattr(tron, "MATRIX_ENTRIES", oracle.n_parts * per_block)
+    assert tron.matrix_fits(oracle)
+    monkeypatch.setattr(tron, "MATRIX_ENTRIES", oracle.n_parts * per_block - 1)
+    assert not tron.matrix_fits(oracle)
+    codes, request = [], oracle.request
+    oracle.request = lambda code: (codes.append(code), request(code))[1]
+    result = minimize(oracle, np.zeros(X.shape[1]), 1e-3, method="tron", epsilon=1e-6, rel_epsilon=0)
+    assert result.success and tron._MATRIX not in codes and tron._HESSIAN_NEW in codes  # products, no matrix
+
+
 def test_the_hessian_matrix_certifies_the_hinge_on_columns_of_far_apart_scales():
     """Columns scaled over 1e8, as kddcup99's raw counts are: TRON with the Hessian as a matrix (the default for
     the hinge on few weights) certifies the gap, whose bounds lie below cvxpy's optimum."""

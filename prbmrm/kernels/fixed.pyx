@@ -85,6 +85,8 @@ cdef bint _limbs(const double[:, :] partials, const double[::1] scale, int bits,
         low[j] = 0
     for k in range(rows):
         for j in range(n):
+            if partials[k, j] == 0.0:  # its limbs are 0 and 0 (-0.0 too): a block's triangle is mostly zeros
+                continue
             s = partials[k, j] * scale[j]
             if not fabs(s) < limit:  # NaN compares false too
                 return False

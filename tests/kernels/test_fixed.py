@@ -65,6 +65,17 @@ def test_limbs_of_entries_at_the_roundings_edges_are_the_numpy_steps(bits):
     np.testing.assert_array_equal(np.stack([high, low]), np.stack(numpy_limbs(partials, exponent, bits)))
 
 
+def test_limbs_of_mostly_zero_partials_are_the_numpy_steps():
+    """Zero entries (+0.0 and -0.0, skipped by the kernel) add limbs of 0, as the numpy steps make them."""
+    partials = partials_of(50 * 40, 50, 40)
+    partials[np.random.default_rng(2).random(partials.shape) < 0.9] = 0.0
+    partials[0, :5], partials[:, 7] = -0.0, -0.0
+    exponent = np.frexp(np.abs(partials).max(axis=0))[1] + 4
+    high, low = np.empty(40, dtype=np.int64), np.empty(40, dtype=np.int64)
+    assert fixed_point_limbs(partials, np.ldexp(1.0, 2 * 52 - exponent), 52, high, low)
+    np.testing.assert_array_equal(np.stack([high, low]), np.stack(numpy_limbs(partials, exponent, 52)))
+
+
 @pytest.mark.parametrize("bits", [40, 52])
 def test_limbs_refuse_an_entry_at_or_beyond_its_bound(bits):
     """The pass is the bound check: True while every entry lies below 2^(2 bits) on the grid (its component's

@@ -259,9 +259,12 @@ class NewtonRanks:
             self._matrix_partials = np.empty((len(self._bounds) - 1, width))
         received = time.perf_counter()
         error = None
-        partials, state = {_POINT: (self._point_partials, self._point_sums),
-                           _MATRIX: (self._matrix_partials, self._matrix_sums)}.get(
-                               code, (self._product_partials, self._product_sums))
+        if code == _POINT:
+            partials, state = self._point_partials, self._point_sums
+        elif code == _MATRIX:
+            partials, state = self._matrix_partials, self._matrix_sums
+        else:
+            partials, state = self._product_partials, self._product_sums
         try:
             if code == _POINT:
                 self._point(self.buffer)
@@ -324,6 +327,7 @@ class _Newton:
         self._factored = None
         self._omega_matrix = (lam * np.column_stack([regularizer.subgradient(e) for e in np.eye(risk.dim)])
                               if matrix else None)
+        self._upper = np.triu_indices(risk.dim) if matrix else None  # the order of the ranks' triangles
         omega = regularizer.subgradient(np.ones(risk.dim))  # B's diagonal where B is diagonal
         self._omega_diagonal = lam * (omega if np.all(omega > 0) else np.ones(risk.dim))
         self.delta = delta  # the smoothing of the hinge; 0: the loss itself
@@ -395,7 +399,7 @@ class _Newton:
         if self.matrix and self._factored is None:
             dim = self.risk.dim
             H = np.zeros((dim, dim))
-            H[np.triu_indices(dim)] = self._request(_MATRIX, 0.0)
+            H[self._upper] = self._request(_MATRIX, 0.0)
             H += np.triu(H, 1).T
             H += self._omega_matrix
             self.accepted = True  # the ranks' current point is the last one now

@@ -47,7 +47,7 @@ _ACTIVE_FRACTION = 0.25
 
 # Dense values over all ranks from which the compiled dense pass is taken (one read of each row for
 # f, l, l' and the gradient, against BLAS's two: about half the time on Fashion-MNIST's 47M values); below
-# it BLAS's products keep the sums of docs/performance.md "Dense data".
+# it BLAS's products.
 DENSE_KERNEL_VALUES = 2**24
 
 # Nonzeros over all ranks from which the compiled second half of the CSR pass is taken (a9a, 451k

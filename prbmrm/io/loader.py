@@ -25,7 +25,10 @@ from .shards import _AGREED, _conversions, LAYOUTS, list_shards, open_shard, _sh
 # per 2**14 stored values, so that on small data (scikit-learn's digits: 1,797 x 64) the
 # per-block call of the loss does not cost more than the block's arithmetic.
 _SPLIT_BLOCKS, _SPLIT_MIN_BLOCKS, _SPLIT_BLOCK_COST = 64, 8, 2**14
-_SHARD_BLOCKS = 256  # canonical blocks of a shard set (fewer files are cut), so that far more ranks find work
+# Canonical blocks of a shard set (files are cut, not joined): at most 256, so that far more ranks find work,
+# at least 64, and otherwise one per 2**13 stored values: every block is added exactly in fixed point at every
+# evaluation (d + 1 values of it), which on a9a's 127-row blocks cost a fifth of a Newton step's time.
+_SHARD_BLOCKS, _SHARD_MIN_BLOCKS, _SHARD_BLOCK_COST = 256, 64, 2**13
 _PARTIALS_BUDGET = 2**23  # floats of per-block partial sums a shard set's blocks may need (64 MiB)
 _DENSE_READ = 2**20  # entries of the dense array filled per read of a CSR shard (a few MB at a time)
 
@@ -120,8 +123,10 @@ def _canonical_blocks(metas, ranks):
     """The canonical blocks of a shard set: (file number, first row, end row), in order.
 
     Each file is cut into ceil(K / S) blocks of equal rows (at most one per
-    row) with K = max(ranks, min(rows, 256, B)): the cut does not depend on
-    the number of ranks up to min(rows, 256, B) (or up to S), so neither do
+    row) with K = max(ranks, min(rows, C, B)), C = min(256, max(64, v / 2^13))
+    for v stored values (nonzeros, or rows x features of dense files) and
+    rows: the cut does not depend on the number of ranks up to
+    min(rows, C, B) (or up to S), so neither do
     the sums (the blocks' partial sums are added exactly,
     :meth:`prbmrm.distributed.comm.SerialComm.exact_sum`, so how blocks are
     grouped on ranks does not matter): models are bitwise equal and a
@@ -135,7 +140,9 @@ def _canonical_blocks(metas, ranks):
     S, total = len(metas), sum(m["n"] for m in metas)
     whole = metas[0]["has_qid"] or metas[0]["kind"] == STRUCTURED
     wide = max(1, _PARTIALS_BUDGET // (metas[0]["d"] + 1))
-    per_file = 1 if whole else -(-max(ranks, min(total, _SHARD_BLOCKS, wide)) // S)
+    stored = sum(m["nnz"] if m["sparse"] else m["n"] * m["d"] for m in metas) + total
+    by_cost = min(_SHARD_BLOCKS, max(_SHARD_MIN_BLOCKS, stored // _SHARD_BLOCK_COST))
+    per_file = 1 if whole else -(-max(ranks, min(total, by_cost, wide)) // S)
     blocks = []
     for i, m in enumerate(metas):
         c = max(1, min(per_file, m["n"]))
@@ -287,8 +294,8 @@ def load_local(spec, comm, *, bias=False, dense=None):
     that the files agree; a glob may name the shards of several conversions
     (directories), which must agree on features, labels and label mapping.
     The rows are cut into canonical blocks (:func:`_canonical_blocks`) that
-    do not depend on the number of ranks P (up to 256, fewer on very wide
-    data), and rank r reads only the row ranges of its blocks: any P up to
+    do not depend on the number of ranks P (64 to 256 by the data's size,
+    fewer on very wide data), and rank r reads only the row ranges of its blocks: any P up to
     the number of rows works, and results are bitwise equal for every P up
     to the number of blocks. Files with query ids or
     structured examples stay whole (then P is at most the number of files).

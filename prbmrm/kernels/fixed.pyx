@@ -2,7 +2,7 @@
 """The fixed-point limbs of many partial sums at once (:class:`prbmrm.distributed.exact.FixedPointSum`).
 
 One pass over the partials (one row per canonical block) instead of a
-dozen numpy passes with their temporaries: on a9a (256 blocks, 124
+dozen numpy passes with their temporaries: on kddcup99 (256 blocks, 119
 components) the numpy form cost more than the rest of an evaluation's
 bookkeeping. Each entry goes through the same float64 operations as that
 numpy form (a product by a power of two, floor, a difference, rint, a cast

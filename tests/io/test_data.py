@@ -685,9 +685,11 @@ def test_blocks_are_the_same_on_any_number_of_ranks(dna, tmp_path):
     X, y, _ = dna
     paths = pio.write_shards(X, y, tmp_path, 5)
     L = pio.load_local(tmp_path, SerialComm())
-    # Shards are cut into canonical blocks that refine the files: 256 over the set (52 per file here,
-    # 256 / 5 rounded up), whatever the number of ranks up to that (tests/distributed/test_any_ranks.py).
-    assert set(np.r_[0, np.cumsum(shard_rows(paths))].tolist()) <= set(L.blocks) and len(L.blocks) == 5 * 52 + 1
+    # Shards are cut into canonical blocks that refine the files: one per 2**13 values (nonzeros + rows), at
+    # least 64 and at most 256 over the set (here 64: 13 per file, 64 / 5 rounded up), whatever the number of
+    # ranks up to that (tests/distributed/test_any_ranks.py).
+    assert (X.nnz + X.shape[0]) // 2**13 < 64
+    assert set(np.r_[0, np.cumsum(shard_rows(paths))].tolist()) <= set(L.blocks) and len(L.blocks) == 5 * 13 + 1
 
     def global_blocks(size):
         out = set()
@@ -702,6 +704,17 @@ def test_blocks_are_the_same_on_any_number_of_ranks(dna, tmp_path):
     K = min(64, max(8, (X.nnz + X.shape[0]) // 2**14))
     assert len(one) == K + 1 and one[0] == 0 and one[-1] == 2000
     assert all(global_blocks(P) == one for P in range(2, K + 1))
+
+
+@pytest.mark.parametrize("rows, d, blocks", [(8000, 100, 98), (30000, 100, 256)])
+def test_larger_shard_sets_get_more_blocks(tmp_path, rows, d, blocks):
+    # (rows x features + rows) // 2**13 blocks between 64 and 256: 8000 x 100 dense values make 98 (in 3 files,
+    # 33 each: 99), and 3M make the most, 256 (86 a file: 258).
+    X = np.random.default_rng(0).standard_normal((rows, d))
+    pio.write_shards(X, np.sign(X[:, 0]) + (X[:, 0] == 0), tmp_path, 3)
+    assert (rows * d + rows) // 2**13 == blocks or blocks == 256
+    L = pio.load_local(tmp_path, SerialComm())
+    assert len(L.blocks) - 1 == 3 * -(-blocks // 3)
 
 
 def test_split_local_errors_and_overrides():

@@ -10,7 +10,8 @@ CPU seconds (user + system, getrusage of the process, threads included):
   the floor any rank of an MPI Python program on these libraries pays;
 - ``steps``: the start-up of a rank in steps, each the CPU since the one
   before: the interpreter (start to the first statement), numpy, scipy.sparse
-  and h5py, mpi4py (the import calls MPI_Init_thread), prbmrm's modules (the
+  and h5py (after ``import prbmrm.cli``, as in the command, which defers the
+  numpy modules scipy.sparse would load: :mod:`prbmrm.cli.deferred`), mpi4py (the import calls MPI_Init_thread), prbmrm's modules (the
   training command and what it imports, scipy.linalg included), the
   communicator (:func:`prbmrm.distributed.comm.get_comm`: a duplicate
   communicator and the watch thread) and the reading of the rank's shard
@@ -68,7 +69,8 @@ _mark("imports")
 _report()
 """
 
-STEPS = """import numpy, scipy.sparse, h5py
+STEPS = """import prbmrm.cli  # first, as in the command: it defers numpy modules scipy.sparse would load
+import numpy, scipy.sparse, h5py
 _mark("numpy, scipy.sparse, h5py")
 from mpi4py import MPI
 _mark("mpi4py (MPI_Init)")

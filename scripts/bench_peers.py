@@ -18,6 +18,13 @@ the end. In runs under a second that part is most of the difference.
 
 prbmrm's modules are compiled to bytecode first (``compileall``), as an installed copy is.
 
+``--baseline TREE`` adds, in every round after this tree's runs, the default solver of the prbmrm
+checkout TREE (an earlier commit, e.g. ``git worktree add --detach TREE 4916440``) run by
+``--baseline-python`` (an interpreter with that commit's dependencies) with TREE alone on its path,
+on shards its own ``shard`` command wrote: the earlier package's ratios to BMRM 2.1 measured in the
+same rounds. (A checkout that compiles its kernels at run time, as 4916440 did with numba, needs one
+untimed run first to fill its cache, as an installed copy's would be.) A last table gives, per set, lam, ranks and run, the median wall ratio over the rounds.
+
 BMRM 2.1 is built from ``../shared/peers/bmrm21-*.tar.xz`` into a temporary directory when ``g++``
 exists (its parallel trainer when ``mpicxx`` does), unless ``--peer-dir`` / ``--peer-mpi-dir`` name
 existing builds. Its data files (features and labels split, examples without features dropped, as
@@ -28,6 +35,7 @@ Usage (from the repository root, prbmrm on PYTHONPATH)::
     python scripts/bench_peers.py [--sets a9a w8a fashion] [--lams 1e-4 1e-5 1e-6] [--ranks 1 2]
         [--solvers bmrm default] [--gap 1e-4] [--repeat 1]
         [--peer-dir /work/peers/s/linear-bmrm] [--peer-mpi-dir /work/peers/m/linear-bmrm]
+        [--baseline TREE --baseline-python PYTHON]
 """
 
 import argparse
@@ -37,6 +45,7 @@ import os
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,8 +103,9 @@ def peer_config(path, features, labels, lam, gap, max_iter):
         f"string Model.modelFile {path.with_suffix('.model')}", ""]))
 
 
-def measure(command, cwd):
-    """Run `command`; return (stdout, wall seconds, CPU seconds, peak RSS in MB, load) of its process tree.
+def measure(command, cwd, env=None):
+    """Run `command` (in `env`, default this environment); return (stdout, wall seconds, CPU seconds, peak RSS
+    in MB, load) of its process tree.
 
     The load is the 1-minute load average of the machine when the run started.
 
@@ -109,7 +119,7 @@ def measure(command, cwd):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=TIMEOUT)
+                          timeout=TIMEOUT, env=env)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -145,19 +155,42 @@ def mpiexec():
     return str(candidate) if candidate.exists() else shutil.which("mpiexec")
 
 
-def run_prbmrm(shards, ranks, lam, gap, solver, max_iter, cwd):
-    """Run ``python -m prbmrm.cli.train`` on `ranks` ranks (`solver` None: the default); return its figures."""
+class Baseline:
+    """An earlier prbmrm checkout `tree` run by the interpreter `python` (``--baseline``)."""
+
+    def __init__(self, tree, python):
+        self.tree, self.python = Path(tree).resolve(), python
+        self.commit = subprocess.run(["git", "-C", str(self.tree), "rev-parse", "--short", "HEAD"], check=True,
+                                     capture_output=True, text=True, stdin=subprocess.DEVNULL).stdout.strip()
+        # earlier commits kept the commands at the package's top level (prbmrm.train, prbmrm.shard)
+        self.package = "prbmrm.cli." if (self.tree / "prbmrm" / "cli" / "train.py").exists() else "prbmrm."
+        self.env = dict(os.environ, PYTHONPATH=str(self.tree))
+        subprocess.run([python, "-m", "compileall", "-q", str(self.tree / "prbmrm")], check=True,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+    def shard(self, source, parts, out):
+        """Write `source`'s shards with the checkout's own command (run beside them: ``-m`` puts the working
+        directory first on the path, which must not hold another prbmrm)."""
+        subprocess.run([self.python, "-m", self.package + "shard", str(source), "--parts", str(parts), "--out",
+                        str(out), "--quiet"], check=True, stdin=subprocess.DEVNULL, env=self.env, cwd=Path(out).parent)
+
+
+def run_prbmrm(shards, ranks, lam, gap, solver, max_iter, cwd, baseline=None):
+    """Run ``python -m prbmrm.cli.train`` on `ranks` ranks (`solver` None: the default), or the `baseline`
+    checkout's training command; return its figures."""
     log = Path(cwd) / "log.jsonl"
     if log.exists():
         log.unlink()
-    command = [sys.executable, "-m", "prbmrm.cli.train", "--data", str(shards), "--loss", "hinge",
+    python, module = (sys.executable, "prbmrm.cli.train") if baseline is None else (
+        baseline.python, baseline.package + "train")
+    command = [python, "-m", module, "--data", str(shards), "--loss", "hinge",
                "--lam", repr(lam), "--epsilon", repr(gap), "--rel-epsilon", "0", "--max-iter", str(max_iter),
                "--out", str(Path(cwd) / "model.h5"), "--log-json", str(log), "--quiet"]
     if solver is not None:
         command += ["--solver", solver]
     if ranks > 1:
         command = [mpiexec(), "-n", str(ranks), *command]
-    _, wall, cpu, rss, load = measure(command, cwd)
+    _, wall, cpu, rss, load = measure(command, cwd, None if baseline is None else baseline.env)
     last = json.loads(log.read_text().splitlines()[-1])
     return {"iterations": int(last["iteration"]), "wall": wall, "cpu": cpu, "rss": rss,
             "J": float(last["best_objective"]), "load": load, "solve": float(last["seconds_total"])}
@@ -197,6 +230,10 @@ def main(argv=None):
     parser.add_argument("--peer-mpi-dir", help="directory of a built parallel-bmrm-train (default: build one)")
     parser.add_argument("--data-dir", default=str(SHARED / "data"))
     parser.add_argument("--skip-peer", action="store_true", help="run prbmrm alone (e.g. to repeat its runs)")
+    parser.add_argument("--baseline", metavar="TREE", help="also run the default solver of this earlier prbmrm "
+                        "checkout in every round")
+    parser.add_argument("--baseline-python", default=sys.executable, metavar="PYTHON",
+                        help="the interpreter that runs --baseline (default: this one)")
     args = parser.parse_args(argv)
     env_path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{env_path}" if env_path else str(REPO)
@@ -215,6 +252,8 @@ def main(argv=None):
                 build_peer(work, mpi=True) if max(args.ranks) > 1 else None)
         if serial is None and not args.skip_peer:
             print("BMRM 2.1 not available (no g++ or no ../shared/peers/bmrm21-*.tar.xz): prbmrm alone")
+        baseline = Baseline(args.baseline, args.baseline_python) if args.baseline else None
+        ratios = {}  # (set, lam, ranks, run) -> wall ratios to BMRM 2.1 over the rounds
         print(HEADER, flush=True)
         for name in args.sets:
             data = work / name
@@ -226,6 +265,8 @@ def main(argv=None):
                 source = Path(args.data_dir) / f"{name}.xz"
                 subprocess.run([sys.executable, "-m", "prbmrm.cli.shard", str(source), "--parts", str(max(args.ranks)),
                                 "--out", str(shards), "--quiet"], check=True, stdin=subprocess.DEVNULL)
+            if baseline is not None:
+                baseline.shard(source, max(args.ranks), data / "baseline-shards")
             features, labels = write_peer_data(source, data)
             for lam in args.lams:
                 config = data / f"lam{lam:g}.cfg"
@@ -245,11 +286,24 @@ def main(argv=None):
                                   f"{str(error).splitlines()[0][-80:]} |", flush=True)
                         if peer is not None:
                             print(row(name, lam, ranks, "BMRM 2.1", peer, peer), flush=True)
-                        for solver in args.solvers:
-                            figures = run_prbmrm(shards, ranks, lam, args.gap,
-                                                 None if solver == "default" else solver, args.max_iter, data)
+                        runs = [(solver, None) for solver in args.solvers] + (
+                            [] if baseline is None else [("default", baseline)])
+                        for solver, tree in runs:
+                            figures = run_prbmrm(data / "baseline-shards" if tree else shards, ranks, lam,
+                                                 args.gap, None if solver == "default" else solver, args.max_iter,
+                                                 data, tree)
                             label = "prbmrm default" if solver == "default" else f"prbmrm {solver}"
+                            if tree is not None:
+                                label += f" at {tree.commit}"
                             print(row(name, lam, ranks, label, figures, peer), flush=True)
+                            if peer is not None:
+                                ratios.setdefault((name, lam, ranks, label), []).append(
+                                    figures["wall"] / peer["wall"])
+        if ratios:
+            print("\n| set | lam | ranks | run | wall ratios to BMRM 2.1 | median |\n| --- | --- | --- | --- | --- | --- |")
+            for (name, lam, ranks, label), values in ratios.items():
+                print(f"| {name} | {lam:.0e} | {ranks} | {label} | {' / '.join(f'{v:.2f}' for v in values)} "
+                      f"| {statistics.median(values):.2f} |")
 
 
 if __name__ == "__main__":

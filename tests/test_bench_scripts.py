@@ -97,9 +97,12 @@ def test_bench_peers_runs_bmrm21_and_prbmrm_to_the_same_gap(tmp_path, capsys):
     load_script("bench_peers").main(argv + (["--peer-dir", peer_dir] if peer_dir else []))
     lines = capsys.readouterr().out.splitlines()
     header = [cell.strip() for cell in next(line for line in lines if line.startswith("| set")).split("|")[1:-1]]
+    first = lines.index("")  # the runs' table ends where the medians' begins
     rows = [dict(zip(header, (cell.strip() for cell in line.split("|")[1:-1])))
-            for line in lines if line.startswith("| tiny")]
+            for line in lines[:first] if line.startswith("| tiny")]
     assert [row["run"] for row in rows] == ["BMRM 2.1", "prbmrm bmrm"]
+    medians = [line.split("|")[1:-1] for line in lines[first:] if line.startswith("| tiny")]
+    assert [cell.strip() for cell in medians[0][3:]] == ["prbmrm bmrm", rows[1]["wall ratio"], rows[1]["wall ratio"]]
     peer, ours = ({name: float(row[name].replace(",", "")) for name in ("iterations", "J")} for row in rows)
     # Both stopped at the absolute gap: their objectives agree to it.
     assert abs(peer["J"] - ours["J"]) <= gap

@@ -4,7 +4,9 @@ Each round runs, in turn, one fresh interpreter per import set and reads, in
 that process once its imports are done, the resident set (``VmRSS``). The sets:
 
 - ``prbmrm run``: every module a 1-iteration training on the demo data has
-  imported by its end (listed by ``python -X importtime``), MPI initialised;
+  imported by its end (listed by ``python -X importtime``), after
+  ``prbmrm.cli`` as in the run (the numpy modules it defers stay unloaded),
+  MPI initialised;
 - ``prbmrm.train``: the command's own imports, MPI initialised;
 - ``numpy scipy h5py mpi4py``: those four packages (``import scipy`` loads
   no submodule), MPI initialised;
@@ -51,7 +53,9 @@ def run_modules(workdir):
     wanted = sorted({name for name in names[1:] if all(part.isidentifier() and not part.startswith("_")
                                                         for part in name.split("."))
                      and name.split(".")[0] not in {"encodings", "site", "sitecustomize", "usercustomize"}})
-    return "\n".join(f"try:\n    import {name}\nexcept ImportError:\n    pass" for name in wanted)
+    # prbmrm.cli first, as in the run: it defers the numpy modules that scipy.sparse names (prbmrm.cli.deferred)
+    return "import prbmrm.cli\n" + "\n".join(f"try:\n    import {name}\nexcept ImportError:\n    pass"
+                                              for name in wanted)
 
 
 def probe(imports):

@@ -341,9 +341,10 @@ def main(argv=None):
                             if program:
                                 timing, w = liblinear_whole(program, path, lam, X.shape[0], solver, settings[solver],
                                                             X.shape[1])
-                                if objective(X, y, w, loss, lam) - bound > TARGET:
-                                    raise RuntimeError(f"LIBLINEAR's train -s {solver} missed the target")
-                                whole[solver].append(timing)
+                                # The program reads the text (rounded values): its run may miss the target
+                                # where train() on the same eps did not; then it is not a whole run to the target.
+                                missed = objective(X, y, w, loss, lam) - bound > TARGET
+                                whole[solver].append(None if missed else timing)
                     own = statistics.median(r[0] for r in ours)
                     process = statistics.median(r[1] for r in ours)
                     process_cpu = statistics.median(r[6] for r in ours)
@@ -356,12 +357,15 @@ def main(argv=None):
                         cpu = statistics.median(t[1] for t in theirs[solver])
                         peer = f"-s {solver}, eps {settings[solver]:g}: {seconds:.3f} ({cpu:.3f})"
                         ratio = f"{own / seconds:.2f}x"
-                        if program:
-                            fastest = min(whole, key=lambda s: statistics.median(t[0] for t in whole[s]))
-                            wall = statistics.median(t[0] for t in whole[fastest])
+                        reaching = {s: runs for s, runs in whole.items() if runs and None not in runs}
+                        if reaching:
+                            fastest = min(reaching, key=lambda s: statistics.median(t[0] for t in reaching[s]))
+                            wall = statistics.median(t[0] for t in reaching[fastest])
                             peer_whole = (f"-s {fastest}: {wall:.2f} "
-                                          f"({statistics.median(t[1] for t in whole[fastest]):.2f})")
+                                          f"({statistics.median(t[1] for t in reaching[fastest]):.2f})")
                             ratio_whole = f"{process / wall:.2f}x"
+                        elif program:
+                            peer_whole = f"-s {', '.join(whole)} at that eps: missed the target from the text"
                     else:
                         peer = "never within 1e-4 (eps down to 1e-6)"
                         ratio = "only prbmrm gets there" if reached else "neither gets there"

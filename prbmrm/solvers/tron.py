@@ -89,8 +89,8 @@ keep the products (a9a and kddcup99, logistic: the matrix's pass and exact sum a
 lam 1e-5 and 1e-6 than the CG steps they save)."""
 
 MATRIX_ENTRIES = 2**24
-"""... and where all canonical blocks' triangles of ``d (d + 1) / 2`` values take at most this many float64
-(128 MiB on a rank that holds every block; d = 256 over two shards' 512 blocks, kddcup99's 118 over 9)."""
+"""... and where all canonical blocks' triangles of ``d (d + 1) / 2 + 1`` values take at most this many float64
+(128 MiB on a rank that holds every block): d = 256 fits 509 blocks, kddcup99's d = 118 fits 2,389."""
 
 
 def matrix_fits(risk, matrix_dim=MATRIX_DIM):

@@ -392,7 +392,7 @@ def main():
     cluster = None
     try:
         if args.data:
-            shards, nnz = args.data, None
+            shards, nnz = os.path.abspath(args.data), None  # the runs start in a scratch directory
         else:
             shards = os.path.join(scratch, "shards")
             nnz = make_shards(args, shards)[1]

@@ -52,18 +52,32 @@ SPIN_SECONDS = 5e-5
 
 SLEEP_FRACTION = 0.1
 """Then it sleeps this fraction of the time waited so far, at least :data:`MIN_SLEEP` and at most
-:data:`MAX_SLEEP`: the latency a sleep adds is at most 10% of the wait, a wait of t polls about
-10 ln(t / 1 ms) + 10 times up to 20 ms and then 500 times a second (the rest of the time its core
+:func:`sleep_cap`: the latency a sleep adds is at most 10% of the wait (the rest of the time its core
 serves the ranks that work; the former 2% made that about 50 ln(t / 0.2 ms) polls)."""
 
 MIN_SLEEP = 1e-4
 
+ITERATION_SLEEP = 5e-4
+"""The longest sleep while a wait is as short as an iteration's (up to :data:`ITERATION_WAIT`). Each
+round of a tree broadcast or Allreduce goes on only when its next rank polls, so a cap of c adds up
+to c per round, 2 log2 P rounds an iteration; and a collective of large buffers moves in chunks, each
+waiting for the peer's next poll. kddcup99, 64 ranks on 2 cores (iterations of about 40 ms,
+``bench_scale.py --ranks 8 64``, interleaved): communication 31-33 ms per iteration with this cap
+against 41 ms with :data:`MAX_SLEEP`, and the same at 8 ranks."""
+
+ITERATION_WAIT = 0.05
+"""Seconds of waiting after which the cap grows (:func:`sleep_cap`)."""
+
 MAX_SLEEP = 2e-3
-"""A collective of large buffers moves in rounds and chunks, each of which waits for its peer's next
-poll: a rank that waited long (for rank 0's subproblem) must not sleep so long that each round of the
-broadcast that follows waits for it. (Measured on the loaded 2-core machine at d = 2^17, 16 ranks,
-interleaved: sleeps of up to 20 ms and of up to 0.5 ms gave 150-300 ms of communication per
-iteration alike; the load of the machine, not the cap, set the figure.)"""
+"""The longest sleep of a long wait (rank 0's long subproblem, a slow rank): 500 polls a second, about
+1% of a core (a 5 s wait costs 0.07 CPU s; at :data:`ITERATION_SLEEP`'s 2,000 polls a second, 0.2)."""
+
+
+def sleep_cap(waited):
+    """The longest sleep after `waited` seconds: :data:`ITERATION_SLEEP` up to :data:`ITERATION_WAIT`, then
+    1% of the wait, up to :data:`MAX_SLEEP` (reached after 0.2 s)."""
+    return min(MAX_SLEEP, max(ITERATION_SLEEP, waited * ITERATION_SLEEP / ITERATION_WAIT))
+
 
 SIGNAL_GRACE = 30.0
 """Seconds a job may take to stop cleanly after a signal (the next iteration's checkpoint); a rank
@@ -226,7 +240,7 @@ class Watch:
                 self._report(f"rank {self.rank} of {self.size}: the job did not stop within {SIGNAL_GRACE:g} s "
                              f"of signal {self.signalled} ({what} waited {waited:.0f} s): ending it")
                 abort(self._MPI, 128 + self.signalled)
-            time.sleep(min(MAX_SLEEP, max(MIN_SLEEP, waited * SLEEP_FRACTION)))
+            time.sleep(min(sleep_cap(waited), max(MIN_SLEEP, waited * SLEEP_FRACTION)))
 
     def silent_ranks(self, request=None):
         """Ping every other rank; return those that do not answer within :data:`PONG_SECONDS`.

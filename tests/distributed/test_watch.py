@@ -89,3 +89,41 @@ def test_a_collective_completing_during_the_signals_ping_leaves_the_next_wait_to
     assert ended.value.args == (watch.EXIT_SILENT_RANK,)
     assert "stopped answering (after signal 15, the next sum waited" in capsys.readouterr().err
 
+
+
+class FakeClock:
+    """``time`` for the watch: each reading advances the clock a microsecond (a poll's cost), sleeps advance
+    it instead of waiting, and are recorded."""
+
+    def __init__(self):
+        self.now, self.sleeps = 0.0, []
+
+    def monotonic(self):
+        self.now += 1e-6
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append((self.now, seconds))
+        self.now += seconds
+
+
+def test_a_wait_sleeps_a_tenth_of_its_wait_at_most_half_a_millisecond_for_an_iterations_time(monkeypatch):
+    """The tree collectives go on a round at each poll: waits as long as an iteration's keep polls at most
+    0.5 ms apart; a long wait's polls spread to 2 ms apart, 500 a second."""
+    clock = FakeClock()
+    monkeypatch.setattr(watch, "time", clock)
+
+    class NoThreads(FakeMPI):
+        @staticmethod
+        def Query_thread():
+            return 0
+
+    w = watch.Watch(NoThreads, SilentComm(), timeout=600)
+    w.wait(Request(lambda: clock.now >= 2.0), "a long sum")
+    assert all(s <= max(watch.MIN_SLEEP, 0.1 * at) for at, s in clock.sleeps)
+    assert max(s for at, s in clock.sleeps if at < 0.05) == pytest.approx(5e-4)
+    assert max(s for at, s in clock.sleeps) == pytest.approx(2e-3)
+    assert min(at for at, s in clock.sleeps) >= watch.SPIN_SECONDS
+    late = [s for at, s in clock.sleeps if at >= 0.2]
+    assert late and all(s == pytest.approx(2e-3) for s in late)
+    assert sum(at < 0.2 for at, s in clock.sleeps) < 300  # then 1.8 s of 2 ms sleeps: 900

@@ -39,7 +39,7 @@ lie in [0, 1], dual feasible for the hinge, whose conjugate makes their dual val
 When the smoothed problem is solved much more closely than the hinge gap (the smoothing dominates the
 gap), delta shrinks in proportion to the gap still to close, and TRON goes on from the same w.
 
-Imports: numpy, scipy; of prbmrm: :mod:`prbmrm.distributed.exact`, :mod:`prbmrm.distributed.oracle`, :mod:`prbmrm.errors`,
+Imports: numpy, scipy (scipy.linalg where rank 0 factors a Hessian); of prbmrm: :mod:`prbmrm.distributed.exact`, :mod:`prbmrm.distributed.oracle`, :mod:`prbmrm.errors`,
 :mod:`prbmrm.kernels.blocks`, :mod:`prbmrm.kernels.scalar`, :mod:`prbmrm.kernels.sparse`,
 :mod:`prbmrm.solvers.base`.
 """
@@ -48,7 +48,6 @@ import math
 import time
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse as sp
 
 from ..distributed.exact import FixedPointSum
@@ -305,14 +304,17 @@ class _Factored:
     conjugate gradients then take the Newton step at once, in the metric that the problem's scales do not
     distort (kddcup99's raw counts, Hessian eigenvalues from 1e-6 to 1e12)."""
 
-    def __init__(self, H, factor):
-        self.H, self.factor = H, factor
+    def __init__(self, H):
+        # Imported here: rank 0 alone factors, and a serving rank spares scipy.linalg's 6 MB and start-up.
+        from scipy.linalg import cho_factor, cho_solve
+
+        self.H, self.factor, self._cho_solve = H, cho_factor(H), cho_solve
 
     def apply(self, s):
         return self.H @ s
 
     def solve(self, r):
-        return scipy.linalg.cho_solve(self.factor, r)
+        return self._cho_solve(self.factor, r)
 
 
 class _Newton:
@@ -404,7 +406,7 @@ class _Newton:
             H += self._omega_matrix
             self.accepted = True  # the ranks' current point is the last one now
             try:
-                self._factored = _Factored(H, scipy.linalg.cho_factor(H))
+                self._factored = _Factored(H)
             except np.linalg.LinAlgError:  # rounding made H indefinite
                 self._factored = False
         return self._factored or _Diagonal(M)

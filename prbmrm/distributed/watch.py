@@ -62,8 +62,8 @@ ITERATION_SLEEP = 5e-4
 round of a tree broadcast or Allreduce goes on only when its next rank polls, so a cap of c adds up
 to c per round, 2 log2 P rounds an iteration; and a collective of large buffers moves in chunks, each
 waiting for the peer's next poll. kddcup99, 64 ranks on 2 cores (iterations of about 40 ms,
-``bench_scale.py --ranks 8 64``, interleaved): communication 31-33 ms per iteration with this cap
-against 41 ms with :data:`MAX_SLEEP`, and the same at 8 ranks."""
+``bench_scale.py --ranks 8 64``, interleaved): communication 35 ms per iteration with this cap against
+41 ms with :data:`MAX_SLEEP` from the start, and the same at 8 ranks."""
 
 ITERATION_WAIT = 0.05
 """Seconds of waiting after which the cap grows (:func:`sleep_cap`)."""

@@ -70,7 +70,7 @@ ITERATION_WAIT = 0.05
 
 MAX_SLEEP = 2e-3
 """The longest sleep of a long wait (rank 0's long subproblem, a slow rank): 500 polls a second, about
-1% of a core (a 5 s wait costs 0.07 CPU s; at :data:`ITERATION_SLEEP`'s 2,000 polls a second, 0.2)."""
+1% of a core (a 5 s wait costs 0.05 CPU s; at :data:`ITERATION_SLEEP`'s 2,000 polls a second, 0.2)."""
 
 
 def sleep_cap(waited):

@@ -90,7 +90,6 @@ def test_a_collective_completing_during_the_signals_ping_leaves_the_next_wait_to
     assert "stopped answering (after signal 15, the next sum waited" in capsys.readouterr().err
 
 
-
 class FakeClock:
     """``time`` for the watch: each reading advances the clock a microsecond (a poll's cost), sleeps advance
     it instead of waiting, and are recorded."""

@@ -11,8 +11,9 @@ CPU seconds (user + system, getrusage of the process, threads included):
 - ``steps``: the start-up of a rank in steps, each the CPU since the one
   before: the interpreter (start to the first statement), numpy, scipy.sparse
   and h5py (after ``import prbmrm.cli``, as in the command, which defers the
-  numpy modules scipy.sparse would load: :mod:`prbmrm.cli.deferred`), mpi4py (the import calls MPI_Init_thread), prbmrm's modules (the
-  training command and what it imports, scipy.linalg included), the
+  numpy modules scipy.sparse would load: :mod:`prbmrm.cli.deferred`), mpi4py
+  (the import calls MPI_Init_thread), prbmrm's modules (the training command
+  and what it imports; scipy.linalg only where rank 0 first needs LAPACK), the
   communicator (:func:`prbmrm.distributed.comm.get_comm`: a duplicate
   communicator and the watch thread) and the reading of the rank's shard
   (:func:`prbmrm.io.inputs.load_input`);

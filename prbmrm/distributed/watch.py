@@ -52,8 +52,8 @@ SPIN_SECONDS = 5e-5
 
 SLEEP_FRACTION = 0.1
 """Then it sleeps this fraction of the time waited so far, at least :data:`MIN_SLEEP` and at most
-:func:`sleep_cap`: the latency a sleep adds is at most 10% of the wait (the rest of the time its core
-serves the ranks that work; the former 2% made that about 50 ln(t / 0.2 ms) polls)."""
+:func:`sleep_cap`: the latency a sleep adds is at most 10% of the wait, or :data:`MIN_SLEEP` (the rest
+of the time its core serves the ranks that work; the former 2% made that about 50 ln(t / 0.2 ms) polls)."""
 
 MIN_SLEEP = 1e-4
 
@@ -63,14 +63,14 @@ round of a tree broadcast or Allreduce goes on only when its next rank polls, so
 to c per round, 2 log2 P rounds an iteration; and a collective of large buffers moves in chunks, each
 waiting for the peer's next poll. kddcup99, 64 ranks on 2 cores (iterations of about 40 ms,
 ``bench_scale.py --ranks 8 64``, interleaved): communication 35 ms per iteration with this cap against
-41 ms with :data:`MAX_SLEEP` from the start, and the same at 8 ranks."""
+41 ms with the former rule (10% of the wait up to :data:`MAX_SLEEP`), unchanged at 8 ranks."""
 
 ITERATION_WAIT = 0.05
 """Seconds of waiting after which the cap grows (:func:`sleep_cap`)."""
 
 MAX_SLEEP = 2e-3
 """The longest sleep of a long wait (rank 0's long subproblem, a slow rank): 500 polls a second, about
-1% of a core (a 5 s wait costs 0.05 CPU s; at :data:`ITERATION_SLEEP`'s 2,000 polls a second, 0.2)."""
+1% of a core (a 5 s wait costs 0.05-0.07 CPU s; at :data:`ITERATION_SLEEP`'s 2,000 polls a second, 0.2)."""
 
 
 def sleep_cap(waited):

@@ -39,7 +39,8 @@ lie in [0, 1], dual feasible for the hinge, whose conjugate makes their dual val
 When the smoothed problem is solved much more closely than the hinge gap (the smoothing dominates the
 gap), delta shrinks in proportion to the gap still to close, and TRON goes on from the same w.
 
-Imports: numpy, scipy (scipy.linalg where rank 0 factors a Hessian); of prbmrm: :mod:`prbmrm.distributed.exact`, :mod:`prbmrm.distributed.oracle`, :mod:`prbmrm.errors`,
+Imports: numpy, scipy (scipy.linalg where rank 0 factors a Hessian); of prbmrm: :mod:`prbmrm.distributed.exact`,
+:mod:`prbmrm.distributed.oracle`, :mod:`prbmrm.errors`,
 :mod:`prbmrm.kernels.blocks`, :mod:`prbmrm.kernels.scalar`, :mod:`prbmrm.kernels.sparse`,
 :mod:`prbmrm.solvers.base`.
 """
@@ -305,7 +306,7 @@ class _Factored:
     distort (kddcup99's raw counts, Hessian eigenvalues from 1e-6 to 1e12)."""
 
     def __init__(self, H):
-        # Imported here: rank 0 alone factors, and a serving rank spares scipy.linalg's 6 MB and start-up.
+        # Imported here: rank 0 alone factors, and a serving rank spares scipy.linalg's 8 MB and start-up.
         from scipy.linalg import cho_factor, cho_solve
 
         self.H, self.factor, self._cho_solve = H, cho_factor(H), cho_solve

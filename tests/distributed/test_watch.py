@@ -123,6 +123,10 @@ def test_a_wait_sleeps_a_tenth_of_its_wait_at_most_half_a_millisecond_for_an_ite
     assert max(s for at, s in clock.sleeps if at < 0.05) == pytest.approx(5e-4)
     assert max(s for at, s in clock.sleeps) == pytest.approx(2e-3)
     assert min(at for at, s in clock.sleeps) >= watch.SPIN_SECONDS
+    # From 50 ms on the cap grows with the wait, 1% of it, to 2 ms at 0.2 s.
+    ramp = [(at, s) for at, s in clock.sleeps if 0.05 <= at < 0.2]
+    assert all(s <= 0.01 * at + 1e-9 for at, s in ramp) and max(s for at, s in ramp) > 1.5e-3
     late = [s for at, s in clock.sleeps if at >= 0.2]
     assert late and all(s == pytest.approx(2e-3) for s in late)
-    assert sum(at < 0.2 for at, s in clock.sleeps) < 300  # then 1.8 s of 2 ms sleeps: 900
+    # The first 0.2 s take 256 polls (a 2 ms cap from 20 ms on would take about 130; 0.5 ms throughout, 400).
+    assert sum(at < 0.2 for at, s in clock.sleeps) < 300

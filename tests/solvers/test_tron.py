@@ -4,12 +4,15 @@ against cvxpy, and its run on 1, 2 and 3 ranks bitwise against one process."""
 import io
 import itertools
 import lzma
+import os
+import subprocess
+import sys
 
 import cvxpy as cp
 import numpy as np
 import pytest
 
-from helpers import data_path, load_svmlight, shared_shards
+from helpers import REPO, data_path, load_svmlight, shared_shards
 from prbmrm.solvers import minimize  # first: the base commit's prbmrm.regularizers alone imports circularly
 from prbmrm.distributed.comm import SerialComm
 from prbmrm.distributed.oracle import DistributedRisk, run_distributed
@@ -348,3 +351,15 @@ def test_conjugate_gradients_find_a_step_of_small_residual_before_their_own_resi
     np.testing.assert_allclose(residual, -g - H @ step, rtol=0, atol=1e-9 * np.linalg.norm(g))
     assert g @ step + step @ H @ step / 2 < 0
     assert newton.products < plain  # 14 against 21
+
+
+def test_scipy_linalg_is_imported_only_where_a_hessian_is_factored():
+    """The command's modules (every rank imports them) leave scipy.linalg out; rank 0 imports it when TRON
+    first factors a Hessian, and the factor solves the Newton system."""
+    code = ("import sys, numpy as np, prbmrm.cli.train, prbmrm.solvers.tron as tron; "
+            "print('scipy.linalg' in sys.modules); H = np.array([[4.0, 1.0], [1.0, 3.0]]); "
+            "z = tron._Factored(H).solve(np.array([1.0, 2.0])); "
+            "print('scipy.linalg' in sys.modules, bool(np.allclose(H @ z, [1.0, 2.0])))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
+    assert done.stdout.split() == ["False", "True", "True"], done.stderr

@@ -52,7 +52,7 @@ SPIN_SECONDS = 5e-5
 
 SLEEP_FRACTION = 0.1
 """Then it sleeps this fraction of the time waited so far, at least :data:`MIN_SLEEP` and at most
-:func:`sleep_cap`: the latency a sleep adds is at most 10% of the wait, or :data:`MIN_SLEEP` (the rest
+:func:`sleep_after`'s cap: the latency a sleep adds is at most 10% of the wait, or :data:`MIN_SLEEP` (the rest
 of the time its core serves the ranks that work; the former 2% made that about 50 ln(t / 0.2 ms) polls)."""
 
 MIN_SLEEP = 1e-4
@@ -66,17 +66,19 @@ waiting for the peer's next poll. kddcup99, 64 ranks on 2 cores (iterations of a
 41 ms with the former rule (10% of the wait up to :data:`MAX_SLEEP`), unchanged at 8 ranks."""
 
 ITERATION_WAIT = 0.05
-"""Seconds of waiting after which the cap grows (:func:`sleep_cap`)."""
+"""Seconds of waiting after which the cap grows (:func:`sleep_after`)."""
 
 MAX_SLEEP = 2e-3
 """The longest sleep of a long wait (rank 0's long subproblem, a slow rank): 500 polls a second, about
 1% of a core (a 5 s wait costs 0.05-0.07 CPU s; at :data:`ITERATION_SLEEP`'s 2,000 polls a second, 0.2)."""
 
 
-def sleep_cap(waited):
-    """The longest sleep after `waited` seconds: :data:`ITERATION_SLEEP` up to :data:`ITERATION_WAIT`, then
-    1% of the wait, up to :data:`MAX_SLEEP` (reached after 0.2 s)."""
-    return min(MAX_SLEEP, max(ITERATION_SLEEP, waited * ITERATION_SLEEP / ITERATION_WAIT))
+def sleep_after(waited):
+    """Seconds a wait sleeps before its next poll, after `waited` seconds: :data:`SLEEP_FRACTION` of the wait,
+    at least :data:`MIN_SLEEP`; at most :data:`ITERATION_SLEEP` up to :data:`ITERATION_WAIT`, then at most 1%
+    of the wait, up to :data:`MAX_SLEEP` (reached after 0.2 s)."""
+    cap = min(MAX_SLEEP, max(ITERATION_SLEEP, waited * ITERATION_SLEEP / ITERATION_WAIT))
+    return min(cap, max(MIN_SLEEP, waited * SLEEP_FRACTION))
 
 
 SIGNAL_GRACE = 30.0
@@ -240,7 +242,7 @@ class Watch:
                 self._report(f"rank {self.rank} of {self.size}: the job did not stop within {SIGNAL_GRACE:g} s "
                              f"of signal {self.signalled} ({what} waited {waited:.0f} s): ending it")
                 abort(self._MPI, 128 + self.signalled)
-            time.sleep(min(sleep_cap(waited), max(MIN_SLEEP, waited * SLEEP_FRACTION)))
+            time.sleep(sleep_after(waited))
 
     def silent_ranks(self, request=None):
         """Ping every other rank; return those that do not answer within :data:`PONG_SECONDS`.

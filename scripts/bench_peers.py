@@ -16,7 +16,10 @@ last ``seconds_total`` in ``--log-json``, rank 0's): the wall seconds less it ar
 input (BMRM 2.1 parsing its text files; prbmrm's interpreter, imports, MPI and its shards) and
 the end. In runs under a second that part is most of the difference.
 
-prbmrm's modules are compiled to bytecode first (``compileall``), as an installed copy is.
+prbmrm's modules are compiled to bytecode first (``compileall``), as an installed copy is. prbmrm runs
+under this script's interpreter: run it with one whose start-up adds nothing (a venv, like the
+baseline's), else a site hook (this machine's system Python imports certifi in one, 25-65 ms) is charged
+to every prbmrm run and not to the baseline's.
 
 ``--baseline TREE`` adds, in every round after this tree's runs, the default solver of the prbmrm
 checkout TREE (an earlier commit, e.g. ``git worktree add --detach TREE 4916440``) run by

@@ -10,7 +10,7 @@ import sys
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-KERNELS = ("scalar", "sparse", "simplex", "planes", "order", "fixed")
+KERNELS = ("scalar", "sparse", "simplex", "activeset", "planes", "order", "fixed")
 
 # Every operation rounds as written (no fused multiply-adds where the target has them): the same bits on every
 # machine, as the kernels' docstrings promise.

@@ -17,7 +17,8 @@ support. General QP solvers pay for generality here: on a9a bundles of
 200 planes (``scripts/bench_qp.py``) DAQP, Clarabel and OSQP take 6, 20-35
 and 14-220 ms per solve, this solver 0.3-0.5 ms warm and 2.5 ms cold.
 
-Imports: numpy, scipy (scipy.linalg.lapack when first needed); of prbmrm: :mod:`prbmrm.kernels.simplex`.
+Imports: numpy; of prbmrm: :mod:`prbmrm.kernels.simplex`, :mod:`prbmrm.kernels.activeset` (at the first
+solve: it imports scipy.linalg).
 """
 
 import functools
@@ -39,12 +40,12 @@ _PD_REL = 1e-12
 _NOISE_MULT = 64.0
 
 @functools.cache
-def _lapack():
-    """scipy's public LAPACK wrappers, imported on first use: importing scipy.linalg costs 50-100 ms of
-    start-up, which runs that never call :func:`solve_simplex_qp` need not pay."""
-    from scipy.linalg import lapack
+def _kernel():
+    """The compiled active-set method, imported at the first solve: it imports scipy.linalg (LAPACK), 50-100 ms
+    of start-up that runs which never call :func:`solve_simplex_qp` need not pay."""
+    from ..kernels import activeset
 
-    return lapack
+    return activeset
 
 
 @dataclass
@@ -156,242 +157,64 @@ def solve_simplex_qp(Q, b, x0=None, tol=1e-10, max_iter=None):
     pd_floor = _PD_REL * qscale if qscale > 0.0 else _EPS
     noise = _NOISE_MULT * _EPS * (qscale + float(np.abs(b).max()))
 
-    state = _ActiveSet(Q, b, x, pd_floor)
-    iterations = 0
-    converged = False
-    priced = False
-    while iterations < max_iter:
-        # A fresh gradient at every pricing costs one product with the rows
-        # of Q in S and keeps rounding from piling up.
-        S = state.S
-        xS = x[S]
-        g = xS @ Q.take(S, 0) - b  # take: a third of Q[S]'s time for the same rows
-        gS = g[S]
-        mu = xS @ gS
-        bx = b[S] @ xS
-        threshold = max(tol * (1.0 + abs(0.5 * (bx - mu))), noise)
-        state.set_gradient(gS)
-        # A warm start from the previous solution is already stationary on
-        # its support and is priced at once; other starts take Newton steps
-        # first.
-        if priced or gS.max() - gS.min() <= threshold:
-            viol = mu - g
-            viol[S] = 0.0
-            cand = (viol > threshold).nonzero()[0]
-            if cand.size:
-                # Enter the index whose step from x to its vertex e_j would
-                # decrease f most, viol^2 / curvature (x^T Q x = mu + b^T x):
-                # far fewer entries leave again than with the most negative
-                # gradient.
-                vc = viol[cand]
-                curv = diag[cand] - 2.0 * (g[cand] + b[cand]) + (mu + bx)
-                j = cand[(vc * vc / np.maximum(curv, pd_floor)).argmax()]
-                state.add(j, g[j] - gS[0])
-            elif mu - gS.min() <= threshold:
-                # mu - min(g) bounds f(x) - f*: the duality gap.
-                converged = True
-                break
-        priced = True
-        while iterations < max_iter:
-            iterations += 1
-            if state.newton_step():
-                break
+    kernel = _kernel()
+    status, iterations, converged = kernel.active_set(Q, b, x, tol, max_iter, pd_floor, noise)
+    if status == kernel.SINGULAR_START:
+        # A previous solution's support never gets here, an arbitrary start's may (many planes, few dimensions).
+        _shrink_support(Q, b, x, pd_floor)
+        status, iterations, converged = kernel.active_set(Q, b, x, tol, max_iter, pd_floor, noise, first=False)
+    if status == kernel.NOT_PSD:
+        raise np.linalg.LinAlgError("reduced Hessian not positive semidefinite: is Q?")
     return _result(Q, b, x, iterations, converged)
 
 
-class _ActiveSet:
-    """The support ``S`` of ``x`` with its reduced Hessian and gradient.
+def _shrink_support(Q, b, x, pd_floor):
+    """Shrink a support whose reduced Hessian is singular without increasing f; `x` in place.
 
-    ``S[0]`` is the reference index ``r``: with ``o = S[1:]``, eliminating
-    ``x_r = 1 - sum(x_o)`` leaves the free coordinates ``x_o``, in which
-    ``f`` has gradient ``rg = g_o - g_r`` and Hessian
-    ``H = Q_oo - Q_or 1^T - 1 Q_ro + Q_rr`` (for BMRM the Gram matrix of the
-    differences ``(a_i - a_r) / sqrt(lam)``). ``L`` is the lower Cholesky
-    factor of ``H``, regularised where ``H`` is singular to rounding.
-    Newton steps work in these coordinates alone and never touch ``Q``;
-    ``x`` is shared with the caller and updated in place.
+    Along a direction u with ``sum(u) = 0`` and ``Q_SS u = 0`` the
+    gradient does not change and ``f`` is linear, so moving the downhill
+    way until an entry of x reaches 0 drops that index for free (as in
+    Caratheodory's theorem). One eigendecomposition gives all such
+    directions; each drop removes one of them by elimination, instead
+    of one refactorisation per drop in the Newton steps.
     """
-
-    def __init__(self, Q, b, x, pd_floor):
-        self.Q = Q
-        self.x = x
-        self.pd_floor = pd_floor
-        self.in_S = x > 0.0
-        self.rg = None
-        self._set_support(self.in_S.nonzero()[0])
-        if not self._factor():
-            # A previous solution's support never gets here, an arbitrary
-            # start's may (many planes, few dimensions).
-            self._crash(b)
-
-    def _set_support(self, S):
-        """Make `S` the support, its largest entry the reference; build H."""
-        Q = self.Q
-        # The largest entry is the reference: it is the last to leave S.
-        k = self.x[S].argmax()
-        S[[0, k]] = S[[k, 0]]
-        # Gather Q_SS alone: whole rows of Q would cost O(|S| t).
-        QSS = Q.take(S, 0).take(S, 1)  # half of Q[S[:, None], S]'s time, the same entries
-        q = QSS[1:, 0]
-        self.S = S
-        self.H = QSS[1:, 1:] - q[:, None] - q[None, :] + QSS[0, 0]
-
-    def _crash(self, b):
-        """Shrink a support whose H is singular without increasing f.
-
-        Along a direction u with ``sum(u) = 0`` and ``Q_SS u = 0`` the
-        gradient does not change and ``f`` is linear, so moving the downhill
-        way until an entry of x reaches 0 drops that index for free (as in
-        Caratheodory's theorem). One eigendecomposition gives all such
-        directions; each drop removes one of them by elimination, instead
-        of one refactorisation per drop in the Newton steps.
-        """
-        S, Q, x = self.S, self.Q, self.x
-        w, V = np.linalg.eigh(self.H)
-        N = V[:, w <= self.pd_floor]
-        # Null directions in the coordinates of S: x_r moves by -sum(x_o).
-        D = np.vstack((-N.sum(axis=0), N))
-        QSS = Q.take(S, 0).take(S, 1)
-        xS = x[S]
-        gS = QSS @ xS - b[S]
-        while D.shape[1]:
-            u = D[:, 0]
-            slope = gS @ u
-            if slope > 0.0:
-                u, slope = -u, -slope
-            neg = (u < 0.0).nonzero()[0]
-            if neg.size == 0:
-                break
-            ratios = xS[neg] / -u[neg]
-            step = ratios.min()
-            if slope * step + 0.5 * step * step * (u @ QSS @ u) > 0.0:
-                # Not flat enough after all: leave it to the Newton steps,
-                # whose line search uses the true curvature.
-                break
-            xS += step * u
-            xS[neg[ratios.argmin()]] = 0.0
-            xS[xS < 0.0] = 0.0
-            for p in neg[xS[neg] == 0.0]:
-                # Keep only the null directions that vanish at p.
-                c = np.abs(D[p]).argmax()
-                if D[p, c] != 0.0:
-                    D = D - np.outer(D[:, c], D[p] / D[p, c])
-                    D = np.delete(D, c, axis=1)
-                D[p] = 0.0
-        x[S] = xS
-        self.in_S[S[xS == 0.0]] = False
-        self._set_support(S[xS > 0.0])
-        self._factor()
-
-    def set_gradient(self, gS):
-        """Set the reduced gradient from the gradient `gS` on ``S``."""
-        self.rg = gS[1:] - gS[0]
-
-    def _factor(self):
-        """Cholesky-factor H into L; return False if H had to be regularised."""
-        H = self.H
-        if H.size == 0:
-            self.L = H
-            return True
-        shift = 0.0
-        for _ in range(30):
-            L, info = _lapack().dpotrf(H, 1, 1)  # lower=1, clean=1: positional, f2py parses them faster
-            if info == 0 and L.diagonal().min() ** 2 > self.pd_floor:
-                self.L = L
-                return shift == 0.0
-            # Singular to rounding: regularise, more strongly if needed.
-            shift = self.pd_floor if shift == 0.0 else 10.0 * shift
-            H = self.H + shift * np.eye(H.shape[0])
-        raise np.linalg.LinAlgError("reduced Hessian not positive semidefinite: is Q?")
-
-    def add(self, j, rg_j):
-        """Bring `j` (``x_j = 0``, reduced gradient `rg_j`) into ``S``.
-
-        Borders ``H`` and ``L`` with the new row instead of refactoring.
-        """
-        S, Q, H, L = self.S, self.Q, self.H, self.L
-        r, o = S[0], S[1:]
-        n = o.size
-        qrj, qrr = Q[r, j], Q[r, r]
-        h = Q[j, j] - 2.0 * qrj + qrr
-        Hn = np.empty((n + 1, n + 1))
-        Ln = np.zeros((n + 1, n + 1), order="F")  # LAPACK's order, as dpotrf returns L: f2py passes it uncopied
-        Hn[n, n] = h
-        if n:
-            c = Q[:, j].take(o) - Q[:, r].take(o) - (qrj - qrr)  # Q[o, j] - Q[o, r], gathered faster
-            ell = _lapack().dtrtrs(L, c, 1)[0]  # lower=1
-            Hn[:n, :n] = H
-            Hn[n, :n] = c
-            Hn[:n, n] = c
-            Ln[:n, :n] = L
-            Ln[n, :n] = ell
-            h -= ell @ ell
-        # A Schur complement at rounding level means a_j lies in the affine
-        # hull of the support: regularise, the next step runs to a bound.
-        Ln[n, n] = np.sqrt(max(h, self.pd_floor))
-        self.H, self.L = Hn, Ln
-        self.S = np.concatenate((S, (j,)))
-        self.rg = np.concatenate((self.rg, (rg_j,)))
-        self.in_S[j] = True
-
-    def newton_step(self):
-        """Take one line-searched Newton step on ``S``.
-
-        Returns True if no bound blocked it (``x`` now minimizes ``f`` on
-        ``S``, to rounding), False if indices left ``S``.
-        """
-        S, x, rg = self.S, self.x, self.rg
-        if S.size == 1:
-            return True
-        # In the free coordinates the Newton direction is -z.
-        z = _lapack().dpotrs(self.L, rg, 1)[0]  # lower=1
-        slope = -(rg @ z)
-        if slope >= 0.0:
-            # No descent left on S (only rounding in the gradient).
-            return True
-        Hz = self.H @ z
-        curv = z @ Hz
-        # Exact line search with the unregularised H: along a regularised
-        # Newton direction the unit step is not the minimizer.
-        step = -slope / curv if curv > 0.0 else np.inf
-        d = np.empty(S.size)
-        d[0] = z.sum()
-        d[1:] = -z
-        xS = x[S]
-        neg = (d < 0.0).nonzero()[0]
-        ratios = xS[neg] / -d[neg]
-        kb = ratios.argmin()
-        if step < ratios[kb]:
-            # rg is not updated: the caller prices next, from a fresh gradient.
-            x[S] = xS + step * d
-            return True
-        step = ratios[kb]
-        xS += step * d
-        xS[neg[kb]] = 0.0
+    S = (x > 0.0).nonzero()[0]
+    k = x[S].argmax()  # the reference, as the active-set method takes it
+    S[[0, k]] = S[[k, 0]]
+    QSS = Q.take(S, 0).take(S, 1)
+    q = QSS[1:, 0]
+    H = QSS[1:, 1:] - q[:, None] - q[None, :] + QSS[0, 0]
+    w, V = np.linalg.eigh(H)
+    N = V[:, w <= pd_floor]
+    # Null directions in the coordinates of S: x_r moves by -sum(x_o).
+    D = np.vstack((-N.sum(axis=0), N))
+    xS = x[S]
+    gS = QSS @ xS - b[S]
+    while D.shape[1]:
+        u = D[:, 0]
+        slope = gS @ u
+        if slope > 0.0:
+            u, slope = -u, -slope
+        neg = (u < 0.0).nonzero()[0]
+        if neg.size == 0:
+            break
+        ratios = xS[neg] / -u[neg]
+        step = ratios.min()
+        if slope * step + 0.5 * step * step * (u @ QSS @ u) > 0.0:
+            # Not flat enough after all: leave it to the Newton steps,
+            # whose line search uses the true curvature.
+            break
+        xS += step * u
+        xS[neg[ratios.argmin()]] = 0.0
         xS[xS < 0.0] = 0.0
-        x[S] = xS
-        rg -= step * Hz
-        self._drop(xS > 0.0)
-        return False
-
-    def _drop(self, keep):
-        """Remove the entries of ``S`` where `keep` is False; refactor."""
-        S, H, rg = self.S, self.H, self.rg
-        self.in_S[S[~keep]] = False
-        ko = keep[1:]
-        if not keep[0]:
-            # The reference left: re-reference on the largest remaining
-            # entry p, (a_i - a_p).(a_j - a_p) = H_ij - H_ip - H_pj + H_pp.
-            p = np.where(ko, self.x[S[1:]], -1.0).argmax()
-            hp = H[:, p]
-            H = H - hp[:, None] - hp[None, :] + H[p, p]
-            rg = rg - rg[p]
-            ko[p] = False
-            S = np.concatenate((S[1 + p : 2 + p], S[1:][ko]))
-        else:
-            S = S[keep]
-        self.S, self.H, self.rg = S, H[ko][:, ko], rg[ko]
-        self._factor()
+        for p in neg[xS[neg] == 0.0]:
+            # Keep only the null directions that vanish at p.
+            c = np.abs(D[p]).argmax()
+            if D[p, c] != 0.0:
+                D = D - np.outer(D[:, c], D[p] / D[p, c])
+                D = np.delete(D, c, axis=1)
+            D[p] = 0.0
+    x[S] = xS
 
 
 def solve_two_plane_qp(Q, b):

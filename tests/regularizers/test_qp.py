@@ -308,12 +308,13 @@ def test_projected_gradient_reads_a_scaled_gram_buffer():
     assert np.allclose(scaled.x, plain.x, atol=1e-6)
 
 
-def test_lapack_is_scipys_public_wrappers_imported_on_first_use():
-    # prbmrm.regularizers.qp takes dpotrf, dpotrs and dtrtrs from scipy.linalg.lapack, and only once a QP needs
-    # them (scipy.linalg's package costs 50-100 ms of start-up).
-    code = ("import sys, numpy as np, prbmrm.regularizers.qp as qp; print('scipy.linalg' in sys.modules); "
-            "qp.solve_simplex_qp(np.eye(3), np.arange(3.0)); import scipy.linalg.lapack as lapack; "
-            "print(qp._lapack() is lapack)")
+def test_the_compiled_active_set_and_scipys_lapack_are_imported_at_the_first_solve():
+    # The active-set kernel takes dpotrf, dpotrs and dtrtrs from scipy's public Cython LAPACK, which imports
+    # scipy.linalg's package (50-100 ms of start-up): only once a QP needs them.
+    code = ("import sys, numpy as np, prbmrm.regularizers.qp as qp; "
+            "print('scipy.linalg' in sys.modules, 'prbmrm.kernels.activeset' in sys.modules); "
+            "qp.solve_simplex_qp(np.eye(3), np.arange(3.0)); "
+            "print('prbmrm.kernels.activeset' in sys.modules, 'scipy.linalg.cython_lapack' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
-    assert done.stdout.split() == ["False", "True"], done.stderr
+    assert done.stdout.split() == ["False", "False", "True", "True"], done.stderr

@@ -9,8 +9,11 @@ and the solves took a third of a whole run (a9a, hinge, lam 1e-6: 753 solves,
 factor is LAPACK's, through scipy's public Cython interface
 (``scipy.linalg.cython_lapack``, as scikit-learn uses it); importing this
 module imports scipy.linalg, so :mod:`prbmrm.regularizers.qp` imports it at
-the first solve. Sums are explicit loops in index order and the module is
-built with ``-ffp-contract=off``: the same bits on every machine.
+the first solve. The module's own sums are loops in index order, built with
+``-ffp-contract=off``, so they round alike on every machine; the LAPACK
+calls round as the kernels scipy's OpenBLAS picks for the CPU do (as the
+numpy code they replace did). Rank 0 alone solves, so any number of ranks
+gets the same bits.
 
 The method, its reduced coordinates and its safeguards are described in
 :func:`prbmrm.regularizers.qp.solve_simplex_qp`; the one case left to numpy
@@ -137,7 +140,8 @@ cdef class _ActiveSet:
 
     cdef int newton_step(self) noexcept nogil:
         """One line-searched Newton step on S: 1 if no bound blocked it (x minimizes f on S, to rounding), 0
-        if indices left S, -1 if no bound blocks an unbounded step (Q not positive semidefinite)."""
+        if indices left S, -1 if no bound blocks an unbounded step or the reduced Hessian left after the drop
+        cannot be factored even regularised (Q not positive semidefinite, or not finite)."""
         cdef int n = self.size - 1, ld = self.t, one = 1, info, i, k, kb = -1
         cdef double slope = 0.0, curv = 0.0, step, total = 0.0, ratio, best = INFINITY
         if n == 0:
@@ -266,6 +270,11 @@ def active_set(const double[:, :] Q, const double[::1] b, double[::1] x, double 
     cdef double[::1] g = np.empty(t)
     cdef _ActiveSet state = _ActiveSet(Q, x, pd_floor)
     cdef int stepped
+    if Q.shape[0] < t or Q.shape[1] < t or b.shape[0] != t:
+        raise ValueError(f"need Q of at least {t} x {t} and b of {t}, got {Q.shape[0]} x {Q.shape[1]} and "
+                         f"{b.shape[0]}")
+    if not np.any(np.asarray(x) > 0.0):
+        raise ValueError("x must be a point of the simplex: it has no positive entry")
     with nogil:
         state.set_support()
         factored = state.factor()
@@ -306,7 +315,10 @@ def active_set(const double[:, :] Q, const double[::1] b, double[::1] x, double 
                     if viol > threshold:
                         curv = Q[j, j] - 2.0 * (g[j] + b[j]) + (mu + bx)
                         score = viol * viol / (curv if curv > pd_floor else pd_floor)
-                        if score > best_score:
+                        if score != score:  # NaN (overflowed Q or b): numpy's argmax would take the first one
+                            c = j
+                            break
+                        if c < 0 or score > best_score:
                             c, best_score = j, score
                 if c >= 0:
                     state.add(c, g[c] - g[state.S[0]])

@@ -23,6 +23,7 @@ solve: it imports scipy.linalg).
 """
 
 import functools
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,8 +141,7 @@ def solve_simplex_qp(Q, b, x0=None, tol=1e-10, max_iter=None):
     diag = Q.diagonal()
     if not (np.isfinite(b).all() and np.isfinite(diag).all()):
         raise ValueError("b and the diagonal of Q must be finite")
-    if max_iter is None:
-        max_iter = 10 * t + 100
+    max_iter = 10 * t + 100 if max_iter is None else int(min(max_iter, sys.maxsize))  # inf: no limit
 
     if x0 is None:
         x = np.zeros(t)

@@ -63,13 +63,30 @@ def test_a_start_on_dependent_planes_is_handed_back_then_solved_when_not_first()
 
 
 def test_a_reduced_hessian_no_shift_makes_positive_definite_is_reported():
-    # An indefinite Q is shifted into a factorable one (up to 10^29 times the floor); a NaN never is.
+    # An indefinite Q is shifted into a factorable one (up to 10^28 times the floor); a NaN never is.
     Q, b = np.eye(3), np.zeros(3)
     Q[0, 1] = Q[1, 0] = np.nan
     status, _, converged = active_set(Q, b, np.full(3, 1 / 3), 1e-12, 100, 1e-12, 64 * EPS)
     assert status == NOT_PSD and not converged
     status, _, _ = active_set(-np.eye(3), b, np.full(3, 1 / 3), 1e-12, 100, 1e-12, 64 * EPS)
     assert status == SINGULAR_START
+
+
+def test_inputs_it_cannot_use_are_refused():
+    Q, b = np.eye(3), np.zeros(3)
+    with pytest.raises(ValueError, match="no positive entry"):
+        active_set(Q, b, np.zeros(3), 1e-12, 100, 1e-12, 64 * EPS)
+    with pytest.raises(ValueError, match="at least 3 x 3"):
+        active_set(Q[:2, :2], b, np.full(3, 1 / 3), 1e-12, 100, 1e-12, 64 * EPS)
+
+
+def test_an_overflowed_candidate_is_not_taken_for_convergence():
+    # Scores that overflow to NaN (inf / inf) are taken as numpy's argmax takes them, not passed over: the
+    # point e_0 is not optimal (f(e_0) = 7.2e307 > f(e_1) = 0 with b = 0), so no convergence may be reported.
+    G = np.array([[1.2e154], [-1.2e154]])
+    x = np.array([1.0, 0.0])
+    status, _, converged = active_set(G @ G.T, np.zeros(2), x, 1e-10, 120, 1e-12 * 1.44e308, 0.0)
+    assert not (status == SOLVED and converged and x[0] == 1.0)
 
 
 def test_reads_the_leading_block_of_a_larger_buffer():

@@ -12,8 +12,9 @@ from setuptools import Extension, setup
 
 KERNELS = ("scalar", "sparse", "simplex", "activeset", "planes", "order", "fixed")
 
-# Every operation rounds as written (no fused multiply-adds where the target has them): the same bits on every
-# machine, as the kernels' docstrings promise.
+# Every operation of the kernels' own code rounds as written (no fused multiply-adds where the target has them):
+# the same bits on every machine, as their docstrings promise (the LAPACK that activeset calls rounds as scipy's
+# OpenBLAS does on the CPU at hand).
 FLAGS = [] if sys.platform == "win32" else ["-ffp-contract=off"]
 
 setup(ext_modules=cythonize(

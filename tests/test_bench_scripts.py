@@ -133,3 +133,19 @@ def test_bench_imports_measures_every_set_against_the_bare_four(capsys, monkeypa
                              "numpy scipy.sparse h5py mpi4py", "numpy scipy.sparse scipy.linalg h5py mpi4py"]
     assert figures["numpy scipy h5py mpi4py"][1] == 0.0
     assert all(rss > 10.0 for rss, _ in figures.values())  # a Python process with numpy takes more than 10 MB
+
+
+def test_bench_wait_pattern_times_both_waits_at_each_rank_count(capsys, monkeypatch):
+    # One round on 2 and 3 ranks, a few iterations: a row per (P, wait), then the medians against the smallest P.
+    monkeypatch.setattr("sys.argv", ["bench_wait.py", "--pattern", "--ranks", "2", "3", "--repeats", "1",
+                                     "--iterations", "5", "--work-ms", "1"])
+    load_script("bench_wait").main()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    runs = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines if line.startswith("| 1 |")]
+    assert [(run[1], run[2]) for run in runs] == [("2", "polled (Watch.wait)"), ("2", "MPI_Wait"),
+                                                  ("3", "polled (Watch.wait)"), ("3", "MPI_Wait")]
+    for run in runs:
+        comm, wall, cpu = map(float, run[3:])
+        assert 0.0 <= comm <= wall and cpu > 0.0  # rank 0's waits lie within its iterations
+    medians = [line for line in lines if line.startswith(("| polled", "| MPI_Wait"))]
+    assert len(medians) == 4 and all("1.00x" in line for line in medians[::2])

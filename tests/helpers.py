@@ -39,6 +39,14 @@ def load_svmlight(name, n_features=None):
     return X.tocsr(), y
 
 
+def printed_by_fresh_python(code):
+    """The words `code` prints in a new interpreter that imports this checkout (what a process imports shows
+    only in one that imported nothing before); its stderr goes with any failure."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=HANG_SECONDS, env=dict(os.environ, PYTHONPATH=REPO))
+    return done.stdout.split(), done.stderr
+
+
 def mpiexec():
     """The mpiexec that comes with the installed mpich wheel (or the one on PATH)."""
     candidate = os.path.join(os.path.dirname(sys.executable), "mpiexec")

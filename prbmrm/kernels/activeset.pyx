@@ -233,6 +233,33 @@ cdef class _ActiveSet:
         return self.factor()
 
 
+cdef check_inputs(const double[:, :] Q, Py_ssize_t b_size, double[::1] x):
+    """Refuse what would be read out of bounds: Q smaller than t x t, b not of t, x without a positive entry."""
+    cdef Py_ssize_t t = x.shape[0]
+    if Q.shape[0] < t or Q.shape[1] < t or b_size != t:
+        raise ValueError(f"need Q of at least {t} x {t} and b of {t}, got {Q.shape[0]} x {Q.shape[1]} and "
+                         f"{b_size}")
+    if not np.any(np.asarray(x) > 0.0):
+        raise ValueError("x must be a point of the simplex: it has no positive entry")
+
+
+def reduced_hessian(const double[:, :] Q, double[::1] x):
+    """The support of `x` (its reference first, as :func:`active_set` takes it) and its reduced Hessian.
+
+    Returns
+    -------
+    S : ndarray of int, shape (k,)
+        The indices where x > 0, the largest entry (the first of equals) first.
+    H : ndarray of shape (k - 1, k - 1)
+        ``H_ij = Q[S_i, S_j] - Q[S_i, S_0] - Q[S_j, S_0] + Q[S_0, S_0]`` over ``i, j >= 1``.
+    """
+    check_inputs(Q, x.shape[0], x)
+    cdef _ActiveSet state = _ActiveSet(Q, x, 1.0)
+    state.set_support()
+    n = state.size - 1
+    return np.array(state.S[:state.size]), np.array(state.H[:n, :n])
+
+
 def active_set(const double[:, :] Q, const double[::1] b, double[::1] x, double tol, Py_ssize_t max_iter,
                double pd_floor, double noise, bint first=True):
     """Minimize ``0.5 x^T Q x - b^T x`` over the simplex from `x` (on it), in place.
@@ -270,11 +297,7 @@ def active_set(const double[:, :] Q, const double[::1] b, double[::1] x, double 
     cdef double[::1] g = np.empty(t)
     cdef _ActiveSet state = _ActiveSet(Q, x, pd_floor)
     cdef int stepped
-    if Q.shape[0] < t or Q.shape[1] < t or b.shape[0] != t:
-        raise ValueError(f"need Q of at least {t} x {t} and b of {t}, got {Q.shape[0]} x {Q.shape[1]} and "
-                         f"{b.shape[0]}")
-    if not np.any(np.asarray(x) > 0.0):
-        raise ValueError("x must be a point of the simplex: it has no positive entry")
+    check_inputs(Q, b.shape[0], x)
     with nogil:
         state.set_support()
         factored = state.factor()

@@ -179,12 +179,8 @@ def _shrink_support(Q, b, x, pd_floor):
     directions; each drop removes one of them by elimination, instead
     of one refactorisation per drop in the Newton steps.
     """
-    S = (x > 0.0).nonzero()[0]
-    k = x[S].argmax()  # the reference, as the active-set method takes it
-    S[[0, k]] = S[[k, 0]]
+    S, H = _kernel().reduced_hessian(Q, x)  # the reference first, as the active-set method takes it
     QSS = Q.take(S, 0).take(S, 1)
-    q = QSS[1:, 0]
-    H = QSS[1:, 1:] - q[:, None] - q[None, :] + QSS[0, 0]
     w, V = np.linalg.eigh(H)
     N = V[:, w <= pd_floor]
     # Null directions in the coordinates of S: x_r moves by -sum(x_o).

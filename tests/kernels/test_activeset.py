@@ -8,7 +8,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from prbmrm.kernels.activeset import NOT_PSD, SINGULAR_START, SOLVED, active_set
+from prbmrm.kernels.activeset import NOT_PSD, SINGULAR_START, SOLVED, active_set, reduced_hessian
 
 EPS = np.finfo(np.float64).eps
 
@@ -101,3 +101,14 @@ def test_reads_the_leading_block_of_a_larger_buffer():
     assert active_set(buffer[:9, :9], b, x, 1e-12, 200, pd_floor, noise)[0] == SOLVED
     active_set(Q, b, y, 1e-12, 200, pd_floor, noise)
     assert np.array_equal(x, y)
+
+
+def test_the_reduced_hessian_is_the_gram_matrix_of_the_planes_less_the_reference():
+    # With Q = G G^T, H is the Gram matrix of the rows G_i - G_r over the support (r its largest entry).
+    rng = np.random.default_rng(11)
+    G = rng.normal(size=(8, 5))
+    x = np.array([0.1, 0.0, 0.3, 0.3, 0.0, 0.2, 0.1, 0.0])
+    S, H = reduced_hessian(G @ G.T, x)
+    assert S[0] == 2 and sorted(S) == [0, 2, 3, 5, 6]  # the first of the two largest entries is the reference
+    D = G[S[1:]] - G[S[0]]
+    np.testing.assert_allclose(H, D @ D.T, rtol=1e-12, atol=1e-12)

@@ -1,9 +1,6 @@
 """Tests of prbmrm.regularizers.qp: the BMRM dual QP over the simplex, checked against cvxpy."""
 
 import lzma
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -11,7 +8,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from helpers import REPO, data_path
+from helpers import data_path, printed_by_fresh_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -315,6 +312,5 @@ def test_the_compiled_active_set_and_scipys_lapack_are_imported_at_the_first_sol
             "print('scipy.linalg' in sys.modules, 'prbmrm.kernels.activeset' in sys.modules); "
             "qp.solve_simplex_qp(np.eye(3), np.arange(3.0)); "
             "print('prbmrm.kernels.activeset' in sys.modules, 'scipy.linalg.cython_lapack' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
-    assert done.stdout.split() == ["False", "False", "True", "True"], done.stderr
+    printed, errors = printed_by_fresh_python(code)
+    assert printed == ["False", "False", "True", "True"], errors

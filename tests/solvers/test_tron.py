@@ -4,15 +4,12 @@ against cvxpy, and its run on 1, 2 and 3 ranks bitwise against one process."""
 import io
 import itertools
 import lzma
-import os
-import subprocess
-import sys
 
 import cvxpy as cp
 import numpy as np
 import pytest
 
-from helpers import REPO, data_path, load_svmlight, shared_shards
+from helpers import data_path, load_svmlight, printed_by_fresh_python, shared_shards
 from prbmrm.solvers import minimize  # first: the base commit's prbmrm.regularizers alone imports circularly
 from prbmrm.distributed.comm import SerialComm
 from prbmrm.distributed.oracle import DistributedRisk, run_distributed
@@ -360,6 +357,5 @@ def test_scipy_linalg_is_imported_only_where_a_hessian_is_factored():
             "print('scipy.linalg' in sys.modules); H = np.array([[4.0, 1.0], [1.0, 3.0]]); "
             "z = tron._Factored(H).solve(np.array([1.0, 2.0])); "
             "print('scipy.linalg' in sys.modules, bool(np.allclose(H @ z, [1.0, 2.0])))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
-    assert done.stdout.split() == ["False", "True", "True"], done.stderr
+    printed, errors = printed_by_fresh_python(code)
+    assert printed == ["False", "True", "True"], errors

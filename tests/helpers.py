@@ -58,8 +58,10 @@ HANG_SECONDS = 600
 loaded machine (load 20 on 2 cores) a 3-rank run that takes 10 s idle took more than 60 s."""
 
 
-def run_ranks(ranks, args, timeout=60, cwd=None, env=None):
+def run_ranks(ranks, args, timeout=60, cwd=None, env=None, prefix=()):
     """Run ``python ARGS`` on `ranks` ranks (plainly for 1) and return (CompletedProcess, seconds).
+
+    `prefix` goes before the command (e.g. ``taskset -c 0``: the launcher and every rank on one core).
 
     A deadlock fails the calling test through the timeout (`timeout`, at least
     :data:`HANG_SECONDS`) instead of hanging.
@@ -71,6 +73,7 @@ def run_ranks(ranks, args, timeout=60, cwd=None, env=None):
     command = [sys.executable, *args]
     if ranks > 1:
         command = [mpiexec(), "-n", str(ranks), *command]
+    command = [*prefix, *command]
     outer = LAUNCHER_SIZE_VARIABLES + SLURM_TASKS_VARIABLES
     env = {**{k: v for k, v in os.environ.items() if k not in outer},
            "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}

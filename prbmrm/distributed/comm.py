@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import CollectiveError, UsageError
 from .exact import FAILED, OVERFLOW
 from .messages import MAX_OBJECT_BYTES, ProtocolError, decode, encode
-from .watch import DEFAULT_TIMEOUT, Watch, abort
+from .watch import DEFAULT_TIMEOUT, SPIN_SECONDS, Watch, abort, ranks_share_cores
 
 # Where a launcher tells each process how many it started, innermost launcher
 # first: MPICH's hydra, Intel MPI and Slurm's pmi2 plugin set PMI_SIZE, Open MPI
@@ -472,7 +472,8 @@ class MPIComm(SerialComm):
         # many MPIComm wrap it: every rank creates the same wrappers in the same order.
         key = self.comm.py2f()
         if key not in _WATCHES:
-            _WATCHES[key] = Watch(MPI, self.comm, timeout)
+            _WATCHES[key] = Watch(MPI, self.comm, timeout, spin=0.0 if ranks_share_cores(MPI, self.comm)
+                                  else SPIN_SECONDS)
         self.watch = _WATCHES[key]
         self.watch.timeout = float(timeout)
 

@@ -1,4 +1,7 @@
-"""The watch's waits, on a fake communicator whose ranks never answer (no MPI job needed)."""
+"""The watch's waits, on a fake communicator whose ranks never answer (no MPI job needed), and where ranks
+spin before they sleep (under mpiexec)."""
+
+import os
 
 import pytest
 
@@ -130,3 +133,34 @@ def test_a_wait_sleeps_a_tenth_of_its_wait_at_most_half_a_millisecond_for_an_ite
     assert late and all(s == pytest.approx(2e-3) for s in late)
     # The first 0.2 s take 256 polls (a 2 ms cap from 20 ms on would take about 130; 0.5 ms throughout, 400).
     assert sum(at < 0.2 for at, s in clock.sleeps) < 300
+
+
+SPIN_OF_A_RANK = """
+import os
+import numpy as np
+from prbmrm.distributed.comm import MPIComm
+comm = MPIComm()
+rows = comm.allgather_array(np.array([comm.rank, len(os.sched_getaffinity(0)), comm.watch.spin]))
+if comm.rank == 0:
+    print(rows.tolist())
+"""
+
+
+@pytest.mark.parametrize("ranks, cores", [(2, None), (3, None), (2, "0"), (2, "0,1")])
+def test_ranks_spin_before_sleeping_only_with_a_core_each(ranks, cores):
+    """A wait spins only where the node's ranks have at least a core each (the union of their affinity
+    masks): here 2 ranks on 2 cores spin, 3 ranks on 2 cores or 2 ranks restricted to one core do not."""
+    import shutil
+
+    from helpers import run_ranks
+
+    if cores is not None and shutil.which("taskset") is None:
+        pytest.skip("taskset (util-linux) is not installed: cannot restrict the ranks' cores")
+    available = len(os.sched_getaffinity(0)) if cores is None else len(cores.split(","))
+    if cores is None and available != 2:
+        pytest.skip(f"this machine gives the suite {available} cores, the case is written for 2")
+    prefix = [] if cores is None else ["taskset", "-c", cores]
+    done, _ = run_ranks(ranks, ["-c", SPIN_OF_A_RANK], prefix=prefix)
+    assert done.returncode == 0, done.stderr
+    expected = 0.0 if ranks > available else watch.SPIN_SECONDS
+    assert done.stdout.strip() == str([[float(rank), float(available), expected] for rank in range(ranks)])

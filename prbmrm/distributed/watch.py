@@ -112,12 +112,14 @@ def ranks_share_cores(MPI, comm):
 
     The cores are the union of the node's ranks' CPU affinity masks: ranks
     bound one to a core each have the node's cores to themselves; unbound
-    ranks, or several bound to one core, share them.
+    ranks, or several bound to one core, share them. Where the system has
+    no affinity masks (macOS), every rank may run on every core.
     """
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         mask = np.zeros(os.cpu_count() or 1, dtype=np.uint8)
-        mask[[cpu for cpu in os.sched_getaffinity(0) if cpu < mask.size]] = 1
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(mask.size)
+        mask[[cpu for cpu in cpus if cpu < mask.size]] = 1
         masks = np.empty((node.Get_size(), mask.size), dtype=np.uint8)
         node.Allgather([mask, MPI.UINT8_T], [masks, MPI.UINT8_T])
         return node.Get_size() > int(np.count_nonzero(masks.any(axis=0)))

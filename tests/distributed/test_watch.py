@@ -164,3 +164,33 @@ def test_ranks_spin_before_sleeping_only_with_a_core_each(ranks, cores):
     assert done.returncode == 0, done.stderr
     expected = 0.0 if ranks > available else watch.SPIN_SECONDS
     assert done.stdout.strip() == str([[float(rank), float(available), expected] for rank in range(ranks)])
+
+
+class NodeOf:
+    """A node communicator of `size` ranks whose masks all equal this rank's."""
+
+    COMM_TYPE_SHARED, UINT8_T = 1, None
+
+    def __init__(self, size):
+        self.size, self.freed = size, False
+
+    def Split_type(self, kind):
+        return self
+
+    def Get_size(self):
+        return self.size
+
+    def Allgather(self, send, receive):
+        receive[0][:] = send[0]
+
+    def Free(self):
+        self.freed = True
+
+
+@pytest.mark.parametrize("ranks, shared", [(4, False), (5, True)])
+def test_without_affinity_masks_the_ranks_may_run_on_every_core(monkeypatch, ranks, shared):
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    node = NodeOf(ranks)
+    assert watch.ranks_share_cores(NodeOf, node) is shared
+    assert node.freed

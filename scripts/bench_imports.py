@@ -10,12 +10,17 @@ that process once its imports are done, the resident set (``VmRSS``). The sets:
 - ``prbmrm.train``: the command's own imports, MPI initialised;
 - ``numpy scipy h5py mpi4py``: those four packages (``import scipy`` loads
   no submodule), MPI initialised;
+- ``numpy scipy.constants h5py mpi4py``: the same with scipy's lightest
+  public subpackage, a table of constants: what a process pays once it uses
+  any of scipy (every subpackage loads scipy's array-API layer, which copies
+  numpy's namespace);
 - ``numpy scipy.sparse h5py mpi4py``: the same with scipy.sparse, which a rank
   needs for CSR data;
 - ``... scipy.linalg``: and scipy.linalg, which the subproblem's LAPACK needs.
 
 Rounds alternate the sets, so machine load hits all alike; the table gives
-the median over rounds and each set's difference to the bare four packages.
+the median over rounds and each set's difference to the bare four packages
+and to the four with scipy.constants.
 
     python scripts/bench_imports.py [--rounds 5]
 """
@@ -75,6 +80,7 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:
         sets = {"prbmrm run": run_modules(workdir), "prbmrm.train": "import prbmrm.cli.train",
                 "numpy scipy h5py mpi4py": BARE,
+                "numpy scipy.constants h5py mpi4py": BARE + ", scipy.constants",
                 "numpy scipy.sparse h5py mpi4py": BARE + ", scipy.sparse",
                 "numpy scipy.sparse scipy.linalg h5py mpi4py": BARE + ", scipy.sparse, scipy.linalg"}
         figures = {name: [] for name in sets}
@@ -88,12 +94,13 @@ def main():
     print(f"commit {commit}, {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{args.rounds} rounds, load {min(loads):.1f}-{max(loads):.1f}")
     print()
-    print("| imports | RSS MB, median (range) | less the bare four |")
-    print("| --- | --- | --- |")
+    print("| imports | RSS MB, median (range) | less the bare four | less the four with scipy.constants |")
+    print("| --- | --- | --- | --- |")
     bare = statistics.median(figures["numpy scipy h5py mpi4py"])
+    used = statistics.median(figures["numpy scipy.constants h5py mpi4py"])
     for name, values in figures.items():
         rss = statistics.median(values)
-        print(f"| {name} | {rss:.1f} ({min(values):.1f}-{max(values):.1f}) | {rss - bare:+.1f} |")
+        print(f"| {name} | {rss:.1f} ({min(values):.1f}-{max(values):.1f}) | {rss - bare:+.1f} | {rss - used:+.1f} |")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ CPU seconds of all ranks per iteration (getrusage of the children, start-up incl
 
 ``--pattern``: one BMRM iteration's communication without the rest of prbmrm, on P ranks, the watch's
 polled wait (:meth:`prbmrm.distributed.watch.Watch.wait`) against MPI's blocking ``MPI_Wait`` on the same
-requests (MPICH's own wait: it spins). Per iteration rank 0 computes ``--subproblem-ms`` (the QP), an
+requests (MPICH's own wait: it spins), and, where the ranks outnumber the cores, against the node relay
+(:mod:`prbmrm.distributed.relay`: the same broadcast and Allreduce through the node's leader, the other
+ranks sleeping in the kernel). Per iteration rank 0 computes ``--subproblem-ms`` (the QP), an
 ``Ibcast`` of d doubles (w) follows, every rank computes ``--work-ms / P`` (its share of the risk, CPU
 time), then an ``Iallreduce`` of ``2 (d + 1) + 5`` int64 (the limbs and the status words). The defaults
 are kddcup99's (d = 118; the 1-process risk and subproblem of ``bench_scale.py --data kdd64``). Printed:
@@ -38,7 +40,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DATA = os.path.join(REPO, "..", "shared", "data", "a9a.xz")
-WAITS = ("polled (Watch.wait)", "MPI_Wait")
+WAITS = ("polled (Watch.wait)", "MPI_Wait", "node relay")
+MODES = ("polled", "blocking", "relay")
 
 
 def mpiexec():
@@ -112,6 +115,22 @@ def pattern_rank(args):
     w = np.zeros(args.dim)
     limbs = np.ones(2 * (args.dim + 1) + 5, dtype=np.int64)
     total = np.empty_like(limbs)
+    if args.pattern_rank == "relay":
+        if comm.relay is None:
+            raise SystemExit("bench_wait: the node relay is off (this node's ranks do not share cores)")
+
+        def broadcast():
+            comm.bcast_array(w)
+
+        def reduce():
+            total[:] = limbs
+            comm.allreduce_sum(total)
+    else:
+        def broadcast():
+            wait(mpi.Ibcast(w, root=0), "a broadcast")
+
+        def reduce():
+            wait(mpi.Iallreduce(limbs, total, op=MPI.SUM), "a sum over ranks")
     comm_seconds, wall_seconds = [], []
     mpi.Barrier()
     cpu0 = time.process_time()
@@ -120,12 +139,13 @@ def pattern_rank(args):
         if rank == 0:
             busy(args.subproblem_ms / 1e3)
         before = time.perf_counter()
-        wait(mpi.Ibcast(w, root=0), "a broadcast")
+        broadcast()
         after = time.perf_counter()
         busy(args.work_ms / 1e3 / size)
         reduced = time.perf_counter()
-        wait(mpi.Iallreduce(limbs, total, op=MPI.SUM), "a sum over ranks")
+        reduce()
         done = time.perf_counter()
+        assert total[0] == size
         comm_seconds.append((after - before) + (done - reduced))
         wall_seconds.append(done - started)
     cpus = mpi.gather(time.process_time() - cpu0, root=0)
@@ -145,7 +165,10 @@ def pattern(args):
           "| --- | --- | --- | --- | --- | --- |")
     for repeat in range(args.repeats):
         for ranks in args.ranks:
-            for wait, mode in zip(WAITS, ("polled", "blocking")):
+            for wait, mode in zip(WAITS, MODES):
+                if mode == "relay" and ranks <= (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                                 else os.cpu_count()):
+                    continue  # the ranks have a core each: no relay
                 command = [mpiexec(), "-n", str(ranks), sys.executable, os.path.abspath(__file__),
                            "--pattern-rank", mode, "--iterations", str(args.iterations), "--dim", str(args.dim),
                            "--work-ms", str(args.work_ms), "--subproblem-ms", str(args.subproblem_ms)]
@@ -161,6 +184,8 @@ def pattern(args):
         smallest = None
         for ranks in args.ranks:
             runs = [figures for p, name, figures in rows if p == ranks and name == wait]
+            if not runs:
+                continue
             comm = statistics.median(f["comm"] for f in runs)
             smallest = comm if smallest is None else smallest
             print(f"| {wait} | {ranks} | {len(runs)} | {comm:.2f} | {comm / smallest:.2f}x | "
@@ -180,7 +205,7 @@ def main():
                         help="--pattern: the risk's CPU ms per iteration, shared by the ranks (default 12)")
     parser.add_argument("--subproblem-ms", type=float, default=0.7,
                         help="--pattern: rank 0's CPU ms per iteration before the broadcast (default 0.7)")
-    parser.add_argument("--pattern-rank", choices=("polled", "blocking"), help=argparse.SUPPRESS)
+    parser.add_argument("--pattern-rank", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.pattern_rank:
         pattern_rank(args)

@@ -13,7 +13,7 @@ messages (an error text, a configuration) travel as typed, size-limited
 UTF-8 JSON (:mod:`prbmrm.distributed.messages`): no rank ever unpickles another's bytes.
 
 Imports: mpi4py, numpy; of prbmrm: :mod:`prbmrm.errors`, :mod:`prbmrm.distributed.exact`,
-:mod:`prbmrm.distributed.messages`, :mod:`prbmrm.distributed.watch`.
+:mod:`prbmrm.distributed.messages`, :mod:`prbmrm.distributed.relay`, :mod:`prbmrm.distributed.watch`.
 """
 
 import os
@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import CollectiveError, UsageError
 from .exact import FAILED, OVERFLOW
 from .messages import MAX_OBJECT_BYTES, ProtocolError, decode, encode
+from .relay import node_relay
 from .watch import DEFAULT_TIMEOUT, SPIN_SECONDS, Watch, abort, ranks_share_cores
 
 # Where a launcher tells each process how many it started, innermost launcher
@@ -472,9 +473,10 @@ class MPIComm(SerialComm):
         # many MPIComm wrap it: every rank creates the same wrappers in the same order.
         key = self.comm.py2f()
         if key not in _WATCHES:
-            _WATCHES[key] = Watch(MPI, self.comm, timeout, spin=0.0 if ranks_share_cores(MPI, self.comm)
-                                  else SPIN_SECONDS)
-        self.watch = _WATCHES[key]
+            shared = ranks_share_cores(MPI, self.comm)
+            watch = Watch(MPI, self.comm, timeout, spin=0.0 if shared else SPIN_SECONDS)
+            _WATCHES[key] = watch, node_relay(MPI, self.comm, watch, shared)
+        self.watch, self.relay = _WATCHES[key]
         self.watch.timeout = float(timeout)
 
     def _wait(self, request, what):
@@ -497,24 +499,32 @@ class MPIComm(SerialComm):
         # The watch's thread forwards a signal at once; the status of the exact sums at the latest.
         return self.watch.remote_stop if self.watch.remote_stop is not None else self._status_stop
 
+    def _relays(self, buf):
+        # The node relay takes the contiguous float64 and int64 arrays of the iteration's collectives.
+        return self.relay is not None and self.relay.carries(buf)
+
     def bcast_array(self, buf, root=0):
+        if root == 0 and self._relays(buf):
+            return self.relay.bcast(buf, "a broadcast")
         self._wait(self.comm.Ibcast([buf, self._MPI.DOUBLE], root=root), "a broadcast")
         return buf
 
-    def allreduce_sum(self, buf):
+    def _allreduce(self, buf, operation, what):
+        if self._relays(buf):
+            return self.relay.allreduce(buf, operation, what)
         # mpi4py takes the MPI datatype from the array's buffer format.
-        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM), "a sum over ranks")
+        op = {"sum": self._MPI.SUM, "maximum": self._MPI.MAX, "minimum": self._MPI.MIN}[operation]
+        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=op), what)
         return buf
+
+    def allreduce_sum(self, buf):
+        return self._allreduce(buf, "sum", "a sum over ranks")
 
     def allreduce_max(self, values):
-        buf = np.array(values, dtype=np.float64)
-        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MAX), "a maximum over ranks")
-        return buf
+        return self._allreduce(np.array(values, dtype=np.float64), "maximum", "a maximum over ranks")
 
     def allreduce_min(self, values):
-        buf = np.array(values, dtype=np.float64)
-        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MIN), "a minimum over ranks")
-        return buf
+        return self._allreduce(np.array(values, dtype=np.float64), "minimum", "a minimum over ranks")
 
     def gather_counts(self, n_local):
         counts = np.empty(self.size, dtype=np.int64)

@@ -85,6 +85,10 @@ def sleep_after(waited):
     return min(cap, max(MIN_SLEEP, waited * SLEEP_FRACTION))
 
 
+BLOCK_SECONDS = 0.25
+"""The longest a wait that can sleep until its request is ready (a node relay's exchange,
+:mod:`prbmrm.distributed.relay`) sleeps before it looks at signals and the rank timeout again."""
+
 SIGNAL_GRACE = 30.0
 """Seconds a job may take to stop cleanly after a signal (the next iteration's checkpoint); a rank
 still waiting in a collective after that ends the job: a signal always ends it."""
@@ -230,6 +234,11 @@ class Watch:
         makes no progress for :attr:`iteration_timeout` seconds, or a signal was not obeyed in time."""
         self._busy_since = None  # waiting is no computation: the progress deadline does not run
         try:
+            # A request that can sleep in the kernel till it is ready (a node relay's exchange) sleeps
+            # first, till then: the common wait, shorter than this, costs one wake-up and no checks.
+            block = getattr(request, "block", None)
+            if block is not None:
+                block(BLOCK_SECONDS)
             self._wait(request, what)
         finally:
             self._busy_since = time.monotonic()
@@ -244,10 +253,11 @@ class Watch:
         watched = self.timeout > 0 and self._thread is not None
         started = time.monotonic()
         deadline = started + self._check_after() if watched else float("inf")
+        block = getattr(request, "block", None)
         while not request.Test():
             now = time.monotonic()
             waited = now - started
-            if waited < self.spin:
+            if waited < self.spin and block is None:
                 continue
             if watched and (now >= deadline or (self.signalled is not None and not self._pinged_for_signal)):
                 self._pinged_for_signal = self.signalled is not None
@@ -269,7 +279,10 @@ class Watch:
                 self._report(f"rank {self.rank} of {self.size}: the job did not stop within {SIGNAL_GRACE:g} s "
                              f"of signal {self.signalled} ({what} waited {waited:.0f} s): ending it")
                 abort(self._MPI, 128 + self.signalled)
-            time.sleep(sleep_after(waited))
+            if block is None:
+                time.sleep(sleep_after(waited))
+            else:
+                block(min(BLOCK_SECONDS, max(0.0, deadline - time.monotonic())))
 
     def silent_ranks(self, request=None):
         """Ping every other rank; return those that do not answer within :data:`PONG_SECONDS`.

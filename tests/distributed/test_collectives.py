@@ -53,9 +53,30 @@ class Counting:
 
         return counted
 
+    def count_relay(self, mpi, monkeypatch):
+        """Where the ranks share cores, `mpi`'s broadcasts from rank 0 and its Allreduces go through the
+        node relay (:mod:`prbmrm.distributed.relay`), one relay call for each, in place of the MPI call."""
+        relay = mpi.relay
+        if relay is None:
+            return
+        bcast, allreduce = relay.bcast, relay.allreduce
+
+        def relayed_bcast(buf, what):
+            self.calls["Ibcast"] += 1
+            self.sizes.append(len(buf))
+            return bcast(buf, what)
+
+        def relayed_allreduce(buf, operation, what):
+            self.calls["Iallreduce"] += 1
+            self.reduced.append(len(buf))
+            return allreduce(buf, operation, what)
+
+        monkeypatch.setattr(relay, "bcast", relayed_bcast)
+        monkeypatch.setattr(relay, "allreduce", relayed_allreduce)
+
 
 @pytest.mark.distributed
-def test_one_allreduce_and_one_broadcast_per_risk_evaluation(comm, mpi_tmp_path):
+def test_one_allreduce_and_one_broadcast_per_risk_evaluation(comm, mpi_tmp_path, monkeypatch):
     if comm.size == 1:
         pytest.skip("counts MPI calls: run under mpiexec (test_counts_under_mpiexec)")
     from prbmrm.distributed.comm import MPIComm
@@ -64,6 +85,7 @@ def test_one_allreduce_and_one_broadcast_per_risk_evaluation(comm, mpi_tmp_path)
     directory = shared_shards(comm, mpi_tmp_path, X[:3000], y[:3000], parts=2)
     counted = Counting(comm.comm)
     mpi = MPIComm(counted)
+    counted.count_relay(mpi, monkeypatch)
     local = load_local(directory, mpi)
     oracle = DistributedRisk(get_loss("hinge"), local.X, local.y, local.n_examples_total, mpi, local.blocks)
     points = np.random.default_rng(0).normal(size=(6, oracle.dim))
@@ -93,7 +115,7 @@ def bmrm(risk, iterations):
 
 
 @pytest.mark.distributed
-def test_bmrm_broadcasts_its_multipliers_not_w(comm, mpi_tmp_path):
+def test_bmrm_broadcasts_its_multipliers_not_w(comm, mpi_tmp_path, monkeypatch):
     # Every rank keeps a copy of the planes (solvers/mirror.py): an iteration after the first
     # broadcasts alpha and a checksum (t + 3 words), not w (d + 1), and makes one Allreduce.
     if comm.size == 1:
@@ -101,7 +123,9 @@ def test_bmrm_broadcasts_its_multipliers_not_w(comm, mpi_tmp_path):
     from prbmrm.distributed.comm import MPIComm
 
     counted = Counting(comm.comm)
-    oracle = sparse_oracle(MPIComm(counted), mpi_tmp_path)
+    mpi = MPIComm(counted)
+    counted.count_relay(mpi, monkeypatch)
+    oracle = sparse_oracle(mpi, mpi_tmp_path)
     run_distributed(oracle, lambda risk: risk(np.zeros(risk.dim)))  # agrees on the fixed-point bounds
     counted.calls.clear()
     counted.sizes.clear()

@@ -140,7 +140,8 @@ import os
 import numpy as np
 from prbmrm.distributed.comm import MPIComm
 comm = MPIComm()
-rows = comm.allgather_array(np.array([comm.rank, len(os.sched_getaffinity(0)), comm.watch.spin]))
+rows = comm.allgather_array(np.array([comm.rank, len(os.sched_getaffinity(0)), comm.watch.spin,
+                                     comm.relay is not None]))
 if comm.rank == 0:
     print(rows.tolist())
 """
@@ -149,7 +150,8 @@ if comm.rank == 0:
 @pytest.mark.parametrize("ranks, cores", [(2, None), (3, None), (2, "0"), (2, "0,1")])
 def test_ranks_spin_before_sleeping_only_with_a_core_each(ranks, cores):
     """A wait spins only where the node's ranks have at least a core each (the union of their affinity
-    masks): here 2 ranks on 2 cores spin, 3 ranks on 2 cores or 2 ranks restricted to one core do not."""
+    masks): here 2 ranks on 2 cores spin, 3 ranks on 2 cores or 2 ranks restricted to one core do not,
+    and relay their collectives through the node's leader (:mod:`prbmrm.distributed.relay`)."""
     import shutil
 
     from helpers import run_ranks
@@ -164,8 +166,9 @@ def test_ranks_spin_before_sleeping_only_with_a_core_each(ranks, cores):
     prefix = [] if cores is None else ["taskset", "-c", cores]
     done, _ = run_ranks(ranks, ["-c", SPIN_OF_A_RANK], prefix=prefix)
     assert done.returncode == 0, done.stderr
-    expected = 0.0 if ranks > available else watch.SPIN_SECONDS
-    assert done.stdout.strip() == str([[float(rank), float(available), expected] for rank in range(ranks)])
+    shared = ranks > available
+    expected = [0.0 if shared else watch.SPIN_SECONDS, float(shared)]  # and where they share, the node relay
+    assert done.stdout.strip() == str([[float(rank), float(available), *expected] for rank in range(ranks)])
 
 
 class NodeOf:

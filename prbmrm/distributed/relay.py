@@ -14,8 +14,8 @@ part in MPI's collectives, among the leaders of all nodes. Every other rank
 of the node sends its buffer to the leader over a Unix socket and then
 sleeps in ``poll`` until the result comes back: one wake-up a collective,
 when its result is there. The leader combines its node's buffers in node
-rank order as they arrive (it too sleeps in ``poll`` meanwhile), takes part
-in MPI's collective of the leaders, and sends the result to each rank.
+rank order (it too sleeps in ``poll`` until the next one is there), takes
+part in MPI's collective of the leaders, and sends the result to each rank.
 
 - Only the iteration's collectives travel so: :meth:`NodeRelay.bcast` from
   rank 0 (``w``, the solvers' messages) and :meth:`NodeRelay.allreduce`
@@ -26,14 +26,14 @@ in MPI's collective of the leaders, and sends the result to each rank.
   rank timeout. A rank whose socket closes in an exchange (it died) is named
   at once by the rank at the other end, which ends the job.
 - Every message is checked before it is used: a fixed header (sequence
-  number, operation, byte count) must be the one expected, and the bytes go
-  into a buffer of the size the receiver allocated itself. The socket lives
+  number, operation and type, byte count) must be the one expected, and the
+  bytes go into a buffer of the size the receiver allocated itself. The socket lives
   in a directory only this user may enter, and the leader accepts a
   connection only from the process of the node rank it claims to be (its
   pid and user, from the kernel, where the system tells them).
 - The inter-node part keeps MPI's O(log nodes) messages; inside a node the
-  leader sends and receives one message per rank of the node (a copy
-  through the kernel each, about 10 microseconds).
+  leader receives and sends one message per rank of the node, each one
+  system call (a copy through the kernel).
 
 kddcup99 on 64 ranks of 2 cores (``scripts/bench_wait.py --pattern``, the
 iteration's communication alone): see docs/performance.md.
@@ -71,13 +71,21 @@ class NodeLinkError(PrbmrmError):
     """A rank's socket of the node relay closed or carried a message out of step."""
 
 
-class _Exchange:
+class Exchange:
     """Messages on the node's sockets in progress, one after the other, never blocking.
 
     A request for :meth:`prbmrm.distributed.watch.Watch.wait`: :meth:`Test` moves the
     exchange on as far as the sockets allow, :meth:`block` sleeps until the current
     message's socket is ready (or the time is up). A message is a list of byte views
     (header, payload), sent or received in one system call, without a copy.
+
+    Parameters
+    ----------
+    relay : NodeRelay
+        Told of a socket that fails (:meth:`NodeRelay.lost`) and keeps the ``poll`` objects.
+    messages : list of (socket.socket, list of buffers, bool, int)
+        In order: the non-blocking socket, the writable views to fill (received) or the
+        buffers to send, whether it is sent, and the rank at the other end.
     """
 
     __slots__ = ("_relay", "_messages")
@@ -251,12 +259,13 @@ class NodeRelay:
         return _HEADER.pack(self._sequence, 16 * _OPERATIONS[operation] + _DTYPES[buf.dtype.char], buf.nbytes)
 
     def _wait(self, messages, what):
-        self._watch.wait(_Exchange(self, messages), what)
+        self._watch.wait(Exchange(self, messages), what)
 
     def _receive(self, sock, peer, header, payload, what):
         """Receive rank `peer`'s message into `payload` (a byte view), once its header is `header`."""
         received = bytearray(_HEADER.size)
-        self._wait([(sock, [received, payload], False, peer)], what)
+        # Views, not the bytearray: a partial read goes on into the same memory (a slice of it would copy).
+        self._wait([(sock, [memoryview(received), payload], False, peer)], what)
         if received != header:
             raise NodeLinkError(f"node relay: rank {peer} sent {_describe(received)} where {_describe(header)} "
                                 f"was due, in {what}")

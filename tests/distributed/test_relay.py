@@ -1,7 +1,8 @@
 """The node relay (where a node's ranks share cores): its collectives against sums made independently,
 and a rank that leaves it, or speaks out of step, named at once.
 
-The ranks run under ``taskset -c 0``: 3 ranks on one core share it on any machine, so the relay is on."""
+The ranks run under ``taskset -c 0``: 3 ranks on one core share it on any machine, so the relay is on.
+An exchange's socket work is checked on a socket pair."""
 
 import os
 import shutil
@@ -13,7 +14,7 @@ from helpers import run_ranks
 CORE = ["taskset", "-c", "0"]
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def one_core():
     if shutil.which("taskset") is None:
         pytest.skip("taskset (util-linux) is not installed: cannot put the ranks on one core")
@@ -55,6 +56,7 @@ if comm.rank == 0:
 """
 
 
+@pytest.mark.usefixtures("one_core")
 def test_relayed_collectives_equal_sums_made_independently():
     done, _ = run_ranks(3, ["-c", COLLECTIVES], prefix=CORE, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -85,6 +87,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.usefixtures("one_core")
 @pytest.mark.parametrize("leaver, named, mismatch", [
     (2, "rank 2 left the node relay (its socket closed)", False),
     (0, "rank 0 left the node relay (", False),  # its socket closed, or was reset
@@ -104,3 +107,51 @@ def test_a_rank_that_leaves_or_speaks_out_of_step_is_named_at_once(leaver, named
     assert named in done.stderr, done.stdout[-3000:] + done.stderr[-3000:]
     # Named once: by the leader for a rank of its node, by the node's next rank for the leader.
     assert done.stderr.count("node relay") == 1, done.stderr[-3000:]
+
+
+class Relay:
+    """What an exchange needs of its relay: the poll objects, and word of a lost peer."""
+
+    def __init__(self):
+        self.lost_peers = []
+
+    def waiter(self, sock, send):
+        import select
+
+        waiter = select.poll()
+        waiter.register(sock, select.POLLOUT if send else select.POLLIN)
+        return waiter
+
+    def lost(self, peer, reason):
+        self.lost_peers.append((peer, reason))
+        raise ConnectionError(reason)
+
+
+def test_an_exchange_goes_on_where_a_message_arrives_a_byte_at_a_time():
+    import socket
+
+    import numpy as np
+
+    from prbmrm.distributed.relay import Exchange
+
+    here, there = socket.socketpair()
+    here.setblocking(False)
+    header, payload = bytearray(24), np.zeros(5)
+    relay = Relay()
+    exchange = Exchange(relay, [(here, [memoryview(header), memoryview(payload).cast("B")], False, 1)])
+    sent = bytes(range(24)) + np.arange(5.0).tobytes()
+    for byte in range(len(sent)):
+        assert not exchange.Test()  # the message is not through until its last byte
+        there.send(sent[byte:byte + 1])
+        exchange.block(1.0)
+    assert exchange.Test()
+    assert bytes(header) == bytes(range(24)) and payload.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    # A peer that closes its end mid-message is lost, not waited for.
+    exchange = Exchange(relay, [(here, [memoryview(header)], False, 7)])
+    there.send(b"abc")
+    there.close()
+    exchange.block(1.0)
+    with pytest.raises(ConnectionError):
+        exchange.Test()
+    assert relay.lost_peers == [(7, "its socket closed")]
+    here.close()

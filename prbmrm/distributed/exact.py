@@ -53,7 +53,7 @@ import math
 
 import numpy as np
 
-from ..kernels.fixed import column_max_abs, fixed_point_limbs
+from ..kernels.fixed import column_max_abs, fixed_point_limbs, fixed_point_sums
 
 MARGIN_BITS = 4
 """A new bound is this many bits above the largest partial, so that growing sums rarely overflow it."""
@@ -333,9 +333,12 @@ class FixedPointSum:
         ndarray of shape (n,)
         """
         out = np.empty(self.n) if out is None else out
+        limbs = self.buffer[:self.limbs * self.n].reshape(self.limbs, self.n)
+        if self.limbs == 2:  # one compiled pass, no temporaries
+            fixed_point_sums(limbs[0], limbs[1], self.exponent, self.bits, out)
+            return out
         for part in chunks(self.n):
-            self._decode([limb[part] for limb in self.buffer[:self.limbs * self.n].reshape(self.limbs, self.n)],
-                         self.exponent[part], out[part])
+            self._decode([limbs[0, part]], self.exponent[part], out[part])
         return out
 
     def _decode(self, sums, exponent, out):
@@ -344,8 +347,4 @@ class FixedPointSum:
         if self.limbs == 1:
             np.ldexp(sums[0].astype(np.float64), exponent - self.bits, out=out)
             return
-        high, low = sums
-        high = high + (low >> self.bits)  # the carry of the low sums, which are >= 0
-        low = low & ((1 << self.bits) - 1)
-        np.add(np.ldexp(high.astype(np.float64), exponent - self.bits),
-               np.ldexp(low.astype(np.float64), exponent - 2 * self.bits), out=out)
+        fixed_point_sums(*sums, exponent, self.bits, out)

@@ -94,3 +94,23 @@ cdef bint _limbs(const double[:, :] partials, const double[::1] scale, int bits,
             high[j] += h
             low[j] += _rint(s - <double>h * up)  # exact, in [0, 2^bits)
     return True
+
+
+def fixed_point_sums(const int64_t[::1] high, const int64_t[::1] low, const short[::1] exponent, int bits,
+                     double[::1] out):
+    """Write the float64 sums of the two-limb fixed-point sums (`high`, `low`) into `out`.
+
+    Component j's grids are ``2^(exponent[j] - bits)`` (high) and ``2^(exponent[j] - 2 bits)`` (low); the
+    low sums are >= 0 and carry into the high ones. The same float64 operations as the numpy form
+    ``ldexp(float(high + (low >> bits)), e - bits) + ldexp(float(low & (2^bits - 1)), e - 2 bits)``, so
+    bitwise its result, in one pass without temporaries (the numpy form's ten passes cost more than
+    the rest of a small sum's bookkeeping).
+    """
+    cdef Py_ssize_t n = out.shape[0], j
+    cdef int64_t mask = (<int64_t>1 << bits) - 1
+    if high.shape[0] != n or low.shape[0] != n or exponent.shape[0] != n:
+        raise ValueError("one limb of each kind and one exponent per sum")
+    with nogil:
+        for j in range(n):
+            out[j] = (ldexp(<double>(high[j] + (low[j] >> bits)), exponent[j] - bits)
+                      + ldexp(<double>(low[j] & mask), exponent[j] - 2 * bits))

@@ -1,4 +1,5 @@
-"""The fixed-point limbs of prbmrm.kernels.fixed against the numpy steps they replace, entry by entry.
+"""The fixed-point limbs of prbmrm.kernels.fixed against the numpy steps they replace, entry by entry,
+and the float64 sums decoded from them.
 
 The reference rounds each entry with numpy's ufuncs (a product by a power of
 two, floor, a difference, rint, a cast) and sums the limbs as int64 arrays:
@@ -8,7 +9,7 @@ the compiled pass must give the same integers, and the same column maxima.
 import numpy as np
 import pytest
 
-from prbmrm.kernels.fixed import column_max_abs, fixed_point_limbs
+from prbmrm.kernels.fixed import column_max_abs, fixed_point_limbs, fixed_point_sums
 
 
 def numpy_limbs(partials, exponent, bits):
@@ -108,3 +109,26 @@ def test_shapes_that_do_not_agree_are_refused():
         fixed_point_limbs(np.zeros((2, 3)), np.ones(2), 52, np.empty(3, np.int64), np.empty(3, np.int64))
     with pytest.raises(ValueError):
         column_max_abs(np.zeros((2, 3)), np.empty(2))
+
+
+def numpy_sums(high, low, exponent, bits):
+    """The float64 sums of two-limb sums, with numpy's ufuncs (the form fixed_point_sums replaces)."""
+    high = high + (low >> bits)  # the carry of the low sums, which are >= 0
+    low = low & ((1 << bits) - 1)
+    return np.ldexp(high.astype(np.float64), exponent - bits) + np.ldexp(low.astype(np.float64), exponent - 2 * bits)
+
+
+@pytest.mark.parametrize("bits", [40, 52, 53, 60])
+def test_sums_are_the_numpy_steps_bitwise(bits):
+    rng = np.random.default_rng(bits)
+    n = 4000
+    # Limb sums of up to 2^62 in size: high of either sign, low >= 0 with carries; exponents from
+    # subnormal results to large ones, as FixedPointSum keeps them (int16).
+    high = rng.integers(-2 ** 62, 2 ** 62, n) >> rng.integers(0, 62, n)
+    low = rng.integers(0, 2 ** 62, n) >> rng.integers(0, 62, n)
+    exponent = rng.integers(-1000, 1000, n).astype(np.int16)
+    high[:4], low[:4] = [0, -1, 2 ** 61, -(2 ** 61)], [0, (1 << bits) - 1, 1 << bits, (1 << bits) + 1]
+    out = np.empty(n)
+    fixed_point_sums(high, low, exponent, bits, out)
+    expected = numpy_sums(high, low, exponent, bits)
+    np.testing.assert_array_equal(out.view(np.int64), expected.view(np.int64))  # the bits, signed zeros too

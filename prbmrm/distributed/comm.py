@@ -453,7 +453,10 @@ class MPIComm(SerialComm):
     Every collective is started nonblocking and completed by
     :meth:`prbmrm.distributed.watch.Watch.wait`: a rank that stops answering ends the job
     after `timeout` seconds instead of hanging it, and waiting ranks sleep
-    instead of spinning a core.
+    instead of spinning a core. Where a node's ranks share cores, broadcasts
+    from rank 0 and Allreduces go through the node relay
+    (:mod:`prbmrm.distributed.relay`, :attr:`relay`), whose waiting ranks
+    sleep in the kernel until their result is there.
 
     Parameters
     ----------
@@ -461,6 +464,13 @@ class MPIComm(SerialComm):
     timeout : float
         ``--rank-timeout``: seconds before a waiting rank checks that the
         others still answer (0: wait forever).
+
+    Attributes
+    ----------
+    watch : prbmrm.distributed.watch.Watch
+        The communicator's watch (one per MPI communicator).
+    relay : prbmrm.distributed.relay.NodeRelay or None
+        The node relay, where some node's ranks share cores.
     """
 
     def __init__(self, mpi_comm=None, timeout=DEFAULT_TIMEOUT):

@@ -231,7 +231,11 @@ class Watch:
 
     def wait(self, request, what):
         """Complete the nonblocking `request` of the collective `what`; end the job if a rank is silent,
-        makes no progress for :attr:`iteration_timeout` seconds, or a signal was not obeyed in time."""
+        makes no progress for :attr:`iteration_timeout` seconds, or a signal was not obeyed in time.
+
+        `request` has MPI's ``Test()``; one that also has ``block(seconds)`` (an exchange of the node
+        relay, :class:`prbmrm.distributed.relay.Exchange`) sleeps in it, at most :data:`BLOCK_SECONDS`
+        at a time, instead of polling."""
         self._busy_since = None  # waiting is no computation: the progress deadline does not run
         try:
             # A request that can sleep in the kernel till it is ready (a node relay's exchange) sleeps

@@ -69,7 +69,7 @@ import numpy as np
 from prbmrm.distributed.comm import MPIComm
 from prbmrm.distributed.relay import NodeLinkError
 
-comm = MPIComm()
+comm = MPIComm(timeout=3600)  # no ping for an hour: only the relay can name the lost rank in time
 assert comm.relay is not None
 comm.allreduce_sum(np.ones(4))
 if comm.rank == {leaver}:
@@ -83,7 +83,7 @@ try:
 except NodeLinkError as error:
     print(f"rank {{comm.rank}}: {{error}}", file=sys.stderr, flush=True)
     comm.abort(6)
-time.sleep(60)
+time.sleep(3600)  # a rank nobody ends would hang the job: run_ranks's timeout fails the test
 """
 
 
@@ -95,9 +95,8 @@ time.sleep(60)
          "was due, in a sum over ranks", True),
 ])
 def test_a_rank_that_leaves_or_speaks_out_of_step_is_named_at_once(leaver, named, mismatch):
-    done, seconds = run_ranks(3, ["-c", LEAVER.format(leaver=leaver, mismatch=mismatch)], prefix=CORE,
-                              timeout=120)
-    assert seconds < 30  # at once, not after the rank timeout's minute
+    # The ranks' timeout is an hour, their last sleep too: the job ends only if the relay ends it.
+    done, _ = run_ranks(3, ["-c", LEAVER.format(leaver=leaver, mismatch=mismatch)], prefix=CORE)
     if leaver >= 0 and "BAD TERMINATION" in done.stdout:
         # mpiexec (hydra) saw the rank leave without MPI_Finalize and ended the job itself, first.
         return

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import CollectiveError, UsageError
 from .exact import FAILED, OVERFLOW
 from .messages import MAX_OBJECT_BYTES, ProtocolError, decode, encode
-from .relay import node_relay
+from .relay import mpi_operations, node_relay
 from .watch import DEFAULT_TIMEOUT, SPIN_SECONDS, Watch, abort, ranks_share_cores
 
 # Where a launcher tells each process how many it started, innermost launcher
@@ -476,6 +476,7 @@ class MPIComm(SerialComm):
     def __init__(self, mpi_comm=None, timeout=DEFAULT_TIMEOUT):
         MPI = load_mpi()
         self._MPI = MPI
+        self._operations = mpi_operations(MPI)
         self.comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
@@ -523,8 +524,7 @@ class MPIComm(SerialComm):
         if self._relays(buf):
             return self.relay.allreduce(buf, operation, what)
         # mpi4py takes the MPI datatype from the array's buffer format.
-        op = {"sum": self._MPI.SUM, "maximum": self._MPI.MAX, "minimum": self._MPI.MIN}[operation]
-        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=op), what)
+        self._wait(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._operations[operation]), what)
         return buf
 
     def allreduce_sum(self, buf):

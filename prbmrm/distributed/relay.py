@@ -67,6 +67,11 @@ _DTYPES = {np.dtype(np.float64).char: 0, np.dtype(np.int64).char: 1}
 _HEADER = struct.Struct("<3q")  # sequence number, operation and dtype, byte count
 
 
+def mpi_operations(MPI):
+    """MPI's reduction operations by the names the communicators use: sum, maximum, minimum."""
+    return {"sum": MPI.SUM, "maximum": MPI.MAX, "minimum": MPI.MIN}
+
+
 class NodeLinkError(PrbmrmError):
     """A rank's socket of the node relay closed or carried a message out of step."""
 
@@ -165,7 +170,7 @@ class NodeRelay:
         node.Allgather([ids, MPI.INT64_T], [members, MPI.INT64_T])
         self._ranks, self._pids = members[:, 0].tolist(), members[:, 1].tolist()
         self.leader = self.node_rank == 0
-        self._mpi_operations = {"sum": MPI.SUM, "maximum": MPI.MAX, "minimum": MPI.MIN}
+        self._mpi_operations = mpi_operations(MPI)
         self._waiters = {}
         self.leaders = comm.Split(0 if self.leader else MPI.UNDEFINED, comm.Get_rank())
         if self.leader:
@@ -320,7 +325,6 @@ class NodeRelay:
         if self.leader or self.node_rank == 1:
             raise NodeLinkError(text)
         time.sleep(0.5)
-        sys.stderr.flush()
         abort(self._MPI, EXIT_LOST_RANK)
 
 
